@@ -1,0 +1,81 @@
+/*
+ * modpack/abi.h — the one calling convention shared by the runtime and the code inside a
+ * deployable library: status codes, tagged values and the packed function type.
+ *
+ * Every function modpack can call — host code in deploy.so, device kernels, functions a
+ * Python program registers — has the type `mp_packed_cfunc_t`: it receives an array of tagged
+ * values and writes one tagged return value. It returns MP_OK (0) on success; on failure it
+ * returns another status code and leaves a message in the runtime's per-thread error slot.
+ */
+#ifndef MODPACK_ABI_H_
+#define MODPACK_ABI_H_
+
+#include <stdint.h>
+
+#include "modpack/dltensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* MP_API_BEGIN */
+/* Status codes. MP_OK is 0; every other value names a class of failure. */
+typedef int32_t mp_status_t;
+enum {
+  MP_OK = 0,
+  MP_ERR_INVALID_ARGUMENT = 1,   /* a caller passed a wrong value, count or type */
+  MP_ERR_FORMAT = 2,             /* a file or blob is malformed, truncated or corrupt */
+  MP_ERR_NOT_FOUND = 3,          /* no such function, loader, symbol or file */
+  MP_ERR_INCOMPATIBLE = 4,       /* valid, but not for this runtime (e.g. newer major) */
+  MP_ERR_RESOURCE_EXHAUSTED = 5, /* out of memory */
+  MP_ERR_IO = 6,                 /* the operating system refused (open, read, dlopen) */
+  MP_ERR_RUNTIME = 7,            /* a called function reported a failure */
+  MP_ERR_ALREADY_EXISTS = 8,     /* e.g. a loader registered twice for one type key */
+  MP_ERR_UNAVAILABLE = 9,        /* a driver or device this needs is missing */
+  MP_ERR_INTERNAL = 10,          /* a bug in modpack itself */
+};
+
+/* Type codes of mp_value_t. */
+typedef enum {
+  MP_TYPE_NONE = 0,
+  MP_TYPE_INT = 1,      /* v_int64 */
+  MP_TYPE_FLOAT = 2,    /* v_float64 */
+  MP_TYPE_HANDLE = 3,   /* v_handle: an opaque pointer */
+  MP_TYPE_STR = 4,      /* v_str: NUL-terminated UTF-8, borrowed for the call */
+  MP_TYPE_DLTENSOR = 5, /* v_tensor: borrowed for the call */
+  MP_TYPE_FUNCTION = 6, /* v_handle: an mp_function_t*, borrowed for the call */
+} mp_type_code_t;
+
+/* A tagged value: 16 bytes. */
+typedef struct {
+  int32_t type_code; /* an mp_type_code_t value */
+  int32_t reserved;  /* 0 */
+  union {
+    int64_t v_int64;
+    double v_float64;
+    void* v_handle;
+    const char* v_str;
+    DLTensor* v_tensor;
+  };
+} mp_value_t;
+
+/* The packed calling convention. |self| is the function's own state (NULL for host code),
+ * |args| holds |num_args| values, and the callee writes its result to |out_ret| (which the
+ * caller initialises to MP_TYPE_NONE). */
+typedef mp_status_t (*mp_packed_cfunc_t)(void* self, const mp_value_t* args, int32_t num_args,
+                                         mp_value_t* out_ret);
+/* MP_API_END */
+
+/* Symbols inside a deployable library. Host functions are `__mp_func_<name>`; the context
+ * pointers (see modpack/backend.h) are filled in by the runtime after dlopen. */
+#define MP_FUNC_SYMBOL_PREFIX "__mp_func_"
+#define MP_CTX_LIBRARY_SYMBOL "__mp_library_ctx"
+
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(mp_value_t) == 16, "mp_value_t must be 16 bytes");
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MODPACK_ABI_H_ */

@@ -1,0 +1,289 @@
+/*
+ * modpack/backend.h — for code compiled *into* a deployable library (host C code).
+ *
+ * Such code never links against the modpack runtime. Instead the library carries a few
+ * writable pointers (its "module context") that the runtime fills in right after dlopen:
+ *
+ *   __mp_library_ctx        the library's own module node in the loaded tree
+ *   __mp_ctx_get_function   find a function in the library's imports (device modules)
+ *   __mp_ctx_call           call a function found that way
+ *   __mp_ctx_set_error      report an error through the runtime's error channel
+ *   __mp_ctx_get_array      find a named constant array in the imports
+ *
+ * They are weak, default-visibility definitions so that any number of translation units may
+ * include this header and the linker keeps one copy.
+ *
+ * Exporting functions: modpack finds host functions by the symbol `__mp_func_<name>`, which
+ * must have the packed type `mp_packed_cfunc_t`. Write one by hand with MP_EXPORT_PACKED, or
+ * let MP_EXPORT_FUNC / MP_EXPORT_VOID_FUNC generate it for a plain C function:
+ *
+ *   static double scale(DLTensor* x, double k) { ... }
+ *   MP_EXPORT_FUNC(scale, double, DLTensor*, double)
+ *
+ * The generated wrapper checks the argument count and each argument's type (and integer
+ * range) and reports a clear error through the runtime instead of crashing.
+ */
+#ifndef MODPACK_BACKEND_H_
+#define MODPACK_BACKEND_H_
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "modpack/abi.h"
+#include "modpack/dltensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MP_CTX_SYMBOL __attribute__((weak, visibility("default")))
+#define MP_EXPORT_ATTR __attribute__((visibility("default")))
+
+/* ---- the module context (filled in by the runtime at load time) -------------------------- */
+
+MP_CTX_SYMBOL void* __mp_library_ctx = 0;
+MP_CTX_SYMBOL mp_status_t (*__mp_ctx_get_function)(void* ctx, const char* name,
+                                                   void** out_function) = 0;
+MP_CTX_SYMBOL mp_status_t (*__mp_ctx_call)(void* function, const mp_value_t* args,
+                                           int32_t num_args, mp_value_t* out_ret) = 0;
+MP_CTX_SYMBOL void (*__mp_ctx_set_error)(mp_status_t code, const char* message) = 0;
+MP_CTX_SYMBOL mp_status_t (*__mp_ctx_get_array)(void* ctx, const char* name,
+                                                const DLTensor** out_array) = 0;
+
+/* Report an error (printf-style) and return |code|, for `return mp_backend_errorf(...);`. */
+static inline mp_status_t mp_backend_errorf(mp_status_t code, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static inline mp_status_t mp_backend_errorf(mp_status_t code, const char* fmt, ...) {
+  char message[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(message, sizeof message, fmt, ap);
+  va_end(ap);
+  if (__mp_ctx_set_error) __mp_ctx_set_error(code, message);
+  return code;
+}
+
+static inline mp_status_t mp_backend__no_context(const char* what) {
+  /* Without the runtime there is nobody to report to; the code alone must do. */
+  (void)what;
+  return MP_ERR_UNAVAILABLE;
+}
+
+/* Find |name| among the library's imports. The handle stays valid while the library is
+ * loaded, so host code may cache it in a static. */
+static inline mp_status_t mp_backend_get_function(const char* name, void** out_function) {
+  if (!__mp_ctx_get_function || !__mp_library_ctx) return mp_backend__no_context(name);
+  return __mp_ctx_get_function(__mp_library_ctx, name, out_function);
+}
+
+static inline mp_status_t mp_backend_call(void* function, const mp_value_t* args,
+                                          int32_t num_args, mp_value_t* out_ret) {
+  if (!__mp_ctx_call) return mp_backend__no_context("call");
+  return __mp_ctx_call(function, args, num_args, out_ret);
+}
+
+/* Find a named constant array (e.g. weights in a const module) among the imports. */
+static inline mp_status_t mp_backend_get_array(const char* name, const DLTensor** out_array) {
+  if (!__mp_ctx_get_array || !__mp_library_ctx) return mp_backend__no_context(name);
+  return __mp_ctx_get_array(__mp_library_ctx, name, out_array);
+}
+
+static inline mp_value_t mp_int(int64_t v) {
+  mp_value_t x;
+  x.type_code = MP_TYPE_INT;
+  x.reserved = 0;
+  x.v_int64 = v;
+  return x;
+}
+static inline mp_value_t mp_float(double v) {
+  mp_value_t x;
+  x.type_code = MP_TYPE_FLOAT;
+  x.reserved = 0;
+  x.v_float64 = v;
+  return x;
+}
+static inline mp_value_t mp_tensor(DLTensor* v) {
+  mp_value_t x;
+  x.type_code = MP_TYPE_DLTENSOR;
+  x.reserved = 0;
+  x.v_tensor = v;
+  return x;
+}
+
+/* ---- exporting functions ----------------------------------------------------------------- */
+
+/* Define a function in the packed ABI by hand:
+ *   MP_EXPORT_PACKED(add_one) { ... use args, num_args, out_ret ...; return MP_OK; } */
+#define MP_EXPORT_PACKED(name)                                                              \
+  MP_EXPORT_ATTR mp_status_t __mp_func_##name(void* self, const mp_value_t* args,           \
+                                              int32_t num_args, mp_value_t* out_ret)
+
+static inline const char* mp_backend__type_name(int32_t code) {
+  switch (code) {
+    case MP_TYPE_NONE: return "None";
+    case MP_TYPE_INT: return "int";
+    case MP_TYPE_FLOAT: return "float";
+    case MP_TYPE_HANDLE: return "handle";
+    case MP_TYPE_STR: return "str";
+    case MP_TYPE_DLTENSOR: return "DLTensor*";
+    case MP_TYPE_FUNCTION: return "function";
+    default: return "unknown";
+  }
+}
+
+static inline mp_status_t mp_backend__arg_type_error(const char* fn, int32_t i, const char* want,
+                                                     const mp_value_t* v) {
+  return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %d must be %s, got %s", fn,
+                           (int)i, want, mp_backend__type_name(v->type_code));
+}
+
+/* Integer arguments: accept MP_TYPE_INT within the C type's range. */
+#define MP__DEFINE_INT_ARG(suffix, T, lo, hi)                                                 \
+  static inline mp_status_t mp_backend__arg_##suffix(const mp_value_t* v, void* out,          \
+                                                      const char* fn, int32_t i) {            \
+    if (v->type_code != MP_TYPE_INT) return mp_backend__arg_type_error(fn, i, #T, v);         \
+    if (v->v_int64 < (int64_t)(lo) || v->v_int64 > (int64_t)(hi))                             \
+      return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %d = %lld does not fit %s", \
+                               fn, (int)i, (long long)v->v_int64, #T);                        \
+    *(T*)out = (T)v->v_int64;                                                                  \
+    return MP_OK;                                                                              \
+  }
+MP__DEFINE_INT_ARG(schar, signed char, -128, 127)
+MP__DEFINE_INT_ARG(char, char, -128, 127)
+MP__DEFINE_INT_ARG(short, short, -32768, 32767)
+MP__DEFINE_INT_ARG(int, int, INT32_MIN, INT32_MAX)
+MP__DEFINE_INT_ARG(long, long, INT64_MIN, INT64_MAX)
+MP__DEFINE_INT_ARG(llong, long long, INT64_MIN, INT64_MAX)
+MP__DEFINE_INT_ARG(uchar, unsigned char, 0, 255)
+MP__DEFINE_INT_ARG(ushort, unsigned short, 0, 65535)
+MP__DEFINE_INT_ARG(uint, unsigned int, 0, UINT32_MAX)
+MP__DEFINE_INT_ARG(ulong, unsigned long, 0, INT64_MAX)
+MP__DEFINE_INT_ARG(ullong, unsigned long long, 0, INT64_MAX)
+MP__DEFINE_INT_ARG(bool, bool, 0, 1)
+#undef MP__DEFINE_INT_ARG
+
+static inline mp_status_t mp_backend__arg_double(const mp_value_t* v, void* out, const char* fn,
+                                                 int32_t i) {
+  if (v->type_code == MP_TYPE_FLOAT) *(double*)out = v->v_float64;
+  else if (v->type_code == MP_TYPE_INT) *(double*)out = (double)v->v_int64;
+  else return mp_backend__arg_type_error(fn, i, "double", v);
+  return MP_OK;
+}
+static inline mp_status_t mp_backend__arg_float(const mp_value_t* v, void* out, const char* fn,
+                                                int32_t i) {
+  double d;
+  mp_status_t s = mp_backend__arg_double(v, &d, fn, i);
+  if (s == MP_OK) *(float*)out = (float)d;
+  return s;
+}
+static inline mp_status_t mp_backend__arg_tensor(const mp_value_t* v, void* out, const char* fn,
+                                                 int32_t i) {
+  if (v->type_code != MP_TYPE_DLTENSOR || !v->v_tensor)
+    return mp_backend__arg_type_error(fn, i, "DLTensor*", v);
+  *(DLTensor**)out = v->v_tensor;
+  return MP_OK;
+}
+static inline mp_status_t mp_backend__arg_str(const mp_value_t* v, void* out, const char* fn,
+                                              int32_t i) {
+  if (v->type_code != MP_TYPE_STR) return mp_backend__arg_type_error(fn, i, "str", v);
+  *(const char**)out = v->v_str;
+  return MP_OK;
+}
+static inline mp_status_t mp_backend__arg_handle(const mp_value_t* v, void* out, const char* fn,
+                                                 int32_t i) {
+  if (v->type_code != MP_TYPE_HANDLE && v->type_code != MP_TYPE_NONE &&
+      v->type_code != MP_TYPE_FUNCTION)
+    return mp_backend__arg_type_error(fn, i, "handle", v);
+  *(void**)out = v->type_code == MP_TYPE_NONE ? 0 : v->v_handle;
+  return MP_OK;
+}
+
+/* The converter for a parameter of type T, chosen at compile time. */
+#define MP__ARG_CONVERTER(T)                                                                  \
+  _Generic((T*)0,                                                                              \
+      signed char*: mp_backend__arg_schar, char*: mp_backend__arg_char,                        \
+      short*: mp_backend__arg_short, int*: mp_backend__arg_int, long*: mp_backend__arg_long,   \
+      long long*: mp_backend__arg_llong, unsigned char*: mp_backend__arg_uchar,                \
+      unsigned short*: mp_backend__arg_ushort, unsigned int*: mp_backend__arg_uint,            \
+      unsigned long*: mp_backend__arg_ulong, unsigned long long*: mp_backend__arg_ullong,      \
+      bool*: mp_backend__arg_bool, float*: mp_backend__arg_float,                              \
+      double*: mp_backend__arg_double, DLTensor**: mp_backend__arg_tensor,                     \
+      const DLTensor**: mp_backend__arg_tensor, const char**: mp_backend__arg_str,             \
+      char**: mp_backend__arg_str, void**: mp_backend__arg_handle)
+
+static inline void mp_backend__ret_int(mp_value_t* r, int64_t v) { *r = mp_int(v); }
+static inline void mp_backend__ret_uint(mp_value_t* r, uint64_t v) { *r = mp_int((int64_t)v); }
+static inline void mp_backend__ret_float(mp_value_t* r, double v) { *r = mp_float(v); }
+static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
+  r->type_code = MP_TYPE_HANDLE;
+  r->reserved = 0;
+  r->v_handle = (void*)v;
+}
+
+#define MP__SET_RET(R, out, value)                                                            \
+  _Generic((R*)0,                                                                              \
+      float*: mp_backend__ret_float, double*: mp_backend__ret_float,                           \
+      unsigned char*: mp_backend__ret_uint, unsigned short*: mp_backend__ret_uint,             \
+      unsigned int*: mp_backend__ret_uint, unsigned long*: mp_backend__ret_uint,               \
+      unsigned long long*: mp_backend__ret_uint, void**: mp_backend__ret_handle,               \
+      DLTensor**: mp_backend__ret_handle, default: mp_backend__ret_int)(out, value)
+
+#define MP__NARGS(...) MP__NARGS_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define MP__NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, N, ...) N
+#define MP__CAT(a, b) MP__CAT_(a, b)
+#define MP__CAT_(a, b) a##b
+
+#define MP__ARG(T, i)                                                                          \
+  T a##i;                                                                                      \
+  if (MP__ARG_CONVERTER(T)(&args[i], (void*)&a##i, mp__name, i) != MP_OK)                      \
+    return MP_ERR_INVALID_ARGUMENT;
+#define MP__ARGS_1(T1) MP__ARG(T1, 0)
+#define MP__ARGS_2(T1, T2) MP__ARGS_1(T1) MP__ARG(T2, 1)
+#define MP__ARGS_3(T1, T2, T3) MP__ARGS_2(T1, T2) MP__ARG(T3, 2)
+#define MP__ARGS_4(T1, T2, T3, T4) MP__ARGS_3(T1, T2, T3) MP__ARG(T4, 3)
+#define MP__ARGS_5(T1, T2, T3, T4, T5) MP__ARGS_4(T1, T2, T3, T4) MP__ARG(T5, 4)
+#define MP__ARGS_6(T1, T2, T3, T4, T5, T6) MP__ARGS_5(T1, T2, T3, T4, T5) MP__ARG(T6, 5)
+#define MP__ARGS_7(T1, T2, T3, T4, T5, T6, T7) MP__ARGS_6(T1, T2, T3, T4, T5, T6) MP__ARG(T7, 6)
+#define MP__ARGS_8(T1, T2, T3, T4, T5, T6, T7, T8)                                             \
+  MP__ARGS_7(T1, T2, T3, T4, T5, T6, T7) MP__ARG(T8, 7)
+#define MP__NAMES_1 a0
+#define MP__NAMES_2 MP__NAMES_1, a1
+#define MP__NAMES_3 MP__NAMES_2, a2
+#define MP__NAMES_4 MP__NAMES_3, a3
+#define MP__NAMES_5 MP__NAMES_4, a4
+#define MP__NAMES_6 MP__NAMES_5, a5
+#define MP__NAMES_7 MP__NAMES_6, a6
+#define MP__NAMES_8 MP__NAMES_7, a7
+
+#define MP__WRAPPER_PROLOGUE(name, n)                                                          \
+  MP_EXPORT_PACKED(name) {                                                                     \
+    static const char mp__name[] = #name;                                                      \
+    (void)self;                                                                                \
+    if (num_args != (n))                                                                       \
+      return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "%s: expected %d arguments, got %d",   \
+                               mp__name, (int)(n), (int)num_args);
+
+/* Export `R name(T1, ..., Tn)` (1 to 8 parameters) under the packed ABI. */
+#define MP_EXPORT_FUNC(name, R, ...)                                                          \
+  MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                           \
+  MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                      \
+  R mp__result = name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                            \
+  MP__SET_RET(R, out_ret, mp__result);                                                         \
+  return MP_OK;                                                                                \
+  }
+
+/* Export `void name(T1, ..., Tn)` (1 to 8 parameters) under the packed ABI. */
+#define MP_EXPORT_VOID_FUNC(name, ...)                                                        \
+  MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                           \
+  MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                      \
+  (void)out_ret;                                                                               \
+  name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                                           \
+  return MP_OK;                                                                                \
+  }
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MODPACK_BACKEND_H_ */

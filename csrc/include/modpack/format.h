@@ -1,0 +1,93 @@
+/*
+ * modpack/format.h — format v1 of the `__dev_mblob` blob, as constants and on-disk layouts.
+ *
+ * This header is the single source of the format's numbers: the C reader uses it directly and
+ * the Python writer reads the same enum values through the runtime binding. docs/format.md
+ * describes the format in prose with a worked hex example.
+ *
+ * Every integer is little-endian on the wire. The reader never casts these structs over blob
+ * bytes; it decodes each field with explicit little-endian loads. The structs exist to pin
+ * the layout (checked by the static assertions below) and to document it.
+ *
+ *   [header 64 B][entry 48 B x module_count][row_ptr u64 x (module_count+1)]
+ *   [child_indices u64 x edge_count][type-key string table][pad]  <- index_size ends here
+ *   [payloads, each starting at a multiple of MP_FORMAT_PAYLOAD_ALIGNMENT]
+ *
+ * Compatibility rule: a reader accepts a blob whose major version equals its own, whatever the
+ * minor. A newer minor may only add things an older reader can ignore (it keeps every v1 field
+ * where it is and may grow `header_size`); anything else is a new major.
+ */
+#ifndef MODPACK_FORMAT_H_
+#define MODPACK_FORMAT_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* MP_API_BEGIN */
+enum {
+  MP_FORMAT_MAJOR = 1,
+  MP_FORMAT_MINOR = 0,
+  MP_FORMAT_HEADER_SIZE = 64,
+  MP_FORMAT_ENTRY_SIZE = 48,
+  /* Every payload starts at a multiple of this (relative to the blob, which is itself aligned
+   * to it in the library), so loaders may hand out aligned zero-copy views. */
+  MP_FORMAT_PAYLOAD_ALIGNMENT = 64,
+  /* Type keys are 1..MP_FORMAT_MAX_TYPE_KEY bytes of [A-Za-z0-9_.-]. */
+  MP_FORMAT_MAX_TYPE_KEY = 64,
+  /* header.flags: payload_checksum fields hold XXH3-64 digests of the payload bytes. */
+  MP_FORMAT_FLAG_PAYLOAD_CHECKSUMS = 1,
+  MP_FORMAT_KNOWN_FLAGS = 1,
+};
+/* MP_API_END */
+
+/* The 8 magic bytes: 0x89 'M' 'P' 'K' '\r' '\n' 0x1A '\n'. The high byte and the line endings
+ * catch files mangled by text-mode transfers, as PNG's signature does. */
+#define MP_FORMAT_MAGIC "\x89MPK\r\n\x1a\n"
+#define MP_FORMAT_MAGIC_SIZE 8
+
+/* The symbol holding the blob inside a deployable library, and the host-code type key. */
+#define MP_BLOB_SYMBOL "__dev_mblob"
+#define MP_LIB_TYPE_KEY "_lib"
+
+/* On-disk header (64 bytes). index_checksum is XXH3-64 over bytes [0, index_size) of the blob
+ * with the index_checksum field itself read as zero. */
+typedef struct {
+  uint8_t magic[8];
+  uint16_t format_major;
+  uint16_t format_minor;
+  uint32_t header_size;      /* >= 64; a later minor may grow it */
+  uint64_t blob_size;        /* total bytes of the blob */
+  uint8_t writer_major;      /* version of the modpack that wrote the blob */
+  uint8_t writer_minor;
+  uint16_t writer_patch;
+  uint32_t flags;            /* MP_FORMAT_FLAG_*; unknown bits are rejected */
+  uint64_t module_count;     /* >= 1; module 0 is the root */
+  uint64_t edge_count;       /* length of child_indices */
+  uint64_t index_size;       /* bytes covered by index_checksum; payloads start at or after it */
+  uint64_t index_checksum;
+} mp_format_header_v1_t;
+
+/* On-disk module entry (48 bytes), one per module in DFS index order. */
+typedef struct {
+  uint64_t payload_offset;   /* from the start of the blob; 0 with size 0 for "_lib" */
+  uint64_t payload_size;
+  uint64_t payload_checksum; /* XXH3-64 of the payload when the header flag says so */
+  uint32_t type_key_offset;  /* into the string table, which follows child_indices */
+  uint32_t type_key_size;
+  uint32_t flags;            /* reserved, must be 0 */
+  uint32_t reserved0;        /* must be 0 */
+  uint64_t reserved1;        /* must be 0 */
+} mp_format_entry_v1_t;
+
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(mp_format_header_v1_t) == 64, "format v1 header must be 64 bytes");
+_Static_assert(sizeof(mp_format_entry_v1_t) == 48, "format v1 entry must be 48 bytes");
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MODPACK_FORMAT_H_ */

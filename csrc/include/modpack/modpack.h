@@ -1,0 +1,219 @@
+/*
+ * modpack/modpack.h — the modpack runtime's C API.
+ *
+ * Load a deployable library made by `Module.export_library`, walk its module tree, look up
+ * functions and call them, with no Python involved.
+ *
+ *   mp_module_t* root = NULL;
+ *   if (mp_module_load_from_file("deploy.so", 0, &root) != MP_OK) {
+ *     fprintf(stderr, "%s\n", mp_error_message());
+ *   }
+ *   mp_function_t* f = NULL;
+ *   mp_module_get_function(root, "vadd", 0, &f);
+ *   mp_function_call(f, args, 3, &ret);
+ *   mp_function_release(f);
+ *   mp_module_release(root);
+ *
+ * Ownership: functions named *_create, *_load_* and *_get_function give the caller one
+ * reference, which the caller ends with the matching *_release. Accessors (*_import_at,
+ * *_type_key, ...) lend: the result lives as long as the object it came from. A function keeps
+ * its module alive, and every module from a library keeps that library loaded, so releasing
+ * the root while a function is still held is safe.
+ *
+ * Errors: every fallible call returns an mp_status_t. On failure the message is in a
+ * per-thread slot read with mp_error_message(); it says what failed and, where it can, how to
+ * fix it. Bad input never aborts the process.
+ *
+ * Threads: every function here may be called from any thread. Loading, loader registration
+ * and function lookup take internal locks; calls do not.
+ */
+#ifndef MODPACK_MODPACK_H_
+#define MODPACK_MODPACK_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "modpack/abi.h"
+#include "modpack/dltensor.h"
+#include "modpack/format.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define MP_API __declspec(dllexport)
+#else
+#define MP_API __attribute__((visibility("default")))
+#endif
+
+/* MP_API_BEGIN */
+typedef struct mp_module mp_module_t;
+typedef struct mp_function mp_function_t;
+typedef struct mp_library mp_library_t;
+typedef struct mp_blob mp_blob_t;
+
+/* A (pointer, length) view of bytes owned by someone else. */
+typedef struct {
+  const uint8_t* data;
+  uint64_t size;
+} mp_const_byte_span_t;
+
+typedef struct {
+  int32_t major;
+  int32_t minor;
+  int32_t patch;
+} mp_version_t;
+
+/* ---- version and errors ---------------------------------------------------------------- */
+
+/* The runtime's own version (the format version is MP_FORMAT_MAJOR.MP_FORMAT_MINOR). */
+MP_API void mp_get_version(mp_version_t* out_version);
+
+/* The calling thread's last error message ("" when none) and its status code. */
+MP_API const char* mp_error_message(void);
+MP_API mp_status_t mp_error_code(void);
+/* Record |message| (copied; truncated at 4 KiB) as this thread's error; returns |code|. */
+MP_API mp_status_t mp_error_set(mp_status_t code, const char* message);
+MP_API void mp_error_clear(void);
+
+/* ---- loading ----------------------------------------------------------------------------- */
+
+enum {
+  /* Skip the XXH3 checks of payload bytes (the index is always checked). For multi-GB
+   * weights whose integrity is guaranteed by other means. */
+  MP_LOAD_SKIP_PAYLOAD_CHECKSUMS = 1,
+};
+
+/* Load a deployable library: validate the file, dlopen it, parse and validate `__dev_mblob`,
+ * run each module's loader and rebuild the import tree. |out_module| receives the root (a
+ * "library" module when the file has no blob). Loading the same file again while its tree is
+ * alive returns the same root. */
+MP_API mp_status_t mp_module_load_from_file(const char* path, uint32_t flags,
+                                            mp_module_t** out_module);
+
+/* ---- modules ----------------------------------------------------------------------------- */
+
+/* What a module kind implements. Any member may be NULL. */
+typedef struct {
+  /* Find |name| in this module alone; set *out_function (a new reference) or leave it NULL
+   * when absent and return MP_OK. */
+  mp_status_t (*get_function)(mp_module_t* self, const char* name, mp_function_t** out_function);
+  /* Named arrays the module carries (constants, weights). Views stay valid while the module
+   * lives. */
+  uint64_t (*array_count)(mp_module_t* self);
+  mp_status_t (*array_at)(mp_module_t* self, uint64_t index, const char** out_name,
+                          const DLTensor** out_array);
+  /* Release the implementation state given to mp_module_create. */
+  void (*destroy)(void* impl);
+} mp_module_vtable_t;
+
+/* Create a module of kind |type_key| around |impl| (owned by the module from now on, even on
+ * failure). |vtable| must outlive the module. */
+MP_API mp_status_t mp_module_create(const char* type_key, const mp_module_vtable_t* vtable,
+                                    void* impl, mp_module_t** out_module);
+MP_API void mp_module_retain(mp_module_t* module);
+MP_API void mp_module_release(mp_module_t* module);
+MP_API const char* mp_module_type_key(const mp_module_t* module);
+MP_API void* mp_module_impl(const mp_module_t* module);
+/* The library this module was loaded from, or NULL (borrowed). */
+MP_API mp_library_t* mp_module_library(const mp_module_t* module);
+MP_API uint64_t mp_module_import_count(const mp_module_t* module);
+/* Borrowed; NULL when |index| is out of range. */
+MP_API mp_module_t* mp_module_import_at(const mp_module_t* module, uint64_t index);
+/* Add |child| to |parent|'s imports; refuses an import that would close a cycle. */
+MP_API mp_status_t mp_module_import(mp_module_t* parent, mp_module_t* child);
+
+/* Look |name| up in |module| and then, if |query_imports|, depth-first in its imports.
+ * Returns MP_ERR_NOT_FOUND (with a message naming the function and module) when absent. */
+MP_API mp_status_t mp_module_get_function(mp_module_t* module, const char* name,
+                                          int32_t query_imports, mp_function_t** out_function);
+
+/* Named arrays: count, i-th, and lookup by name (optionally through the imports). */
+MP_API uint64_t mp_module_array_count(mp_module_t* module);
+MP_API mp_status_t mp_module_array_at(mp_module_t* module, uint64_t index, const char** out_name,
+                                      const DLTensor** out_array);
+MP_API mp_status_t mp_module_get_array(mp_module_t* module, const char* name,
+                                       int32_t query_imports, const DLTensor** out_array);
+
+/* ---- functions --------------------------------------------------------------------------- */
+
+/* Wrap |fn| with its state |self|; |destroy_self| (may be NULL) runs when the last reference
+ * goes. |owner| (may be NULL) is retained for the function's lifetime. */
+MP_API mp_status_t mp_function_create(mp_packed_cfunc_t fn, void* self,
+                                      void (*destroy_self)(void* self), mp_module_t* owner,
+                                      mp_function_t** out_function);
+MP_API void mp_function_retain(mp_function_t* function);
+MP_API void mp_function_release(mp_function_t* function);
+/* Call |function|. |out_ret| is set to MP_TYPE_NONE before the call. */
+MP_API mp_status_t mp_function_call(mp_function_t* function, const mp_value_t* args,
+                                    int32_t num_args, mp_value_t* out_ret);
+
+/* ---- loaders ----------------------------------------------------------------------------- */
+
+typedef struct {
+  const char* type_key;
+  /* The payload, in place inside the loaded library: read it, do not copy large parts. */
+  mp_const_byte_span_t payload;
+  /* The library holding the payload (borrowed). The runtime keeps it loaded while the module
+   * the loader returns lives; retain it to keep views alive beyond that. */
+  mp_library_t* library;
+} mp_loader_args_t;
+
+typedef mp_status_t (*mp_loader_fn_t)(void* user_data, const mp_loader_args_t* args,
+                                      mp_module_t** out_module);
+
+/* Register the loader (`loadbinary_<type_key>`) for one type key. MP_ERR_ALREADY_EXISTS when
+ * the key has one. */
+MP_API mp_status_t mp_loader_register(const char* type_key, mp_loader_fn_t fn, void* user_data);
+MP_API mp_status_t mp_loader_unregister(const char* type_key);
+/* Write the registered type keys, comma-separated and sorted, into |buffer| (always
+ * NUL-terminated when |capacity| > 0); returns the length the full list needs. */
+MP_API uint64_t mp_loader_list(char* buffer, uint64_t capacity);
+
+MP_API void mp_library_retain(mp_library_t* library);
+MP_API void mp_library_release(mp_library_t* library);
+MP_API const char* mp_library_path(const mp_library_t* library);
+
+/* ---- blobs: the format reader, usable without loading anything ----------------------------- */
+
+typedef struct {
+  uint16_t format_major;
+  uint16_t format_minor;
+  uint8_t writer_major;
+  uint8_t writer_minor;
+  uint16_t writer_patch;
+  uint32_t flags;
+  uint64_t blob_size;
+  uint64_t module_count;
+  uint64_t edge_count;
+  uint64_t index_size;
+  uint64_t index_checksum;
+} mp_blob_info_t;
+
+typedef struct {
+  const char* type_key; /* NUL-terminated copy owned by the mp_blob_t */
+  uint64_t payload_offset;
+  uint64_t payload_size;
+  uint64_t payload_checksum;
+  uint64_t first_edge; /* this module's children are child_indices[first_edge, +child_count) */
+  uint64_t child_count;
+} mp_blob_module_t;
+
+/* Validate the blob in |bytes| completely (header, index checksum, import tree, payload
+ * bounds and, unless MP_LOAD_SKIP_PAYLOAD_CHECKSUMS, payload checksums). The parsed index
+ * refers to |bytes|, which must outlive it. */
+MP_API mp_status_t mp_blob_parse(mp_const_byte_span_t bytes, uint32_t flags, mp_blob_t** out_blob);
+MP_API void mp_blob_free(mp_blob_t* blob);
+MP_API void mp_blob_info(const mp_blob_t* blob, mp_blob_info_t* out_info);
+MP_API mp_status_t mp_blob_module(const mp_blob_t* blob, uint64_t index, mp_blob_module_t* out_module);
+/* child_indices[edge]; UINT64_MAX when out of range. */
+MP_API uint64_t mp_blob_child(const mp_blob_t* blob, uint64_t edge);
+/* The XXH3-64 digest the format uses, for writers and tools. */
+MP_API uint64_t mp_checksum(mp_const_byte_span_t bytes);
+/* MP_API_END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MODPACK_MODPACK_H_ */

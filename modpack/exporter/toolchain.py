@@ -1,0 +1,86 @@
+"""Compiler drivers: the system C compiler for C sources, linking and the assembler packer.
+
+Every failure raises CompileError with the command and the tool's own output.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import tarfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import CompileError
+
+__all__ = ["c_compiler", "compile_c", "create_shared", "create_tar", "include_dir", "run_tool"]
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def include_dir() -> Path:
+    """Where ``modpack/backend.h`` and friends are: in the package, or in a source checkout."""
+    for candidate in (_PACKAGE / "include", _PACKAGE.parent / "csrc" / "include"):
+        if (candidate / "modpack" / "backend.h").exists():
+            return candidate
+    raise FileNotFoundError("modpack's C headers are missing; reinstall modpack")
+
+
+def c_compiler(cc: str | None = None) -> list[str]:
+    """The C compiler command: |cc|, else ``$CC``, else ``cc``."""
+    return shlex.split(cc or os.environ.get("CC") or "cc")
+
+
+def run_tool(cmd: Sequence[str], what: str) -> None:
+    """Run |cmd|; raise CompileError with its output if it fails or cannot start."""
+    try:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, check=False)
+    except FileNotFoundError as exc:
+        raise CompileError(f"{what}: cannot run {cmd[0]!r} ({exc.strerror}); install it or "
+                           "set $CC") from None
+    if proc.returncode != 0:
+        output = (proc.stderr + proc.stdout).strip()
+        raise CompileError(
+            f"{what} failed (exit {proc.returncode}): {shlex.join(cmd)}\n{output}"
+        )
+
+
+def compile_c(
+    source: Path, output: Path, options: Sequence[str] = (), cc: str | None = None
+) -> Path:
+    """Compile one C file to a position-independent object; only explicitly exported symbols
+    (``MP_EXPORT_*`` and the module context) are visible outside the library."""
+    cmd = [*c_compiler(cc), "-c", "-fPIC", "-O2", "-fvisibility=hidden",
+           f"-I{include_dir()}", *options, str(source), "-o", str(output)]
+    run_tool(cmd, f"compiling {source.name}")
+    return output
+
+
+def create_shared(output: str | os.PathLike, objects: Sequence[str | os.PathLike],
+                  options: Sequence[str] = (), cc: str | None = None) -> None:
+    """The default ``fcompile``: link |objects| into a shared library.
+
+    ``-Bsymbolic`` binds the library's references to its own module context, so another
+    library (or the application) defining the same names cannot capture them.
+    """
+    cmd = [*c_compiler(cc), "-shared", "-fPIC", "-Wl,-Bsymbolic", "-Wl,-z,noexecstack",
+           "-o", os.fspath(output), *map(os.fspath, objects), *options]
+    run_tool(cmd, f"linking {Path(output).name}")
+
+
+create_shared.output_format = "so"  # type: ignore[attr-defined]
+
+
+def create_tar(output: str | os.PathLike, objects: Sequence[str | os.PathLike],
+               options: Sequence[str] = (), cc: str | None = None) -> None:
+    """``fcompile`` for ``.tar``: store the objects for a later link (see load_module)."""
+    names = [Path(o).name for o in objects]
+    if len(set(names)) != len(names):
+        raise CompileError(f"duplicate object names cannot go in one tar: {names}")
+    with tarfile.open(os.fspath(output), "w") as tar:
+        for obj in objects:
+            tar.add(os.fspath(obj), arcname=Path(obj).name)
+
+
+create_tar.output_format = "tar"  # type: ignore[attr-defined]

@@ -1,0 +1,146 @@
+"""The one Module concept: a node of the import tree with a type key.
+
+Two capabilities decide how a module travels in ``export_library``:
+
+- *DSO-exportable* modules (``c``, ``llvm``) compile to object files and are merged into the
+  host library itself (the ``_lib`` slot of the tree);
+- *binary-serializable* modules (``const``, device kinds, user kinds) write their bytes into
+  ``__dev_mblob`` and are rebuilt at load time by the loader registered for their type key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModpackError
+
+__all__ = ["BinaryModule", "Module"]
+
+
+class Module:
+    """A module in a tree of imports. Subclasses set ``type_key`` and a capability."""
+
+    type_key: str = ""
+
+    def __init__(self) -> None:
+        self._imports: list[Module] = []
+
+    # ---- the tree ----------------------------------------------------------------------
+
+    @property
+    def imported_modules(self) -> list[Module]:
+        """The modules this one imports, in import order."""
+        return list(self._imports)
+
+    def import_module(self, module: Module) -> None:
+        """Import |module|; refuses an import that would make the tree cyclic."""
+        if not isinstance(module, Module):
+            raise TypeError(f"import_module expects a modpack.Module, got {type(module).__name__}")
+        if module is self or any(m is self for m in _walk(module)):
+            raise ModpackError(
+                f"importing this {module.type_key} module into the {self.type_key} module "
+                "would create a cycle in the import tree"
+            )
+        self._imports.append(module)
+
+    # ---- capabilities --------------------------------------------------------------------
+
+    @property
+    def is_dso_exportable(self) -> bool:
+        """True if the module compiles into the host library's code."""
+        return False
+
+    @property
+    def is_binary_serializable(self) -> bool:
+        """True if the module can be written into the blob and loaded back by type key."""
+        return False
+
+    # ---- functions -----------------------------------------------------------------------
+
+    def get_function(self, name: str, query_imports: bool = False) -> Callable[..., Any]:
+        """The function |name|. Modules being built are not runnable: export and load first."""
+        raise ModpackError(
+            f"a {self.type_key or type(self).__name__} module being built cannot run functions; "
+            "export it with export_library() and load it with modpack.load_module()"
+        )
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        if not isinstance(name, str):
+            raise TypeError(f"function names are str, not {type(name).__name__}")
+        return self.get_function(name)
+
+    # ---- serialization -------------------------------------------------------------------
+
+    def save_to_binary(self) -> bytes:
+        """The payload this module stores in the blob."""
+        if not self.is_binary_serializable:
+            raise ModpackError(f"a {self.type_key} module is not binary-serializable")
+        return b"".join(bytes(chunk) for chunk in self.payload_chunks())
+
+    def payload_size(self) -> int:
+        """Size of the payload, known before writing it (so the index can be planned)."""
+        return sum(len(memoryview(c).cast("B")) for c in self.payload_chunks())
+
+    def payload_chunks(self) -> Iterable[Any]:
+        """The payload as buffers written one after another, so large payloads stream without
+        being joined into one copy. Binary kinds override this or ``save_to_binary``."""
+        raise ModpackError(f"a {self.type_key} module is not binary-serializable")
+
+    def export_library(
+        self,
+        path: str | os.PathLike,
+        fcompile: Callable[..., Any] | None = None,
+        workspace_dir: str | os.PathLike | None = None,
+        **options: Any,
+    ) -> Path:
+        """Write this tree as one deployable library (``.so``) or object archive (``.tar``).
+
+        Parameters
+        ----------
+        path : the output; it appears atomically, complete or not at all.
+        fcompile : ``fcompile(output, objects, options)`` links the objects (a cross compiler,
+            say); the default runs ``$CC`` (or ``cc``) ``-shared``.
+        workspace_dir : keep the intermediate files (sources, objects, blob) here.
+        options : ``options`` (extra compiler flags), ``cc``, ``packer`` (``"llvm"`` or
+            ``"asm"``), ``fpack_imports`` (a custom blob packer), ``payload_alignment``.
+        """
+        from ..exporter import export_library
+
+        return export_library(self, path, fcompile=fcompile, workspace_dir=workspace_dir, **options)
+
+    def __repr__(self) -> str:
+        return f"<modpack.Module type_key={self.type_key!r} imports={len(self._imports)}>"
+
+
+class BinaryModule(Module):
+    """Base class for binary-serializable kinds, including user-registered ones.
+
+    Subclasses set ``type_key`` and implement ``save_to_binary()`` (or ``payload_chunks()``
+    for large payloads); a loader registered with ``modpack.register_loader(type_key)``
+    rebuilds them at load time.
+    """
+
+    @property
+    def is_binary_serializable(self) -> bool:
+        return True
+
+    def payload_chunks(self) -> Iterable[Any]:
+        if type(self).save_to_binary is Module.save_to_binary:
+            raise NotImplementedError(f"{type(self).__name__} must implement save_to_binary()")
+        return [self.save_to_binary()]
+
+
+def _walk(root: Module) -> Iterator[Module]:
+    """Every module reachable from |root| once, depth-first, without recursion."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        yield module
+        stack.extend(reversed(module._imports))

@@ -1,0 +1,102 @@
+"""The ``const`` kind: named arrays (weights, constants) stored in the blob.
+
+Written here, read by the C runtime's ``loadbinary_const`` (csrc/src/const_module.c, which
+documents the payload layout). Array bytes are streamed from the caller's arrays, never joined.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..runtime.dtypes import dtype_to_dl
+from .base import BinaryModule
+
+__all__ = ["ConstModule", "const_module"]
+
+_VERSION = 1
+_HEADER = struct.Struct("<IIQ")
+_RECORD = struct.Struct("<QIBBHIIQQQ")
+_DATA_ALIGNMENT = 64
+_NAME = re.compile(r"^[^\x00]{1,4096}$")
+
+
+def _align(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+class ConstModule(BinaryModule):
+    """Named numpy arrays carried inside the library."""
+
+    type_key = "const"
+
+    def __init__(self, arrays: Mapping[str, Any]) -> None:
+        super().__init__()
+        if not isinstance(arrays, Mapping):
+            raise TypeError("const_module expects a mapping of name -> numpy array")
+        self._arrays: dict[str, np.ndarray] = {}
+        for name, value in arrays.items():
+            if not isinstance(name, str) or not _NAME.match(name):
+                raise ValueError(f"array name {name!r} must be a non-empty str without NUL bytes")
+            array = np.asarray(value)
+            if not array.flags.c_contiguous:  # (ascontiguousarray would turn 0-d into 1-d)
+                array = array.copy(order="C")
+            dtype_to_dl(array.dtype)  # raises for dtypes DLPack cannot describe
+            self._arrays[name] = array
+        self._layout = self._plan()
+
+    @property
+    def arrays(self) -> Mapping[str, np.ndarray]:
+        return dict(self._arrays)
+
+    def _plan(self) -> tuple[bytes, list[int], int]:
+        """The metadata block, each array's data offset, and the total payload size."""
+        names = [n.encode() for n in self._arrays]
+        count = len(names)
+        shapes_at = _HEADER.size + _RECORD.size * count
+        shape_offsets, cursor = [], shapes_at
+        for a in self._arrays.values():
+            shape_offsets.append(cursor)
+            cursor += 8 * a.ndim
+        name_offsets = []
+        for n in names:
+            name_offsets.append(cursor)
+            cursor += len(n)
+        data_offsets = []
+        for a in self._arrays.values():
+            cursor = _align(cursor, _DATA_ALIGNMENT)
+            data_offsets.append(cursor)
+            cursor += a.nbytes
+        total = cursor
+        meta = [_HEADER.pack(_VERSION, 0, count)]
+        for i, a in enumerate(self._arrays.values()):
+            code, bits, lanes = dtype_to_dl(a.dtype)
+            meta.append(_RECORD.pack(name_offsets[i], len(names[i]), code, bits, lanes,
+                                     a.ndim, 0, shape_offsets[i], data_offsets[i], a.nbytes))
+        for a in self._arrays.values():
+            meta.append(struct.pack(f"<{a.ndim}Q", *a.shape))
+        meta.extend(names)
+        return b"".join(meta), data_offsets, total
+
+    def payload_size(self) -> int:
+        return self._layout[2]
+
+    def payload_chunks(self) -> Iterable[Any]:
+        meta, data_offsets, _ = self._layout
+        yield meta
+        cursor = len(meta)
+        for offset, array in zip(data_offsets, self._arrays.values(), strict=True):
+            if offset > cursor:
+                yield bytes(offset - cursor)
+            yield memoryview(array.reshape(-1).view(np.uint8))
+            cursor = offset + array.nbytes
+
+
+def const_module(arrays: Mapping[str, Any]) -> ConstModule:
+    """A ``const`` module of named arrays; after loading, ``mod.arrays`` maps each name to a
+    read-only numpy array with the same dtype, shape and bytes."""
+    return ConstModule(arrays)

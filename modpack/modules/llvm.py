@@ -1,0 +1,116 @@
+"""The ``llvm`` kind: host code as LLVM IR, compiled to an object in-process with llvmlite.
+
+IR functions written in the packed ABI are exported by naming them ``__mp_func_<name>``.
+Plain functions are exported by listing their C signature in ``signatures``
+(``{"add_one": "float(float)"}``): modpack then compiles a small C shim with
+``MP_EXPORT_FUNC`` that checks and converts the arguments.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..errors import CompileError
+from .base import Module
+
+__all__ = ["LLVMModule", "llvm_module", "target_machine"]
+
+_SIGNATURE = re.compile(r"^\s*(?P<ret>[^()]+?)\s*\((?P<args>[^()]*)\)\s*$")
+_init_lock = threading.Lock()
+_initialized = False
+
+
+def _llvm():
+    """llvmlite's binding, with the native target, printer and asm parser initialised.
+    (The asm parser is needed for the ``.incbin`` packer; llvmlite aborts without it.)"""
+    global _initialized
+    import llvmlite.binding as llvm
+
+    with _init_lock:
+        if not _initialized:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            llvm.initialize_native_asmparser()
+            _initialized = True
+    return llvm
+
+
+def target_machine(triple: str | None = None):
+    """A PIC target machine for |triple| (default: this process's)."""
+    llvm = _llvm()
+    triple = triple or llvm.get_process_triple()
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(opt=2, reloc="pic", codemodel="default")
+
+
+def _shim_source(signatures: Mapping[str, str]) -> str:
+    lines = ['#include "modpack/backend.h"', ""]
+    for name, signature in signatures.items():
+        m = _SIGNATURE.match(signature)
+        if not m or not name.isidentifier():
+            raise ValueError(
+                f"signature for {name!r} must look like 'double(DLTensor*, int64_t)', got "
+                f"{signature!r}"
+            )
+        ret = m["ret"]
+        args = [a.strip() for a in m["args"].split(",") if a.strip() and a.strip() != "void"]
+        if not 1 <= len(args) <= 8:
+            raise ValueError(f"{name}: exported plain functions take 1 to 8 parameters")
+        lines.append(f"extern {ret} {name}({', '.join(args)});")
+        if ret == "void":
+            lines.append(f"MP_EXPORT_VOID_FUNC({name}, {', '.join(args)})")
+        else:
+            lines.append(f"MP_EXPORT_FUNC({name}, {ret}, {', '.join(args)})")
+    return "\n".join(lines) + "\n"
+
+
+class LLVMModule(Module):
+    """LLVM IR compiled into the host library."""
+
+    type_key = "llvm"
+
+    def __init__(self, ir: str, signatures: Mapping[str, str] | None = None,
+                 triple: str | None = None) -> None:
+        super().__init__()
+        if not isinstance(ir, str):
+            raise TypeError("llvm_module expects LLVM IR text as a str")
+        self.ir = ir
+        self.signatures = dict(signatures or {})
+        self.triple = triple
+        if self.signatures:
+            _shim_source(self.signatures)  # validate now, not at export
+
+    @property
+    def is_dso_exportable(self) -> bool:
+        return True
+
+    def compile_objects(self, workspace: Path, stem: str, cc: str | None,
+                        options: Sequence[str]) -> list[Path]:
+        llvm = _llvm()
+        try:
+            module = llvm.parse_assembly(self.ir)
+            module.verify()
+        except RuntimeError as exc:
+            raise CompileError(f"invalid LLVM IR in an llvm module: {exc}") from None
+        machine = target_machine(self.triple)
+        module.triple = machine.triple
+        module.data_layout = str(machine.target_data)
+        obj = workspace / f"{stem}.o"
+        obj.write_bytes(machine.emit_object(module))
+        objects = [obj]
+        if self.signatures:
+            from ..exporter.toolchain import compile_c
+
+            shim = workspace / f"{stem}_exports.c"
+            shim.write_text(_shim_source(self.signatures))
+            objects.append(compile_c(shim, workspace / f"{stem}_exports.o", options, cc))
+        return objects
+
+
+def llvm_module(ir: str, signatures: Mapping[str, str] | None = None,
+                triple: str | None = None) -> LLVMModule:
+    """A host module from LLVM IR text; |signatures| exports plain functions by C signature."""
+    return LLVMModule(ir, signatures, triple)

@@ -1,0 +1,149 @@
+"""Modules of a loaded library: Python views over the runtime's module tree.
+
+Each wrapper holds one runtime reference. The runtime keeps a module's imports, and the
+library its code and data live in, alive as long as the module, so any object handed out
+here (module, function, array) is safe to keep after the root is dropped.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModpackError
+from ..runtime.binding import check, error_from_status, ffi, lib
+from ..runtime.dtypes import dtype_from_dl
+from ..runtime.function import Function
+from .base import Module
+
+__all__ = ["LoadedModule", "wrap_module"]
+
+# One wrapper per runtime module, so shared imports (diamonds) come back as one object.
+_wrappers: weakref.WeakValueDictionary[int, LoadedModule] = weakref.WeakValueDictionary()
+# Modules implemented in Python (from register_loader): runtime address -> the Python module.
+python_modules: dict[int, Module] = {}
+
+
+def wrap_module(handle: Any) -> Module:
+    """The Python object for a borrowed runtime module |handle| (retained if new)."""
+    address = int(ffi.cast("uintptr_t", handle))
+    python_module = python_modules.get(address)
+    if python_module is not None:
+        return python_module
+    wrapper = _wrappers.get(address)
+    if wrapper is None:
+        lib.mp_module_retain(handle)
+        wrapper = LoadedModule._adopt(handle)
+        _wrappers[address] = wrapper
+    return wrapper
+
+
+class LoadedModule(Module):
+    """A module rebuilt by ``load_module``: ``library`` (host code), ``const``, device kinds."""
+
+    def __init__(self) -> None:
+        raise TypeError("loaded modules come from modpack.load_module()")
+
+    @classmethod
+    def _adopt(cls, handle: Any) -> LoadedModule:
+        self = object.__new__(cls)
+        self._handle = ffi.gc(handle, lib.mp_module_release)
+        self._imports_cache: list[Module] | None = None
+        self._arrays_cache: Mapping[str, np.ndarray] | None = None
+        return self
+
+    @property
+    def type_key(self) -> str:  # type: ignore[override]
+        return ffi.string(lib.mp_module_type_key(self._handle)).decode()
+
+    @property
+    def imported_modules(self) -> list[Module]:
+        if self._imports_cache is None:
+            count = lib.mp_module_import_count(self._handle)
+            self._imports_cache = [
+                wrap_module(lib.mp_module_import_at(self._handle, i)) for i in range(count)
+            ]
+        return list(self._imports_cache)
+
+    @property
+    def _imports(self) -> list[Module]:  # type: ignore[override]
+        return self.imported_modules
+
+    def import_module(self, module: Module) -> None:
+        raise ModpackError("a loaded module's imports are fixed by the library it came from")
+
+    @property
+    def library_path(self) -> str | None:
+        """The file this module was loaded from."""
+        library = lib.mp_module_library(self._handle)
+        return None if library == ffi.NULL else ffi.string(lib.mp_library_path(library)).decode()
+
+    def get_function(self, name: str, query_imports: bool = False) -> Callable[..., Any]:
+        """The function |name|, from this module or (if |query_imports|) its imports.
+        Raises ``NotFoundError`` (a ``KeyError``) naming the function when it is absent."""
+        out = ffi.new("mp_function_t**")
+        status = lib.mp_module_get_function(self._handle, name.encode(), int(query_imports), out)
+        if status != 0:
+            raise error_from_status(status)
+        return Function._adopt(out[0], name)
+
+    @property
+    def arrays(self) -> Mapping[str, np.ndarray]:
+        """Named arrays (for ``const`` modules): read-only numpy views into the loaded
+        library, no copies. Each view keeps the library loaded."""
+        if self._arrays_cache is None:
+            arrays = {}
+            name = ffi.new("char**")
+            tensor = ffi.new("DLTensor**")
+            for i in range(lib.mp_module_array_count(self._handle)):
+                check(lib.mp_module_array_at(self._handle, i, name, tensor))
+                arrays[ffi.string(name[0]).decode()] = self._view(tensor[0])
+            self._arrays_cache = _ReadOnlyMapping(arrays)
+        return self._arrays_cache
+
+    def _view(self, tensor: Any) -> np.ndarray:
+        dtype = dtype_from_dl(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
+        shape = tuple(tensor.shape[d] for d in range(tensor.ndim))
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        holder = _ArrayHolder(self, int(ffi.cast("uintptr_t", tensor.data)), nbytes)
+        # View the bytes as the dtype (ml_dtypes too); the base chain ends at the holder.
+        return np.asarray(holder).view(dtype).reshape(shape)
+
+    def __repr__(self) -> str:
+        count = len(self.imported_modules)
+        return f"<modpack.LoadedModule type_key={self.type_key!r} imports={count}>"
+
+
+class _ArrayHolder:
+    """Exposes read-only memory to numpy; being the array's base, it keeps |owner| alive."""
+
+    __slots__ = ("__array_interface__", "_owner")
+
+    def __init__(self, owner: LoadedModule, address: int, nbytes: int) -> None:
+        self._owner = owner
+        self.__array_interface__ = {
+            "version": 3,
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "data": (address, True),  # read-only: the mapping is not writable
+        }
+
+
+class _ReadOnlyMapping(Mapping):
+    def __init__(self, data: dict) -> None:
+        self._data = data
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"{{{', '.join(f'{k!r}: array{v.shape} {v.dtype}' for k, v in self._data.items())}}}"

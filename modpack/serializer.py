@@ -1,0 +1,186 @@
+"""ModuleSerializer: index a module tree and write ``__dev_mblob`` (format v1).
+
+Indexing: every module reachable from the root gets one index, depth-first in import order
+with the root at 0; a module imported by several parents (a DAG) is indexed once. All
+DSO-exportable modules (``c``, ``llvm``) merge into one ``_lib`` node, because they become one
+host library; an export whose merge would close a cycle is refused.
+
+Writing streams each payload to the file once, hashing as it goes, then writes the index
+(which holds the checksums) at the front.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import xxhash
+
+from . import __version__
+from .errors import ModpackError
+from .format import LIB_TYPE_KEY, EntryRecord, IndexLayout, pack_index
+from .format.layout import ALIGNMENT, MAX_TYPE_KEY, align_up
+from .modules.base import Module, _walk
+
+__all__ = ["BlobPlan", "ModuleSerializer"]
+
+_TYPE_KEY = re.compile(r"^[A-Za-z0-9.-][A-Za-z0-9_.-]*$")
+
+
+@dataclass
+class BlobPlan:
+    """The result of indexing: nodes in index order and the CSR import tree."""
+
+    nodes: list[Module | None]            # None stands for the merged host library (_lib)
+    dso_modules: list[Module]             # what _lib holds, in discovery order
+    row_ptr: list[int] = field(default_factory=list)
+    child_indices: list[int] = field(default_factory=list)
+
+    @property
+    def type_keys(self) -> list[str]:
+        return [LIB_TYPE_KEY if n is None else n.type_key for n in self.nodes]
+
+
+class ModuleSerializer:
+    """Indexes the tree under |root| and writes its blob."""
+
+    def __init__(self, root: Module) -> None:
+        self.root = root
+        self.plan = self._index(root)
+
+    @staticmethod
+    def _index(root: Module) -> BlobPlan:
+        reachable = list(_walk(root))
+        for m in reachable:
+            if not (m.is_dso_exportable or m.is_binary_serializable):
+                raise ModpackError(
+                    f"cannot export a {m.type_key or type(m).__name__} module: it is neither "
+                    "compiled into the library (DSO-exportable) nor binary-serializable"
+                )
+            if not m.is_dso_exportable:
+                _check_type_key(m.type_key)
+        dso = [m for m in reachable if m.is_dso_exportable]
+        lib_node = object()  # the merged host library's node identity
+
+        def node(m: Module) -> object:
+            return lib_node if m.is_dso_exportable else m
+
+        def children(n: object) -> list[object]:
+            members = dso if n is lib_node else [n]
+            out: list[object] = []
+            seen: set[int] = set()
+            for member in members:
+                for child in member._imports:  # type: ignore[union-attr]
+                    c = node(child)
+                    if c is not n and id(c) not in seen:
+                        seen.add(id(c))
+                        out.append(c)
+            return out
+
+        # Preorder DFS: index on first visit, children in import order.
+        order: list[object] = []
+        index: dict[int, int] = {}
+        stack = [node(root)]
+        while stack:
+            n = stack.pop()
+            if id(n) in index:
+                continue
+            index[id(n)] = len(order)
+            order.append(n)
+            stack.extend(reversed([c for c in children(n) if id(c) not in index]))
+
+        row_ptr, child_indices = [0], []
+        for n in order:
+            child_indices.extend(index[id(c)] for c in children(n))
+            row_ptr.append(len(child_indices))
+        _check_acyclic(order, row_ptr, child_indices)
+        nodes = [None if n is lib_node else n for n in order]
+        return BlobPlan(nodes, dso, row_ptr, child_indices)  # type: ignore[arg-type]
+
+    def write_blob(self, path: str | os.PathLike, alignment: int = ALIGNMENT) -> int:
+        """Write the blob to |path|; returns its size. |alignment| (a multiple of 64) places
+        each payload, e.g. 4096 to let loaders map payloads page by page."""
+        if alignment < ALIGNMENT or alignment % ALIGNMENT:
+            raise ValueError(f"payload_alignment must be a multiple of {ALIGNMENT}")
+        plan = self.plan
+        entries = [EntryRecord(k) for k in plan.type_keys]
+        layout = IndexLayout.plan(plan.type_keys, len(plan.child_indices))
+        cursor = layout.index_size
+        for entry, n in zip(entries, plan.nodes, strict=True):
+            if n is None:
+                continue
+            cursor = align_up(cursor, alignment)
+            entry.payload_offset = cursor
+            entry.payload_size = n.payload_size()
+            cursor += entry.payload_size
+        blob_size = cursor
+
+        with open(path, "wb") as f:
+            f.write(bytes(layout.index_size))
+            position = layout.index_size
+            for entry, n in zip(entries, plan.nodes, strict=True):
+                if n is None:
+                    continue
+                f.write(bytes(entry.payload_offset - position))
+                digest = xxhash.xxh3_64()
+                written = 0
+                for chunk in n.payload_chunks():
+                    view = memoryview(chunk).cast("B")
+                    digest.update(view)
+                    f.write(view)
+                    written += len(view)
+                if written != entry.payload_size:
+                    raise ModpackError(
+                        f"the {n.type_key} module wrote {written} payload bytes but declared "
+                        f"{entry.payload_size}; its payload_size() and payload_chunks() disagree"
+                    )
+                entry.payload_checksum = digest.intdigest()
+                position = entry.payload_offset + written
+            f.seek(0)
+            f.write(pack_index(layout, entries, plan.row_ptr, plan.child_indices, blob_size,
+                               _writer_version()))
+        return blob_size
+
+
+def _check_type_key(key: str) -> None:
+    if not isinstance(key, str) or not (1 <= len(key) <= MAX_TYPE_KEY) or not _TYPE_KEY.match(key):
+        raise ModpackError(
+            f"invalid type key {key!r}: use 1-{MAX_TYPE_KEY} characters of [A-Za-z0-9_.-], "
+            "not starting with '_' (reserved for _lib)"
+        )
+
+
+def _check_acyclic(order: list[object], row_ptr: list[int], child_indices: list[int]) -> None:
+    """Refuse a tree in which merging the host modules closed a cycle."""
+    state = [0] * len(order)  # 0 new, 1 on path, 2 done
+    for start in range(len(order)):
+        if state[start]:
+            continue
+        stack = [(start, row_ptr[start])]
+        state[start] = 1
+        while stack:
+            n, edge = stack[-1]
+            if edge == row_ptr[n + 1]:
+                state[n] = 2
+                stack.pop()
+                continue
+            stack[-1] = (n, edge + 1)
+            c = child_indices[edge]
+            if state[c] == 1:
+                raise ModpackError(
+                    "cannot export: the host modules (c, llvm) merge into one library, and here "
+                    "a module they import imports host code again, which would make a cycle in "
+                    "the import tree; move that host code into the importing side or make the "
+                    "device module not import it"
+                )
+            if state[c] == 0:
+                state[c] = 1
+                stack.append((c, row_ptr[c]))
+
+
+def _writer_version() -> tuple[int, int, int]:
+    parts = [int(p) for p in re.findall(r"\d+", __version__)[:3]]
+    parts += [0] * (3 - len(parts))
+    return (parts[0], parts[1], parts[2])
+

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine: installs everything the project needs, then runs
+# the demo (`scripts/dev.sh demo`) or the whole test suite (`scripts/dev.sh test`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian packages: the C toolchain and CMake for the runtime, the xxHash header it compiles
+# against, and PoCL + the OpenCL ICD loader for the OpenCL device path.
+DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config libxxhash-dev)
+
+setup() {
+  local missing=()
+  for pkg in "${DEBIAN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    echo "installing Debian packages: ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[test]"
+}
+
+case "${1:-}" in
+  demo)
+    setup
+    .venv/bin/python examples/quickstart/demo.py
+    ;;
+  test)
+    setup
+    .venv/bin/ruff check .
+    .venv/bin/python -m pytest -q "${@:2}"
+    ;;
+  *)
+    echo "usage: scripts/dev.sh demo|test [pytest args]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,216 @@
+"""Export → load round trips: tree shapes, every module kind, .so and .tar, fresh process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import VADD_C, consts, run_python
+
+import modpack
+
+
+def tags(module: modpack.Module) -> list[int]:
+    return [int(k[1:]) for k in module.arrays]
+
+
+@pytest.mark.parametrize("suffix", [".so", ".tar"])
+def test_chain(host, tmp, suffix):
+    a, b, c = consts(1), consts(2), consts(3)
+    host.import_module(a)
+    a.import_module(b)
+    b.import_module(c)
+    root = modpack.load_module(host.export_library(tmp / f"chain{suffix}"))
+    assert root.type_key == "library"
+    m = root
+    for expected in (1, 2, 3):
+        (m,) = m.imported_modules
+        assert m.type_key == "const" and tags(m) == [expected]
+    assert m.imported_modules == []
+
+
+def test_fan_out_keeps_import_order(host, tmp):
+    for t in (5, 3, 9, 1):
+        host.import_module(consts(t))
+    root = modpack.load_module(host.export_library(tmp / "fan.so"))
+    assert [tags(m)[0] for m in root.imported_modules] == [5, 3, 9, 1]
+
+
+def test_diamond_loads_shared_module_once(host, tmp):
+    a, b, shared = consts(1), consts(2), consts(3)
+    host.import_module(a)
+    host.import_module(b)
+    a.import_module(shared)
+    b.import_module(shared)
+    root = modpack.load_module(host.export_library(tmp / "diamond.so"))
+    la, lb = root.imported_modules
+    assert la.imported_modules[0] is lb.imported_modules[0]
+    assert tags(la.imported_modules[0]) == [3]
+
+
+def test_cycles_are_refused_when_building():
+    a, b = consts(1), consts(2)
+    a.import_module(b)
+    with pytest.raises(modpack.ModpackError, match="cycle"):
+        b.import_module(a)
+
+
+def test_const_arrays_round_trip_exactly(host, tmp):
+    rng = np.random.default_rng(0)
+    arrays = {
+        "f32": rng.standard_normal((3, 5)).astype(np.float32),
+        "f64": rng.standard_normal(7),
+        "f16": rng.standard_normal(9).astype(np.float16),
+        "i8": rng.integers(-128, 127, 33, dtype=np.int8),
+        "u64": rng.integers(0, 2**63, (2, 2, 2), dtype=np.uint64),
+        "bool": rng.integers(0, 2, 10).astype(bool),
+        "c64": (rng.standard_normal(4) + 1j * rng.standard_normal(4)).astype(np.complex64),
+        "scalar": np.array(3.5, dtype=np.float32),
+        "empty": np.zeros((0, 3), dtype=np.int16),
+        "strided": np.arange(20, dtype=np.int32)[::2],
+    }
+    host.import_module(modpack.const_module(arrays))
+    root = modpack.load_module(host.export_library(tmp / "consts.so"))
+    loaded = root.imported_modules[0].arrays
+    assert list(loaded) == list(arrays)
+    for name, expected in arrays.items():
+        got = loaded[name]
+        assert got.dtype == expected.dtype and got.shape == expected.shape, name
+        assert got.tobytes() == np.ascontiguousarray(expected).tobytes(), name
+        assert not got.flags.writeable
+        assert got.ctypes.data % 64 == 0 or got.size == 0, f"{name} is not 64-byte aligned"
+
+
+def test_arrays_outlive_the_root(host, tmp):
+    host.import_module(modpack.const_module({"w": np.arange(1000, dtype=np.float64)}))
+    root = modpack.load_module(host.export_library(tmp / "alive.so"))
+    w = root.imported_modules[0].arrays["w"]
+    f = root["add_int"]
+    del root
+    import gc
+
+    gc.collect()
+    assert w.sum() == sum(range(1000))
+    assert f(2, 3) == 5
+
+
+def test_host_function_calls(host, tmp):
+    root = modpack.load_module(host.export_library(tmp / "calls.so"))
+    a = np.arange(16, dtype=np.float32)
+    out = np.zeros_like(a)
+    root["vadd"](a, a, out)
+    assert np.array_equal(out, 2 * a)
+    assert root.get_function("add_int")(40, 2) == 42
+    with pytest.raises(modpack.ArgumentError, match="add_int: argument 1 must be long"):
+        root["add_int"](1, "x")
+    with pytest.raises(modpack.ArgumentError, match="expected 3 arguments, got 1"):
+        root["vadd"](a)
+    with pytest.raises(modpack.NotFoundError, match="no function named 'nope'"):
+        root["nope"]
+
+
+def test_llvm_module_with_signatures(tmp):
+    ir = """
+    define double @scale(double %x, i64 %k) {
+      %kf = sitofp i64 %k to double
+      %r = fmul double %x, %kf
+      ret double %r
+    }
+    """
+    mod = modpack.llvm_module(ir, signatures={"scale": "double(double, int64_t)"})
+    mod.import_module(consts(7))
+    root = modpack.load_module(mod.export_library(tmp / "llvm.so"))
+    assert root["scale"](1.5, 4) == 6.0
+    assert tags(root.imported_modules[0]) == [7]
+
+
+def test_c_and_llvm_merge_into_one_library(host, tmp):
+    ir = "define i64 @twice(i64 %x) {\n %r = mul i64 %x, 2\n ret i64 %r\n}\n"
+    llvm = modpack.llvm_module(ir, signatures={"twice": "int64_t(int64_t)"})
+    host.import_module(llvm)
+    llvm.import_module(consts(4))
+    root = modpack.load_module(host.export_library(tmp / "merged.so"))
+    assert root.type_key == "library"
+    assert root["twice"](21) == 42 and root["add_int"](1, 1) == 2
+    assert [m.type_key for m in root.imported_modules] == ["const"]
+
+
+def test_library_without_blob(host, tmp):
+    path = host.export_library(tmp / "plain.so")
+    from elftools.elf.elffile import ELFFile
+
+    with open(path, "rb") as f:
+        names = {s.name for s in ELFFile(f).get_section_by_name(".dynsym").iter_symbols()}
+    assert "__dev_mblob" not in names
+    root = modpack.load_module(path)
+    assert root.type_key == "library" and root.imported_modules == []
+
+
+def test_load_in_fresh_process(host, tmp):
+    host.import_module(modpack.const_module({"w": np.arange(6, dtype=np.int64).reshape(2, 3)}))
+    path = host.export_library(tmp / "fresh.so")
+    out = run_python(
+        "import sys, modpack\n"
+        "r = modpack.load_module(sys.argv[1])\n"
+        "print(r.type_key, r.imported_modules[0].arrays['w'].tolist(), r['add_int'](2, 2))",
+        str(path),
+    )
+    assert out.split() == ["library", "[[0,", "1,", "2],", "[3,", "4,", "5]]", "4"]
+
+
+def test_loading_twice_returns_the_same_tree(host, tmp):
+    host.import_module(consts(1))
+    path = host.export_library(tmp / "twice.so")
+    assert modpack.load_module(path) is modpack.load_module(path)
+
+
+def test_export_is_atomic_on_compile_error(tmp):
+    target = tmp / "broken.so"
+    target.write_bytes(b"previous")
+    bad = modpack.csource_module("this is not C;")
+    with pytest.raises(modpack.CompileError, match="error"):
+        bad.export_library(target)
+    assert target.read_bytes() == b"previous"
+    assert [p.name for p in tmp.iterdir()] == ["broken.so"]
+
+
+def test_workspace_dir_keeps_intermediates(host, tmp):
+    host.import_module(consts(1))
+    host.export_library(tmp / "ws.so", workspace_dir=tmp / "ws")
+    assert {"lib0.c", "lib0.o", "devc.bin", "devc.o"} <= {p.name for p in (tmp / "ws").iterdir()}
+
+
+def test_llvm_packer_and_custom_fpack(host, tmp):
+    host.import_module(consts(2))
+    root = modpack.load_module(host.export_library(tmp / "llvmpack.so", packer="llvm"))
+    assert tags(root.imported_modules[0]) == [2]
+    calls = []
+
+    def fpack(blob, workspace):
+        calls.append(blob)
+        from modpack.packers import pack_with_assembler
+
+        return pack_with_assembler(blob, workspace)
+
+    root = modpack.load_module(host.export_library(tmp / "custom.so", fpack_imports=fpack))
+    assert calls and tags(root.imported_modules[0]) == [2]
+
+
+def test_custom_fcompile(host, tmp):
+    seen = {}
+
+    def fcompile(output, objects, options):
+        seen["objects"] = objects
+        from modpack.exporter import create_shared
+
+        create_shared(output, objects, options)
+
+    host.import_module(consts(3))
+    root = modpack.load_module(host.export_library(tmp / "fc.so", fcompile=fcompile))
+    assert len(seen["objects"]) == 2 and tags(root.imported_modules[0]) == [3]
+
+
+def test_load_object_file(tmp):
+    host = modpack.csource_module(VADD_C)
+    host.export_library(tmp / "ws.so", workspace_dir=tmp / "ws")
+    root = modpack.load_module(tmp / "ws" / "lib0.o")
+    assert root["add_int"](3, 4) == 7
