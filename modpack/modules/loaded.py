@@ -32,6 +32,11 @@ def wrap_module(handle: Any) -> Module:
     address = int(ffi.cast("uintptr_t", handle))
     python_module = python_modules.get(address)
     if python_module is not None:
+        # Its imports are whatever the library's tree says, not what its loader built.
+        count = lib.mp_module_import_count(handle)
+        python_module._imports = [
+            wrap_module(lib.mp_module_import_at(handle, i)) for i in range(count)
+        ]
         return python_module
     wrapper = _wrappers.get(address)
     if wrapper is None:

@@ -1,0 +1,234 @@
+"""Every class of bad input raises a clear FormatError (or a subclass) and never crashes."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import struct
+
+import numpy as np
+import pytest
+from blobtools import blob_extent, layout, parse, read_blob, reseal, write_blob
+from conftest import VADD_C, run_python
+
+import modpack
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("good")
+    host = modpack.csource_module(VADD_C)
+    a = modpack.const_module({"a": np.arange(1024, dtype=np.float32)})
+    b = modpack.const_module({"b": np.arange(10, dtype=np.int64)})
+    host.import_module(a)
+    a.import_module(b)
+    return host.export_library(tmp / "good.so")
+
+
+@pytest.fixture
+def copy(good, tmp_path):
+    counter = iter(range(1000))
+
+    def make(name: str | None = None):
+        target = tmp_path / f"{name or 'bad'}{next(counter)}.so"
+        shutil.copy(good, target)
+        return target
+
+    return make
+
+
+def load_error(path) -> modpack.ModpackError:
+    with pytest.raises(modpack.ModpackError) as info:
+        modpack.load_module(path)
+    return info.value
+
+
+def test_good_blob_parses(good):
+    assert parse(read_blob(good)) is None
+
+
+@pytest.mark.parametrize("keep", [0, 100, 0.5, "in-blob", -1])
+def test_truncated_file(copy, keep):
+    path = copy()
+    data = path.read_bytes()
+    if keep == "in-blob":
+        offset, size = blob_extent(path)
+        n = offset + size // 2
+    elif isinstance(keep, float):
+        n = int(len(data) * keep)
+    elif keep == -1:
+        n = len(data) - 1
+    else:
+        n = keep
+    path.write_bytes(data[:n])
+    err = load_error(path)
+    assert isinstance(err, modpack.FormatError)
+    assert "truncated" in str(err) or "not an ELF" in str(err)
+
+
+def test_truncated_file_in_fresh_process_does_not_crash(copy):
+    path = copy()
+    offset, _ = blob_extent(path)
+    path.write_bytes(path.read_bytes()[: offset + 100])
+    out = run_python(
+        "import sys, modpack\n"
+        "try:\n    modpack.load_module(sys.argv[1])\n"
+        "except modpack.FormatError as e:\n    print('FormatError', e)\n",
+        str(path),
+    )
+    assert out.startswith("FormatError")
+
+
+def test_not_a_library(tmp_path):
+    path = tmp_path / "junk.so"
+    path.write_bytes(b"\x00" * 4096)
+    assert "not an ELF" in str(load_error(path))
+
+
+def test_bad_magic(copy):
+    path = copy()
+    blob = read_blob(path)
+    blob[0] ^= 0xFF
+    write_blob(path, blob)
+    err = load_error(path)
+    assert isinstance(err, modpack.FormatError) and "bad magic" in str(err)
+
+
+def test_flipped_header_byte(copy):
+    path = copy()
+    blob = read_blob(path)
+    blob[40] ^= 0x01  # edge_count
+    write_blob(path, blob)
+    err = load_error(path)
+    assert isinstance(err, modpack.FormatError) and "index checksum mismatch" in str(err)
+
+
+def test_flipped_index_byte(copy):
+    path = copy()
+    blob = read_blob(path)
+    blob[layout(blob)["entries"] + 8] ^= 0x10  # a payload size
+    write_blob(path, blob)
+    assert "index checksum mismatch" in str(load_error(path))
+
+
+def test_flipped_payload_byte(copy):
+    path = copy()
+    blob = read_blob(path)
+    blob[-3] ^= 0x40
+    write_blob(path, blob)
+    err = load_error(path)
+    assert isinstance(err, modpack.FormatError)
+    assert "payload checksum mismatch" in str(err) and "const" in str(err)
+
+
+def test_payload_checksums_can_be_skipped(copy):
+    path = copy()
+    blob = read_blob(path)
+    blob[-3] ^= 0x40  # inside the last array's data
+    write_blob(path, blob)
+    root = modpack.load_module(path, verify_checksums=False)
+    assert root.imported_modules[0].imported_modules[0].type_key == "const"
+
+
+def test_newer_major_version(copy):
+    path = copy()
+    blob = read_blob(path)
+    struct.pack_into("<HH", blob, 8, 2, 0)
+    write_blob(path, reseal(blob))
+    err = load_error(path)
+    assert isinstance(err, modpack.IncompatibleError) and isinstance(err, modpack.FormatError)
+    assert "2.0" in str(err) and "upgrade modpack" in str(err)
+
+
+def test_unknown_flags(good):
+    blob = read_blob(good)
+    struct.pack_into("<I", blob, 28, 0x80000001)
+    assert isinstance(parse(reseal(blob)), modpack.IncompatibleError)
+
+
+def set_tree(blob: bytearray, row_ptr: list[int] | None = None, children: list[int] | None = None):
+    lay = layout(blob)
+    for i, v in enumerate(row_ptr or []):
+        struct.pack_into("<Q", blob, lay["row_ptr"] + 8 * i, v)
+    for i, v in enumerate(children or []):
+        struct.pack_into("<Q", blob, lay["children"] + 8 * i, v)
+    return reseal(blob)
+
+
+@pytest.mark.parametrize(
+    ("row_ptr", "children", "message"),
+    [
+        ([1], None, "row_ptr[0]"),
+        ([0, 2, 1], None, "not monotone"),
+        ([0, 1, 1, 1], None, "ends at 1 but there are 2"),
+        (None, [1, 7], "out of range"),
+        (None, [1, 0], "cycle"),
+        (None, [2, 2], "not reachable"),
+        (None, [1, 1], "cycle"),
+    ],
+)
+def test_bad_import_tree(copy, row_ptr, children, message):
+    path = copy()
+    blob = read_blob(path)
+    assert layout(blob)["n"] == 3  # _lib -> a -> b: row_ptr [0, 1, 2, 2], children [1, 2]
+    write_blob(path, set_tree(blob, row_ptr, children))
+    err = load_error(path)
+    assert isinstance(err, modpack.FormatError) and message in str(err), str(err)
+
+
+def test_payload_out_of_bounds(good):
+    blob = read_blob(good)
+    entry = layout(blob)["entries"] + 48 * 1
+    struct.pack_into("<Q", blob, entry + 8, 1 << 62)
+    err = parse(reseal(blob))
+    assert isinstance(err, modpack.FormatError) and "outside the payload area" in str(err)
+
+
+def test_huge_counts_do_not_allocate(good):
+    blob = read_blob(good)
+    struct.pack_into("<Q", blob, 32, 1 << 60)
+    err = parse(reseal(blob))
+    assert isinstance(err, modpack.FormatError) and "do not fit" in str(err)
+
+
+def test_unknown_type_key_names_key_and_loaders(copy):
+    path = copy()
+    blob = read_blob(path)
+    strings = layout(blob)["strings"]
+    key_at = blob.index(b"const", strings)
+    blob[key_at : key_at + 5] = b"cuda9"
+    write_blob(path, reseal(blob))
+    err = load_error(path)
+    assert isinstance(err, modpack.NotFoundError)
+    assert "'cuda9'" in str(err) and "registered loaders: const" in str(err)
+
+
+def test_const_payload_damage_is_reported(good, tmp_path):
+    blob = read_blob(good)
+    entry = layout(blob)["entries"] + 48 * 1
+    offset = struct.unpack_from("<Q", blob, entry)[0]
+    struct.pack_into("<I", blob, offset, 9)  # const payload version
+    # Fix the payload checksum so the const loader itself sees the damage.
+    import xxhash
+
+    size = struct.unpack_from("<Q", blob, entry + 8)[0]
+    digest = xxhash.xxh3_64_intdigest(bytes(blob[offset : offset + size]))
+    struct.pack_into("<Q", blob, entry + 16, digest)
+    assert parse(reseal(blob)) is None  # structurally fine: the const loader must catch it
+    path = tmp_path / "const.so"
+    shutil.copy(good, path)
+    write_blob(path, blob)
+    err = load_error(path)
+    assert isinstance(err, modpack.IncompatibleError) and "const payload version 9" in str(err)
+
+
+def test_random_bit_flips_never_crash(good):
+    """Single-bit flips anywhere in the blob: all caught by the checksums."""
+    blob = read_blob(good)
+    rng = random.Random(0)
+    for _ in range(300):
+        damaged = bytearray(blob)
+        bit = rng.randrange(len(damaged) * 8)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        err = parse(damaged)
+        assert isinstance(err, modpack.FormatError), f"flip of bit {bit} was not detected"

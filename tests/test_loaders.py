@@ -1,0 +1,120 @@
+"""The loader registry from Python: user module kinds, errors from loaders, thread safety."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from conftest import VADD_C, consts
+
+import modpack
+from modpack.runtime.binding import loader_names
+
+
+class Blobby(modpack.BinaryModule):
+    """A user kind: a bytes payload plus a function computed from it."""
+
+    type_key = "test.blobby"
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self.data = bytes(data)
+
+    def save_to_binary(self) -> bytes:
+        return self.data
+
+    def get_function(self, name, query_imports=False):
+        if name == "blobby_len":
+            return lambda: len(self.data)
+        raise KeyError(name)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def blobby_loader():
+    @modpack.register_loader("test.blobby")
+    def load_blobby(payload: memoryview) -> modpack.Module:
+        assert payload.readonly
+        return Blobby(payload)
+
+    yield
+    modpack.unregister_loader("test.blobby")
+
+
+def test_user_kind_round_trips_and_is_called_from_host(tmp_path):
+    host = modpack.csource_module(VADD_C + r"""
+static int64_t call_blobby(int64_t unused) {
+  (void)unused;
+  void* f; mp_value_t ret;
+  if (mp_backend_get_function("blobby_len", &f) != MP_OK) return -1;
+  if (mp_backend_call(f, NULL, 0, &ret) != MP_OK) return -2;
+  return ret.v_int64;
+}
+MP_EXPORT_FUNC(call_blobby, int64_t, int64_t)
+""")
+    user = Blobby(b"hello modpack")
+    host.import_module(user)
+    user.import_module(consts(1))
+    root = modpack.load_module(host.export_library(tmp_path / "user.so"))
+    (loaded,) = root.imported_modules
+    assert isinstance(loaded, Blobby) and loaded.data == b"hello modpack"
+    (child,) = loaded.imported_modules
+    assert child.type_key == "const" and list(child.arrays) == ["c1"]
+    assert root["call_blobby"](0) == len(b"hello modpack")
+
+
+def test_duplicate_registration_is_refused():
+    with pytest.raises(modpack.ModpackError, match="already registered"):
+        modpack.register_loader("const")(lambda p: None)
+
+
+def test_invalid_type_keys_are_refused():
+    with pytest.raises(modpack.ModpackError, match="invalid type key"):
+        modpack.register_loader("_lib")(lambda p: None)
+
+
+def test_loader_failure_is_reported_with_context(tmp_path):
+    class Broken(modpack.BinaryModule):
+        type_key = "test.broken"
+
+        def save_to_binary(self) -> bytes:
+            return b"x"
+
+    @modpack.register_loader("test.broken")
+    def load_broken(payload):
+        raise ValueError("payload says no")
+
+    try:
+        host = modpack.csource_module(VADD_C)
+        host.import_module(Broken())
+        path = host.export_library(tmp_path / "broken.so")
+        expected = r"module\[1\] \(test.broken\).*payload says no"
+        with pytest.raises(modpack.ModpackError, match=expected):
+            modpack.load_module(path)
+    finally:
+        modpack.unregister_loader("test.broken")
+    assert "test.broken" not in loader_names()
+
+
+def test_concurrent_loads_share_one_tree(tmp_path):
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({"w": np.arange(100.0)}))
+    paths = [host.export_library(tmp_path / f"t{i}.so") for i in range(3)]
+    results: list = []
+    errors: list = []
+
+    def work(path):
+        try:
+            for _ in range(20):
+                root = modpack.load_module(path)
+                results.append((path, id(root), root.imported_modules[0].arrays["w"].sum()))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(p,)) for p in paths for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert {r[2] for r in results} == {4950.0}
