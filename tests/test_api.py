@@ -1,0 +1,104 @@
+"""The Python API's contract: capabilities, serialization, errors from host code, DLPack."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import VADD_C, consts
+
+import modpack
+
+
+def test_capabilities():
+    c = modpack.csource_module(VADD_C)
+    k = consts(1)
+    ll = modpack.llvm_module("define void @f() {\n ret void\n}\n")
+    assert (c.type_key, c.is_dso_exportable, c.is_binary_serializable) == ("c", True, False)
+    assert (ll.type_key, ll.is_dso_exportable, ll.is_binary_serializable) == ("llvm", True, False)
+    assert (k.type_key, k.is_dso_exportable, k.is_binary_serializable) == ("const", False, True)
+    with pytest.raises(modpack.ModpackError, match="not binary-serializable"):
+        c.save_to_binary()
+
+
+def test_save_to_binary_matches_the_loaded_payload(tmp_path):
+    arrays = {"x": np.arange(5, dtype=np.int16), "y": np.ones((2, 2))}
+    k = modpack.const_module(arrays)
+    payload = k.save_to_binary()
+    assert len(payload) == k.payload_size()
+    host = modpack.csource_module(VADD_C)
+    host.import_module(k)
+    path = host.export_library(tmp_path / "p.so", workspace_dir=tmp_path / "ws")
+    assert payload in (tmp_path / "ws" / "devc.bin").read_bytes()
+    loaded = modpack.load_module(path).imported_modules[0].arrays
+    assert {n: a.tolist() for n, a in loaded.items()} == {n: a.tolist() for n, a in arrays.items()}
+
+
+def test_building_modules_are_not_runnable():
+    with pytest.raises(modpack.ModpackError, match="export it with export_library"):
+        modpack.csource_module(VADD_C)["vadd"]
+
+
+def test_export_refuses_a_cycle_through_merged_host_code(tmp_path):
+    host = modpack.csource_module(VADD_C)
+    weights = consts(1)
+    more_host = modpack.llvm_module("define void @g() {\n ret void\n}\n")
+    host.import_module(weights)
+    weights.import_module(more_host)  # device -> host code: merging makes _lib -> const -> _lib
+    with pytest.raises(modpack.ModpackError, match="cycle"):
+        host.export_library(tmp_path / "cycle.so")
+    assert not (tmp_path / "cycle.so").exists()
+
+
+def test_host_code_errors_reach_python(tmp_path):
+    host = modpack.csource_module(r"""
+#include "modpack/backend.h"
+MP_EXPORT_PACKED(fail) {
+  (void)self; (void)args; (void)out_ret;
+  return mp_backend_errorf(MP_ERR_RUNTIME, "fail got %d arguments", (int)num_args);
+}
+static double lookup_missing(double x) {
+  void* f;
+  if (mp_backend_get_function("not_there", &f) != MP_OK) return -1.0;
+  return x;
+}
+MP_EXPORT_FUNC(lookup_missing, double, double)
+""")
+    root = modpack.load_module(host.export_library(tmp_path / "err.so"))
+    with pytest.raises(modpack.ModpackError, match="fail got 3 arguments"):
+        root["fail"](1, 2.0, "three")
+    assert root["lookup_missing"](2.0) == -1.0
+
+
+class DLPackOnly:
+    """An array type that is not numpy but speaks DLPack."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_dlpack_objects_and_scalars(tmp_path):
+    root = modpack.load_module(modpack.csource_module(VADD_C).export_library(tmp_path / "d.so"))
+    a = np.arange(6, dtype=np.float32)
+    out = np.zeros_like(a)
+    root["vadd"](DLPackOnly(a), DLPackOnly(a), DLPackOnly(out))
+    assert np.array_equal(out, 2 * a)
+    assert root["add_int"](np.int32(5), True) == 6
+    with pytest.raises(TypeError, match="expected a numpy array or an object"):
+        root["vadd"](object(), a, out)
+
+
+def test_strided_arrays_pass_strides(tmp_path):
+    host = modpack.csource_module(r"""
+#include "modpack/backend.h"
+static int64_t stride0(DLTensor* t) { return t->strides ? t->strides[0] : 0; }
+MP_EXPORT_FUNC(stride0, int64_t, DLTensor*)
+""")
+    root = modpack.load_module(host.export_library(tmp_path / "s.so"))
+    assert root["stride0"](np.arange(10, dtype=np.int64)[::3]) == 3
+    assert root["stride0"](np.arange(10, dtype=np.int64)) == 0
