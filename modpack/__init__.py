@@ -21,31 +21,45 @@ from .errors import (
 from .loader import load_module, register_loader, unregister_loader
 from .modules import (
     BinaryModule,
+    KernelArg,
+    KernelInfo,
     Module,
     const_module,
     csource_module,
     llvm_module,
+    opencl_module,
 )
+from .runtime.array import Array, array, empty
+from .runtime.devices import device_count, device_name, synchronize
 from .runtime.function import Function
 from .serializer import ModuleSerializer
 
 __all__ = [
     "ArgumentError",
+    "Array",
     "BinaryModule",
     "CompileError",
     "FormatError",
     "Function",
     "IncompatibleError",
+    "KernelArg",
+    "KernelInfo",
     "ModpackError",
     "Module",
     "ModuleSerializer",
     "NotFoundError",
     "UnavailableError",
     "__version__",
+    "array",
     "const_module",
     "csource_module",
+    "device_count",
+    "device_name",
+    "empty",
     "llvm_module",
     "load_module",
+    "opencl_module",
     "register_loader",
+    "synchronize",
     "unregister_loader",
 ]

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 # Debian packages: the C toolchain and CMake for the runtime, the xxHash header it compiles
 # against, and PoCL + the OpenCL ICD loader for the OpenCL device path.
-DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config libxxhash-dev)
+DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config libxxhash-dev ocl-icd-libopencl1 pocl-opencl-icd)
 
 setup() {
   local missing=()

@@ -88,4 +88,68 @@ mp_status_t mp_elf_check_file(const char* path);
 uint64_t mp_index_checksum(const uint8_t* blob, uint64_t index_size);
 
 
+/* ---- devices ---- */
+
+/* What a device type implements. Offsets are in bytes from the `data` pointer. */
+typedef struct {
+  const char* name; /* "cpu", "opencl", "cuda" */
+  mp_status_t (*count)(int32_t* out_count);
+  mp_status_t (*describe)(int32_t device_id, char* buffer, uint64_t capacity);
+  mp_status_t (*alloc)(int32_t device_id, uint64_t nbytes, void** out_data);
+  mp_status_t (*free)(int32_t device_id, void* data);
+  mp_status_t (*copy_from_host)(int32_t device_id, const void* host, void* data, uint64_t offset,
+                                uint64_t nbytes);
+  mp_status_t (*copy_to_host)(int32_t device_id, const void* data, uint64_t offset, void* host,
+                              uint64_t nbytes);
+  mp_status_t (*copy_within)(int32_t device_id, const void* from, uint64_t from_offset, void* to,
+                             uint64_t to_offset, uint64_t nbytes);
+  mp_status_t (*synchronize)(int32_t device_id);
+} mp_device_api_t;
+
+extern const mp_device_api_t mp_cpu_device_api;
+extern const mp_device_api_t mp_opencl_device_api;
+/* The API of |device_type|, or NULL with an error naming the supported types. */
+const mp_device_api_t* mp_device_api(int32_t device_type);
+
+/* ---- a bounds-checked cursor over payload bytes ---- */
+typedef struct {
+  const uint8_t* data;
+  uint64_t size;
+  uint64_t pos;
+  const char* what; /* for messages: "opencl payload" */
+} mp_reader_t;
+
+bool mp_read_u8(mp_reader_t* r, uint8_t* out);
+bool mp_read_u32(mp_reader_t* r, uint32_t* out);
+bool mp_read_u64(mp_reader_t* r, uint64_t* out);
+/* |*out| points into the payload (no copy); fails if |n| bytes are not there. */
+bool mp_read_bytes(mp_reader_t* r, uint64_t n, const uint8_t** out);
+/* The error for a failed read: names the payload and the position. */
+mp_status_t mp_reader_error(const mp_reader_t* r, const char* field);
+
+/* ---- kernel function-info records (shared by device module kinds) ---- */
+enum { MP_ARG_BUFFER = 0, MP_ARG_SCALAR = 1 };
+enum { MP_MAX_KERNEL_ARGS = 256, MP_MAX_LAUNCH_TAGS = 16 };
+
+typedef struct {
+  uint8_t kind; /* MP_ARG_BUFFER or MP_ARG_SCALAR */
+  DLDataType dtype;
+} mp_kernel_arg_t;
+
+typedef struct {
+  char* name;
+  uint32_t arg_count;
+  mp_kernel_arg_t* args;
+  uint32_t launch_count;
+  char** launch_tags; /* e.g. "global.x", "local.x", "blockIdx.x", "dyn_shared_memory" */
+} mp_kernel_info_t;
+
+/* Reads one record: u32 name_size, name, u32 arg_count, {u8 kind, u8 code, u8 bits, u8 lanes}
+ * per arg, u32 launch_count, {u32 size, bytes} per tag. */
+mp_status_t mp_kernel_info_read(mp_reader_t* r, mp_kernel_info_t* out);
+void mp_kernel_info_free(mp_kernel_info_t* info);
+/* "float32", "int64", ... into |buffer|. */
+const char* mp_dtype_string(DLDataType dtype, char* buffer, size_t capacity);
+const char* mp_type_code_name(int32_t type_code);
+
 #endif /* MODPACK_INTERNAL_H_ */

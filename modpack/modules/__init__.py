@@ -3,15 +3,21 @@
 from .base import BinaryModule, Module
 from .const import ConstModule, const_module
 from .csource import CSourceModule, csource_module
+from .kernel_info import KernelArg, KernelInfo
 from .llvm import LLVMModule, llvm_module
+from .opencl import OpenCLModule, opencl_module
 
 __all__ = [
     "BinaryModule",
     "CSourceModule",
     "ConstModule",
+    "KernelArg",
+    "KernelInfo",
     "LLVMModule",
     "Module",
+    "OpenCLModule",
     "const_module",
     "csource_module",
     "llvm_module",
+    "opencl_module",
 ]

@@ -23,6 +23,26 @@ extern "Python" mp_status_t _mp_py_loader(void*, const mp_loader_args_t*, mp_mod
 extern "Python" mp_status_t _mp_py_get_function(mp_module_t*, const char*, mp_function_t**);
 extern "Python" void _mp_py_destroy(void*);
 extern "Python" mp_status_t _mp_py_call(void*, const mp_value_t*, int32_t, mp_value_t*);
+void* modpack_capsule_destructor(void);
+"""
+
+# Binding-only C (compiled with Python.h, unlike csrc/): the destructor of the DLPack capsules
+# modpack arrays hand out. A capsule still named "dltensor" was never consumed, so its managed
+# tensor is released here; a consumer renames it "used_dltensor" and owns it instead.
+BINDING_SOURCE = """
+#include "modpack/modpack.h"
+
+static void modpack_capsule_destructor_impl(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, "used_dltensor")) return;
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  DLManagedTensor* managed = (DLManagedTensor*)PyCapsule_GetPointer(capsule, "dltensor");
+  if (managed && managed->deleter) managed->deleter(managed);
+  PyErr_Clear();
+  PyErr_Restore(type, value, traceback);
+}
+
+void* modpack_capsule_destructor(void) { return (void*)modpack_capsule_destructor_impl; }
 """
 
 
@@ -53,7 +73,7 @@ ffibuilder = cffi.FFI()
 ffibuilder.cdef(api_declarations() + PYTHON_CALLBACKS)
 ffibuilder.set_source(
     "modpack._rt",
-    '#include "modpack/modpack.h"\n',
+    BINDING_SOURCE,
     # Relative paths: setuptools builds from the project root and refuses absolute ones.
     sources=sorted(f"csrc/src/{p.name}" for p in (CSRC / "src").glob("*.c")),
     include_dirs=["csrc/include"],

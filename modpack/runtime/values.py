@@ -23,6 +23,11 @@ _capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 def tensor_from_array(array: Any, keep: list) -> Any:
     """A ``DLTensor*`` describing |array| (kept valid by what is appended to |keep|)."""
+    from .array import Array
+
+    if isinstance(array, Array):
+        keep.append(array)
+        return array._tensor
     if isinstance(array, np.ndarray):
         return _tensor_from_numpy(array, keep)
     if hasattr(array, "__dlpack__"):

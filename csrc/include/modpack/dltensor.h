@@ -59,6 +59,13 @@ typedef struct {
   int64_t* strides; /* NULL means compact row-major */
   uint64_t byte_offset;
 } DLTensor;
+
+/* An owned tensor handed between frameworks: the consumer calls |deleter| when done. */
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(struct DLManagedTensor* self);
+} DLManagedTensor;
 /* MP_API_END */
 #endif /* DLPACK_DLPACK_H_ */
 

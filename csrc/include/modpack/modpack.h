@@ -175,6 +175,36 @@ MP_API void mp_library_retain(mp_library_t* library);
 MP_API void mp_library_release(mp_library_t* library);
 MP_API const char* mp_library_path(const mp_library_t* library);
 
+/* ---- devices and arrays -------------------------------------------------------------------
+ * One device API for every device type (CPU, OpenCL; CUDA fits the same slots). Device
+ * memory is addressed by the `data` pointer a DLTensor of that device carries (for OpenCL, a
+ * cl_mem). Copies are synchronous with respect to the host. */
+
+MP_API mp_status_t mp_device_count(int32_t device_type, int32_t* out_count);
+/* A human-readable name for a device ("OpenCL 0: pthread-AMD EPYC (PoCL)"). */
+MP_API mp_status_t mp_device_name(DLDevice device, char* buffer, uint64_t capacity);
+MP_API mp_status_t mp_device_alloc(DLDevice device, uint64_t nbytes, void** out_data);
+MP_API mp_status_t mp_device_free(DLDevice device, void* data);
+/* Copy |nbytes| from (from + from_offset) on |from_device| to (to + to_offset) on |to_device|:
+ * host <-> device, or within one device type. */
+MP_API mp_status_t mp_device_copy(const void* from, uint64_t from_offset, DLDevice from_device,
+                                  void* to, uint64_t to_offset, DLDevice to_device,
+                                  uint64_t nbytes);
+MP_API mp_status_t mp_device_synchronize(DLDevice device);
+
+/* A compact array owned by the runtime, reference counted. */
+MP_API mp_status_t mp_array_empty(const int64_t* shape, int32_t ndim, DLDataType dtype,
+                                  DLDevice device, DLTensor** out_array);
+MP_API void mp_array_retain(DLTensor* array);
+MP_API void mp_array_release(DLTensor* array);
+/* Bytes of a compact array: product(shape) * bits * lanes / 8. */
+MP_API uint64_t mp_array_nbytes(const DLTensor* array);
+/* Copy between two compact arrays of the same shape and dtype, on any devices. */
+MP_API mp_status_t mp_array_copy(const DLTensor* from, DLTensor* to);
+/* Export |array| for DLPack consumers: the managed tensor holds a reference, released by
+ * its deleter. */
+MP_API mp_status_t mp_array_to_dlpack(DLTensor* array, DLManagedTensor** out_managed);
+
 /* ---- blobs: the format reader, usable without loading anything ----------------------------- */
 
 typedef struct {

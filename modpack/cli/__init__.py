@@ -1,0 +1,5 @@
+"""The ``modpack`` command line: ``modpack <command> ...`` (see :mod:`modpack.cli.main`)."""
+
+from .main import main
+
+__all__ = ["main"]

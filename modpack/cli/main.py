@@ -1,0 +1,206 @@
+"""``modpack <command>``: a dispatcher over subcommands.
+
+Each subcommand is one ``_add_<name>`` function that adds its parser and sets ``run`` to the
+function executing it (which returns the exit status). Errors modpack anticipates (bad files,
+missing files) print one line on stderr and exit with status 1; usage errors exit with 2.
+
+    modpack inspect deploy.so          # blob header, module table, import tree, host functions
+    modpack inspect deploy.so --json   # the same as JSON (a stable contract for tools)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import __version__
+from ..errors import ModpackError
+
+__all__ = ["build_parser", "format_inspection", "main"]
+
+_Subparsers = Any  # argparse's _SubParsersAction is private
+
+
+# ---- inspect ------------------------------------------------------------------------------
+
+
+def _add_inspect(subparsers: _Subparsers) -> None:
+    p = subparsers.add_parser(
+        "inspect",
+        help="describe a library's blob, module tree and host functions (without loading it)",
+        description=(
+            "Describe a deployable library made by export_library: the __dev_mblob header, "
+            "every module with its payload and import edges, the import tree and the exported "
+            "host functions. The file is read, never loaded: no code from it runs. The blob is "
+            "fully validated, payload checksums included."
+        ),
+    )
+    p.add_argument("library", help="path to the shared library (e.g. deploy.so)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.set_defaults(run=_run_inspect)
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    from ..inspection import inspect_library
+
+    report = inspect_library(args.library)
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        sys.stdout.write(format_inspection(report))
+    return 0
+
+
+def format_inspection(report: dict[str, Any]) -> str:
+    """The human-readable form of an :func:`~modpack.inspection.inspect_library` report."""
+    out: list[str] = [report["path"]]
+    blob = report["blob"]
+
+    def field(name: str, value: str) -> None:
+        out.append(f"  {name:<18} {value}")
+
+    if blob is None:
+        field("format version", "- (no blob)")
+        field("blob", "none: no __dev_mblob symbol, so this is host code only")
+    else:
+        field("format version", report["format_version"])
+        field("writer version", f"modpack {report['writer_version']}")
+        field("blob", f"{blob['size']} bytes, symbol {blob['symbol']} in section "
+                      f"{blob['section']} at file offset {blob['file_offset']} "
+                      f"(0x{blob['file_offset']:x})")
+        field("index", f"{blob['index_size']} bytes, checksum {blob['index_checksum']}")
+        field("flags", "payload checksums: "
+                       + ("yes (verified)" if blob["payload_checksums"] else "no"))
+
+    modules = report["modules"]
+    out += ["", f"modules ({len(modules)})"]
+    header = ("index", "type_key", "offset", "size", "checksum", "children", "parents")
+    rows = [
+        (
+            str(m["index"]),
+            _type_key(m["type_key"]),
+            str(m["offset"]),
+            str(m["size"]),
+            m["checksum"] or "-",
+            _indices(m["children"]),
+            _indices(m["parents"]),
+        )
+        for m in modules
+    ]
+    out += _table(header, rows, right=(0, 2, 3))
+
+    out += ["", "import tree"]
+    out += ["  " + line for line in _tree(modules)]
+
+    functions = report["functions"]
+    out += ["", f"exported host functions ({len(functions)})"]
+    out += [f"  {name}" for name in functions] or ["  (none)"]
+    return "\n".join(out) + "\n"
+
+
+def _type_key(key: str) -> str:
+    return f"{key} (host code)" if key == "_lib" else key
+
+
+def _indices(values: list[int]) -> str:
+    return ", ".join(map(str, values)) if values else "-"
+
+
+def _table(header: Sequence[str], rows: list[Sequence[str]], right: Sequence[int]) -> list[str]:
+    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [cell.rjust(w) if c in right else cell.ljust(w)
+                 for c, (cell, w) in enumerate(zip(cells, widths, strict=True))]
+        return ("  " + "  ".join(parts)).rstrip()
+
+    return [line(header)] + [line(r) for r in rows]
+
+
+def _tree(modules: list[dict[str, Any]]) -> list[str]:
+    """The import tree from the root, one module a line. A module with several parents is shown
+    under each and marked shared; its imports are drawn the first time only. Iterative, so a
+    deep chain cannot exhaust Python's recursion limit."""
+
+    def label(i: int) -> str:
+        m = modules[i]
+        text = f"[{i}] {_type_key(m['type_key'])}"
+        if m["type_key"] != "_lib" and m["type_key"] != "library":
+            text += f", {m['size']} bytes"
+        if len(m["parents"]) > 1:
+            text += ", shared"
+        return text
+
+    lines = [label(0)]
+    expanded = {0}
+    # (module, prefix for its line, is the last child of its parent)
+    stack = [(c, "", k == len(modules[0]["children"]) - 1)
+             for k, c in reversed(list(enumerate(modules[0]["children"])))]
+    while stack:
+        i, prefix, last = stack.pop()
+        text = label(i)
+        children = modules[i]["children"]
+        repeat = i in expanded
+        if repeat and children:
+            text += f" (imports shown above: {_indices(children)})"
+        lines.append(prefix + ("`-- " if last else "|-- ") + text)
+        if repeat:
+            continue
+        expanded.add(i)
+        inner = prefix + ("    " if last else "|   ")
+        stack += [(c, inner, k == len(children) - 1)
+                  for k, c in reversed(list(enumerate(children)))]
+    return lines
+
+
+# ---- dispatch -----------------------------------------------------------------------------
+
+_COMMANDS: list[Callable[[_Subparsers], None]] = [_add_inspect]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="modpack",
+        description="Tools for modpack's deployable libraries.",
+    )
+    parser.add_argument("--version", action="version", version=f"modpack {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="<command>")
+    for add in _COMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.run(args)
+    except ModpackError as exc:
+        return _fail(args.command, str(exc))
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): stop quietly, without a second error at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _fail(args.command, f"{where}{exc.strerror or exc}")
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"modpack {command}: error: {message}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""Inspect a deployable library without loading it.
+
+:func:`inspect_library` reads the file with pyelftools and never ``dlopen``\\ s it, so no code
+from the file runs (no constructors, no loaders). It finds ``__dev_mblob`` in the symbol tables,
+maps it to its bytes in the file and hands them to the C runtime's ``mp_blob_parse`` — the only
+reader of the format — with payload checksums verified. What comes back is plain data (see
+:func:`inspect_library` for the shape), the contract of ``modpack inspect --json``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from typing import Any
+
+from elftools.common.exceptions import ELFError
+from elftools.common.utils import struct_parse
+from elftools.construct.core import ConstructError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from .errors import FormatError, ModpackError, NotFoundError
+from .format.layout import BLOB_SYMBOL, FLAG_PAYLOAD_CHECKSUMS, LIB_TYPE_KEY
+from .runtime.binding import error_from_status, ffi, lib
+
+__all__ = ["FUNC_SYMBOL_PREFIX", "LIBRARY_TYPE_KEY", "inspect_library"]
+
+FUNC_SYMBOL_PREFIX = "__mp_func_"
+# The type key the runtime gives the root of a library without a blob.
+LIBRARY_TYPE_KEY = "library"
+
+_ELF_MAGIC = b"\x7fELF"
+# What pyelftools raises (or lets escape) on malformed ELF structures.
+_ELF_READ_ERRORS = (ELFError, ConstructError, struct.error, ValueError, IndexError, KeyError,
+                    UnicodeDecodeError, EOFError, OverflowError, ZeroDivisionError, OSError)
+
+
+def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
+    """Describe the library at |path|: its blob, module tree and exported host functions.
+
+    Returns ``{"path", "format_version", "writer_version", "blob", "modules", "import_tree",
+    "functions"}``: ``blob`` is ``{"symbol", "section", "file_offset", "size", "index_size",
+    "index_checksum", "payload_checksums"}`` or ``None`` for a library without
+    ``__dev_mblob`` (whose tree is then a single ``"library"`` module, and whose versions are
+    ``None``); each module is ``{"index", "type_key", "offset", "size", "checksum",
+    "children", "parents"}``, with checksums as 16 hex digits (``None`` for ``_lib``).
+
+    Raises :class:`~modpack.FormatError` (or a subclass) for a file that is not ELF, is
+    truncated or is corrupt, :class:`~modpack.NotFoundError` for a missing file.
+    """
+    shown = os.fspath(path)
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block open()
+        raise FormatError(f"{shown} is not a regular file")
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise NotFoundError(f"no such library: {shown}") from None
+    except OSError as exc:
+        raise ModpackError(f"cannot open {shown}: {exc.strerror or exc}") from None
+    with f:
+        file_size = os.fstat(f.fileno()).st_size
+        head = f.read(len(_ELF_MAGIC))
+        if len(head) < len(_ELF_MAGIC) or head != _ELF_MAGIC:
+            raise FormatError(
+                f"{shown} is not an ELF file ({file_size} bytes, no ELF header); "
+                "inspect reads shared libraries made by export_library"
+            )
+        f.seek(0)
+        try:
+            elf = ELFFile(f)
+            headers = _section_headers(elf, shown, file_size)
+            tables = _symbol_tables(elf, headers, shown)
+            blob_symbol = _find_symbol(tables, BLOB_SYMBOL)
+            functions = _host_functions(tables)
+            location = (_locate_blob(elf, headers, blob_symbol, shown, file_size)
+                        if blob_symbol is not None else None)
+        except ModpackError:
+            raise
+        except _ELF_READ_ERRORS as exc:
+            raise FormatError(
+                f"{shown} is a damaged ELF file: {exc or type(exc).__name__}; "
+                "copy or export it again"
+            ) from None
+
+        result: dict[str, Any] = {
+            "path": shown,
+            "format_version": None,
+            "writer_version": None,
+            "blob": None,
+            "modules": [_module(0, LIBRARY_TYPE_KEY, 0, 0, None, [], [])],
+            "import_tree": {"row_ptr": [0, 0], "child_indices": []},
+            "functions": functions,
+        }
+        if location is not None:
+            section, offset, size = location
+            result.update(_parse_blob(f, offset, size, shown))
+            result["blob"] = {"symbol": BLOB_SYMBOL, "section": section, "file_offset": offset,
+                              **result["blob"]}
+        return result
+
+
+def _section_headers(elf: ELFFile, shown: str, file_size: int) -> list[Any]:
+    """Every section header, after checking that the headers and the bytes of every section lie
+    inside the file (a truncated copy gets a clear message instead of whatever pyelftools would
+    hit first, and no later read can run past the end or loop over a bogus size)."""
+    h = elf.header
+    ph_end = h["e_phoff"] + h["e_phnum"] * h["e_phentsize"]
+    if h["e_phnum"] and ph_end > file_size:
+        raise FormatError(
+            f"{shown} is truncated or damaged: its program headers end at byte {ph_end} but the "
+            f"file has {file_size} bytes; copy or export it again"
+        )
+    if h["e_shoff"] == 0:
+        raise FormatError(
+            f"{shown} has no section headers (stripped with sstrip?); inspect needs them to "
+            "find the symbol tables"
+        )
+    entry_size = elf.structs.Elf_Shdr.sizeof()
+    if h["e_shentsize"] != entry_size or h["e_shoff"] + entry_size > file_size:
+        raise FormatError(
+            f"{shown} is truncated or damaged: no valid section header table at byte "
+            f"{h['e_shoff']} of {file_size}; copy or export it again"
+        )
+    count = elf.num_sections()
+    sh_end = h["e_shoff"] + count * entry_size
+    if count == 0 or sh_end > file_size:
+        raise FormatError(
+            f"{shown} is truncated: its section headers end at byte {sh_end} but the file has "
+            f"{file_size} bytes; copy or export it again"
+        )
+    headers = [struct_parse(elf.structs.Elf_Shdr, elf.stream, h["e_shoff"] + i * entry_size)
+               for i in range(count)]
+    for i, sh in enumerate(headers):
+        if sh["sh_type"] != "SHT_NOBITS" and sh["sh_offset"] + sh["sh_size"] > file_size:
+            raise FormatError(
+                f"{shown} is truncated or damaged: section {i} ends at byte "
+                f"{sh['sh_offset'] + sh['sh_size']} but the file has {file_size} bytes; "
+                "copy or export it again"
+            )
+    return headers
+
+
+def _symbol_tables(elf: ELFFile, headers: list[Any], shown: str) -> list[SymbolTableSection]:
+    """.dynsym first (what the dynamic loader sees), then .symtab. Only these sections are
+    built, so damage elsewhere (say a hash table) does not matter."""
+    entry_size = elf.structs.Elf_Sym.sizeof()
+    tables = []
+    for kind in ("SHT_DYNSYM", "SHT_SYMTAB"):
+        for i, sh in enumerate(headers):
+            if sh["sh_type"] != kind:
+                continue
+            link = sh["sh_link"]
+            if (sh["sh_entsize"] != entry_size or not 0 < link < len(headers)
+                    or headers[link]["sh_type"] != "SHT_STRTAB"):
+                raise FormatError(f"{shown} is damaged: symbol table section {i} is malformed")
+            tables.append(elf.get_section(i))
+    return tables
+
+
+def _defined(sym: Any) -> bool:
+    return sym["st_shndx"] != "SHN_UNDEF"
+
+
+def _find_symbol(tables: list[SymbolTableSection], name: str) -> Any | None:
+    for table in tables:
+        for sym in table.get_symbol_by_name(name) or []:
+            if _defined(sym):
+                return sym
+    return None
+
+
+def _host_functions(tables: list[SymbolTableSection]) -> list[str]:
+    """Names of the exported ``__mp_func_<name>`` symbols, sorted. Exported means .dynsym; an
+    object without one (a relocatable export) falls back to the global symbols of .symtab."""
+    dynamic = [t for t in tables if t["sh_type"] == "SHT_DYNSYM"]
+    names: set[str] = set()
+    for table in dynamic or tables:
+        for sym in table.iter_symbols():
+            if not sym.name.startswith(FUNC_SYMBOL_PREFIX) or not _defined(sym):
+                continue
+            if not dynamic and sym["st_info"]["bind"] == "STB_LOCAL":
+                continue
+            name = sym.name[len(FUNC_SYMBOL_PREFIX):]
+            if name:
+                names.add(name)
+    return sorted(names)
+
+
+def _locate_blob(elf: ELFFile, headers: list[Any], sym: Any, shown: str,
+                 file_size: int) -> tuple[str, int, int]:
+    """(section name, file offset, byte count) of the blob: the symbol's st_size, or up to its
+    section's end when the symbol has no size."""
+    shndx = sym["st_shndx"]
+    if not isinstance(shndx, int) or shndx >= len(headers):
+        raise FormatError(f"{shown}: {BLOB_SYMBOL} is not in a regular section ({shndx})")
+    kind = headers[shndx]["sh_type"]
+    if kind != "SHT_PROGBITS":
+        raise FormatError(
+            f"{shown}: {BLOB_SYMBOL} is in section {shndx} of type {kind}, which holds no "
+            "program data; the file is damaged"
+        )
+    section = elf.get_section(shndx)
+    name = section.name or f"section {shndx}"
+    start, length = section["sh_addr"], section["sh_size"]
+    value, size = sym["st_value"], sym["st_size"]
+    if not start <= value < start + length:
+        raise FormatError(
+            f"{shown}: {BLOB_SYMBOL} at 0x{value:x} lies outside its section {name} "
+            f"[0x{start:x}, 0x{start + length:x})"
+        )
+    room = start + length - value
+    if size == 0:
+        size = room
+    elif size > room:
+        raise FormatError(
+            f"{shown}: {BLOB_SYMBOL} claims {size} bytes but only {room} remain in its section "
+            f"{name}; the file is damaged"
+        )
+    offset = value - start + section["sh_offset"]
+    if offset + size > file_size:
+        raise FormatError(
+            f"{shown} is truncated: {BLOB_SYMBOL} ends at byte {offset + size} but the file has "
+            f"{file_size} bytes; copy or export it again"
+        )
+    return name, offset, size
+
+
+def _parse_blob(f: Any, offset: int, size: int, shown: str) -> dict[str, Any]:
+    """Run the C reader over the mapped blob bytes and copy out what it decoded."""
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        base = ffi.from_buffer("uint8_t[]", mapped)
+        try:
+            span = ffi.new("mp_const_byte_span_t*")
+            span.data = base + offset
+            span.size = size
+            out = ffi.new("mp_blob_t**")
+            status = lib.mp_blob_parse(span[0], 0, out)  # 0: verify payload checksums
+            if status != 0:
+                exc = error_from_status(status)
+                raise type(exc)(f"{shown}: {BLOB_SYMBOL}: {exc}") from None
+            try:
+                return _read_parsed(out[0])
+            finally:
+                lib.mp_blob_free(out[0])
+        finally:
+            ffi.release(base)
+
+
+def _read_parsed(blob: Any) -> dict[str, Any]:
+    info = ffi.new("mp_blob_info_t*")
+    lib.mp_blob_info(blob, info)
+    entry = ffi.new("mp_blob_module_t*")
+    count = info.module_count
+    keys, entries, children = [], [], []
+    row_ptr, child_indices = [0], []
+    for i in range(count):
+        status = lib.mp_blob_module(blob, i, entry)
+        if status != 0:
+            raise error_from_status(status)
+        keys.append(ffi.string(entry.type_key).decode("ascii"))
+        entries.append((entry.payload_offset, entry.payload_size, entry.payload_checksum))
+        kids = [lib.mp_blob_child(blob, entry.first_edge + k) for k in range(entry.child_count)]
+        children.append(kids)
+        child_indices.extend(kids)
+        row_ptr.append(len(child_indices))
+    parents: list[list[int]] = [[] for _ in range(count)]
+    for i, kids in enumerate(children):
+        for c in kids:
+            if not parents[c] or parents[c][-1] != i:
+                parents[c].append(i)
+    modules = [
+        _module(i, keys[i], off, size, None if keys[i] == LIB_TYPE_KEY else checksum,
+                children[i], parents[i])
+        for i, (off, size, checksum) in enumerate(entries)
+    ]
+    return {
+        "format_version": f"{info.format_major}.{info.format_minor}",
+        "writer_version": f"{info.writer_major}.{info.writer_minor}.{info.writer_patch}",
+        "blob": {
+            "size": info.blob_size,
+            "index_size": info.index_size,
+            "index_checksum": _hex(info.index_checksum),
+            "payload_checksums": bool(info.flags & FLAG_PAYLOAD_CHECKSUMS),
+        },
+        "modules": modules,
+        "import_tree": {"row_ptr": row_ptr, "child_indices": child_indices},
+    }
+
+
+def _module(index: int, type_key: str, offset: int, size: int, checksum: int | None,
+            children: list[int], parents: list[int]) -> dict[str, Any]:
+    return {
+        "index": index,
+        "type_key": type_key,
+        "offset": offset,
+        "size": size,
+        "checksum": None if checksum is None else _hex(checksum),
+        "children": children,
+        "parents": parents,
+    }
+
+
+def _hex(value: int) -> str:
+    return f"{value:016x}"

@@ -1,0 +1,34 @@
+"""Device queries: how many devices of a type, their names, and synchronisation."""
+
+from __future__ import annotations
+
+from .array import parse_device
+from .binding import check, ffi, lib
+
+__all__ = ["device_count", "device_name", "synchronize"]
+
+
+def device_count(device_type: str) -> int:
+    """Number of devices of |device_type| (``"cpu"``, ``"opencl"``); raises UnavailableError
+    naming the fix when the driver is missing."""
+    dtype, _ = parse_device(device_type)
+    out = ffi.new("int32_t*")
+    check(lib.mp_device_count(dtype, out))
+    return int(out[0])
+
+
+def device_name(device: str) -> str:
+    """The device's identity, e.g. ``"Portable Computing Language/pthread-.../3.1"`` for
+    OpenCL — the key under which prebuilt OpenCL binaries are matched."""
+    dtype, did = parse_device(device)
+    dev = ffi.new("DLDevice*", {"device_type": dtype, "device_id": did})
+    buf = ffi.new("char[512]")
+    check(lib.mp_device_name(dev[0], buf, 512))
+    return ffi.string(buf).decode()
+
+
+def synchronize(device: str) -> None:
+    """Wait until every operation queued on |device| has finished."""
+    dtype, did = parse_device(device)
+    dev = ffi.new("DLDevice*", {"device_type": dtype, "device_id": did})
+    check(lib.mp_device_synchronize(dev[0]))

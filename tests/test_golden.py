@@ -1,0 +1,152 @@
+"""Golden files: libraries written by earlier modpack versions that the reader must keep
+reading. tests/data/golden_v1 was exported once by modpack 0.1.0 (format 1.0) with
+tests/data/golden_v1/make_golden.py and is never regenerated: if these tests fail, the reader
+(or the runtime above it) stopped reading format v1, which the compatibility rule forbids.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+import numpy as np
+import pytest
+from elftools.elf.constants import SH_FLAGS
+from elftools.elf.elffile import ELFFile
+
+import modpack
+from modpack.runtime.binding import error_from_status, ffi, lib
+
+GOLDEN = Path(__file__).parent / "data" / "golden_v1"
+EXPECTED = json.loads((GOLDEN / "expected.json").read_text())
+UINT64_MAX = 2**64 - 1
+
+# deploy.so holds x86-64 Linux code; the blob checks below run anywhere.
+needs_x86_64 = pytest.mark.skipif(
+    platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"),
+    reason="the golden library is an x86-64 Linux shared object",
+)
+
+
+def expected_array(spec: dict) -> np.ndarray:
+    return np.array(spec["values"], dtype=np.dtype(spec["dtype"])).reshape(spec["shape"])
+
+
+@needs_x86_64
+def test_golden_library_loads_as_recorded():
+    root = modpack.load_module(GOLDEN / "deploy.so")
+    assert root.type_key == "library"
+
+    # Rebuild index -> loaded module by walking the recorded CSR tree from the root.
+    row_ptr, children = EXPECTED["row_ptr"], EXPECTED["child_indices"]
+    by_index: dict[int, modpack.Module] = {0: root}
+    for index in range(len(EXPECTED["modules"])):
+        module = by_index[index]
+        imports = module.imported_modules
+        wanted = children[row_ptr[index]:row_ptr[index + 1]]
+        assert len(imports) == len(wanted), f"module[{index}] imports"
+        for child_index, child in zip(wanted, imports, strict=True):
+            assert by_index.setdefault(child_index, child) is child, f"module[{child_index}]"
+    assert sorted(by_index) == list(range(len(EXPECTED["modules"])))
+
+    # The diamond: A and B import the very same S object.
+    a, b = root.imported_modules
+    (s_under_a,) = a.imported_modules
+    (s_under_b,) = b.imported_modules
+    assert s_under_a is s_under_b
+
+    for spec in EXPECTED["modules"]:
+        module = by_index[spec["index"]]
+        if spec["type_key"] == "_lib":
+            continue
+        assert module.type_key == spec["type_key"]
+        arrays = module.arrays
+        assert list(arrays) == [a["name"] for a in spec["arrays"]]
+        for array_spec in spec["arrays"]:
+            got, want = arrays[array_spec["name"]], expected_array(array_spec)
+            assert got.dtype == want.dtype, array_spec["name"]
+            assert got.shape == want.shape, array_spec["name"]
+            assert got.tobytes() == want.tobytes(), array_spec["name"]
+            assert not got.flags.writeable
+
+    call = EXPECTED["functions"]["add_int"]
+    assert root["add_int"](*call["args"]) == call["result"]
+    x = np.array([1.0, 2.5, -3.0], dtype=np.float32)
+    out = np.zeros_like(x)
+    root["vadd"](x, x, out)
+    assert out.tolist() == [2.0, 5.0, -6.0]
+
+
+def parse_blob(data: object) -> object:
+    """The C reader's parse of the bytes in the cffi buffer |data|, which must outlive it."""
+    span = ffi.new("mp_const_byte_span_t*", {"data": data, "size": len(data)})
+    out = ffi.new("mp_blob_t**")
+    status = lib.mp_blob_parse(span[0], 0, out)
+    if status != 0:
+        raise error_from_status(status)
+    return ffi.gc(out[0], lib.mp_blob_free)
+
+
+def test_golden_blob_parses_with_the_c_reader():
+    blob = (GOLDEN / "devc.bin").read_bytes()
+    data = ffi.from_buffer("uint8_t[]", blob)
+    parsed = parse_blob(data)
+    info = ffi.new("mp_blob_info_t*")
+    lib.mp_blob_info(parsed, info)
+    assert [info.format_major, info.format_minor] == EXPECTED["format_version"] == [1, 0]
+    assert info.blob_size == EXPECTED["blob_size"] == len(blob)
+    assert info.flags == lib.MP_FORMAT_FLAG_PAYLOAD_CHECKSUMS
+    modules = EXPECTED["modules"]
+    assert info.module_count == len(modules)
+    assert info.edge_count == len(EXPECTED["child_indices"])
+
+    entry = ffi.new("mp_blob_module_t*")
+    type_keys, row_ptr = [], []
+    for i in range(info.module_count):
+        assert lib.mp_blob_module(parsed, i, entry) == 0
+        type_keys.append(ffi.string(entry.type_key).decode())
+        row_ptr.append(entry.first_edge)
+        assert entry.first_edge + entry.child_count <= info.edge_count
+        if type_keys[-1] == "_lib":
+            assert (entry.payload_offset, entry.payload_size) == (0, 0)
+        else:
+            assert entry.payload_offset % lib.MP_FORMAT_PAYLOAD_ALIGNMENT == 0
+            assert entry.payload_offset >= info.index_size
+    row_ptr.append(info.edge_count)
+    child_indices = [lib.mp_blob_child(parsed, e) for e in range(info.edge_count)]
+
+    assert type_keys == [m["type_key"] for m in modules]
+    assert row_ptr == EXPECTED["row_ptr"]
+    assert child_indices == EXPECTED["child_indices"]
+    assert lib.mp_blob_child(parsed, info.edge_count) == UINT64_MAX
+    assert lib.mp_blob_module(parsed, info.module_count, entry) != 0
+
+
+def embedded_blob(path: Path) -> bytes:
+    """The bytes of `__dev_mblob` in the ELF file |path|, found through its section."""
+    with path.open("rb") as f:
+        elf = ELFFile(f)
+        symbols = [
+            sym
+            for name in (".symtab", ".dynsym")
+            if (table := elf.get_section_by_name(name)) is not None
+            for sym in table.get_symbol_by_name("__dev_mblob") or []
+        ]
+        assert symbols, "no __dev_mblob symbol"
+        sym = symbols[0]
+        section = elf.get_section(sym["st_shndx"])
+        assert section.name in (".lrodata", ".rodata") or section.name.startswith(
+            (".lrodata.", ".rodata.")
+        ), section.name
+        assert section["sh_flags"] & SH_FLAGS.SHF_ALLOC
+        assert not section["sh_flags"] & SH_FLAGS.SHF_WRITE
+        assert sym["st_value"] % 64 == 0
+        offset = section["sh_offset"] + (sym["st_value"] - section["sh_addr"])
+        assert sym["st_value"] + sym["st_size"] <= section["sh_addr"] + section["sh_size"]
+        f.seek(offset)
+        return f.read(sym["st_size"])
+
+
+def test_golden_library_embeds_the_golden_blob():
+    assert embedded_blob(GOLDEN / "deploy.so") == (GOLDEN / "devc.bin").read_bytes()
