@@ -214,3 +214,34 @@ def test_load_object_file(tmp):
     host.export_library(tmp / "ws.so", workspace_dir=tmp / "ws")
     root = modpack.load_module(tmp / "ws" / "lib0.o")
     assert root["add_int"](3, 4) == 7
+
+
+def test_page_aligned_payloads(host, tmp):
+    host.import_module(modpack.const_module({"w": np.arange(3000, dtype=np.float32)}))
+    path = host.export_library(tmp / "paged.so", payload_alignment=4096)
+    from blobtools import blob_extent
+
+    from modpack.inspection import inspect_library
+
+    blob_offset, _ = blob_extent(path)
+    (const,) = [m for m in inspect_library(path)["modules"] if m["type_key"] == "const"]
+    assert (blob_offset + const["offset"]) % 4096 == 0  # file offset == address mod page
+    w = modpack.load_module(path).imported_modules[0].arrays["w"]
+    assert np.array_equal(w, np.arange(3000, dtype=np.float32))
+    with pytest.raises(ValueError, match="power of two"):
+        host.export_library(tmp / "bad.so", payload_alignment=192)
+
+
+def test_void_functions_report_errors(tmp):
+    host = modpack.csource_module(r"""
+#include "modpack/backend.h"
+static void check_positive(int64_t x) {
+  if (x <= 0) mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "check_positive: %lld <= 0", (long long)x);
+}
+MP_EXPORT_VOID_FUNC(check_positive, int64_t)
+""")
+    root = modpack.load_module(host.export_library(tmp / "v.so"))
+    root["check_positive"](3)
+    with pytest.raises(modpack.ArgumentError, match="check_positive: -2 <= 0"):
+        root["check_positive"](-2)
+    root["check_positive"](1)  # the flag is per call, not sticky

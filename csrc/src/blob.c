@@ -58,34 +58,38 @@ static mp_status_t parse_header(mp_const_byte_span_t bytes, mp_blob_info_t* h) {
   h->index_size = mp_load_le64(p + 48);
   h->index_checksum = mp_load_le64(p + 56);
 
+  /* The major version comes first: a later major may lay out everything after it anew. */
   if (h->format_major != MP_FORMAT_MAJOR)
     return mp_errorf(MP_ERR_INCOMPATIBLE,
-                     "blob format %u.%u is not readable by this runtime, which reads format "
-                     "%d.x (written by modpack %u.%u.%u); %s",
-                     h->format_major, h->format_minor, MP_FORMAT_MAJOR, h->writer_major,
-                     h->writer_minor, h->writer_patch,
+                     "blob format %u.%u cannot be read by this runtime, which reads format %d.x; "
+                     "%s (if the library should be format %d, it is damaged: export it again)",
+                     h->format_major, h->format_minor, MP_FORMAT_MAJOR,
                      h->format_major > MP_FORMAT_MAJOR
                          ? "upgrade modpack to load it"
-                         : "re-export it with this modpack version");
-  if (h->blob_size > bytes.size)
+                         : "re-export it with this modpack version",
+                     MP_FORMAT_MAJOR);
+  /* Then the checksum, before any size is trusted, so damage is reported as damage. */
+  if (header_size < MP_FORMAT_HEADER_SIZE || h->index_size < header_size ||
+      h->index_size > bytes.size)
     return mp_errorf(MP_ERR_FORMAT,
-                     "blob truncated: header says %" PRIu64 " bytes but only %" PRIu64
-                     " are present",
-                     h->blob_size, bytes.size);
-  if (header_size < MP_FORMAT_HEADER_SIZE || header_size > h->blob_size)
-    return mp_errorf(MP_ERR_FORMAT, "corrupt blob header: header_size %u is outside [%d, %" PRIu64 "]",
-                     header_size, MP_FORMAT_HEADER_SIZE, h->blob_size);
-  if (h->index_size < header_size || h->index_size > h->blob_size)
-    return mp_errorf(MP_ERR_FORMAT,
-                     "corrupt blob header: index_size %" PRIu64 " is outside [%u, %" PRIu64 "]",
-                     h->index_size, header_size, h->blob_size);
-  /* The checksum covers the rest of the index; verify it before trusting any other field. */
+                     "corrupt or truncated blob: index of %" PRIu64 " bytes (header %u) does not "
+                     "fit in the %" PRIu64 " bytes present",
+                     h->index_size, header_size, bytes.size);
   uint64_t actual = mp_index_checksum(p, h->index_size);
   if (actual != h->index_checksum)
     return mp_errorf(MP_ERR_FORMAT,
                      "corrupt blob: index checksum mismatch (stored %016" PRIx64
                      ", computed %016" PRIx64 "); the file was damaged after export",
                      h->index_checksum, actual);
+  if (h->blob_size > bytes.size)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "blob truncated: its index says %" PRIu64 " bytes but only %" PRIu64
+                     " are present",
+                     h->blob_size, bytes.size);
+  if (h->index_size > h->blob_size)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "corrupt blob header: index_size %" PRIu64 " exceeds blob_size %" PRIu64,
+                     h->index_size, h->blob_size);
   if (h->flags & ~(uint32_t)MP_FORMAT_KNOWN_FLAGS)
     return mp_errorf(MP_ERR_INCOMPATIBLE,
                      "blob uses unknown flags 0x%x (format %u.%u); upgrade modpack to load it",
@@ -238,7 +242,7 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
 
     if (strcmp(m->type_key, MP_LIB_TYPE_KEY) == 0) {
       ++lib_count;
-      if (m->payload_size != 0 || m->payload_offset != 0)
+      if (m->payload_size != 0 || m->payload_offset != 0 || m->payload_checksum != 0)
         return mp_errorf(MP_ERR_FORMAT, "corrupt blob: module[%" PRIu64 "] is \"_lib\" but has a payload", i);
       continue;
     }

@@ -140,6 +140,8 @@ static mp_status_t load_const(void* user_data, const mp_loader_args_t* args,
   if (version != CONST_VERSION)
     return mp_errorf(MP_ERR_INCOMPATIBLE, "const payload version %u is not supported (this runtime reads %d)",
                      version, CONST_VERSION);
+  if (mp_load_le32(p + 4) != 0)
+    return mp_errorf(MP_ERR_FORMAT, "const payload: reserved header field is not 0");
   uint64_t count = mp_load_le64(p + 8);
   if (count > (size - CONST_HEADER_SIZE) / CONST_RECORD_SIZE)
     return mp_errorf(MP_ERR_FORMAT, "const payload: %" PRIu64 " array records do not fit in %" PRIu64 " bytes",

@@ -49,6 +49,8 @@ void mp_function_release(mp_function_t* function) {
 
 mp_status_t mp_function_call(mp_function_t* function, const mp_value_t* args, int32_t num_args,
                              mp_value_t* out_ret) {
+  if (!function || !out_ret)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_function_call: NULL function or out_ret");
   out_ret->type_code = MP_TYPE_NONE;
   out_ret->reserved = 0;
   out_ret->v_int64 = 0;

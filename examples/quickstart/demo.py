@@ -20,8 +20,10 @@ HOST_CODE = r"""
  * through the module context (no copies: they live in the mapped library). */
 static void affine(DLTensor* x, DLTensor* out) {
   const DLTensor* w; const DLTensor* b;
-  if (mp_backend_get_array("weights", &w) != MP_OK) return;
-  if (mp_backend_get_array("bias", &b) != MP_OK) return;
+  if (mp_backend_get_array("weights", &w) != MP_OK || mp_backend_get_array("bias", &b) != MP_OK) {
+    mp_backend_errorf(MP_ERR_NOT_FOUND, "affine: no const module with weights and bias");
+    return;
+  }
   const float* xv = x->data; const float* wv = w->data; const float* bv = b->data;
   float* ov = out->data;
   for (int64_t i = 0; i < x->shape[0]; ++i) ov[i] = xv[i] * wv[i] + bv[i];

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModpackError
+from ..format import ALIGNMENT
 from ..modules.base import Module
 from ..packers import pack_with_assembler, pack_with_llvm
 from ..serializer import ModuleSerializer
@@ -52,13 +53,14 @@ def export_library(
             objects += module.compile_objects(workspace, f"lib{i}", cc, options)  # type: ignore[attr-defined]
         if len(serializer.plan.nodes) > 1 or serializer.plan.nodes[0] is not None:
             blob = workspace / "devc.bin"
-            serializer.write_blob(blob, payload_alignment or 64)
+            alignment = payload_alignment or ALIGNMENT
+            serializer.write_blob(blob, alignment)
             if fpack_imports is not None:
                 objects.append(Path(fpack_imports(blob, workspace)))
             elif packer == "llvm":
-                objects.append(pack_with_llvm(blob, workspace))
+                objects.append(pack_with_llvm(blob, workspace, alignment=alignment))
             else:
-                objects.append(pack_with_assembler(blob, workspace, cc))
+                objects.append(pack_with_assembler(blob, workspace, cc, alignment))
         if not objects:
             raise ModpackError("nothing to export: the tree has no host code and no modules")
         # Write next to the target and rename: the output is complete or absent, never half.

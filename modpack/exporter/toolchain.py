@@ -5,6 +5,7 @@ Every failure raises CompileError with the command and the tool's own output.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import subprocess
@@ -14,7 +15,15 @@ from pathlib import Path
 
 from ..errors import CompileError
 
-__all__ = ["c_compiler", "compile_c", "create_shared", "create_tar", "include_dir", "run_tool"]
+__all__ = [
+    "c_compiler",
+    "compile_c",
+    "create_shared",
+    "create_tar",
+    "include_dir",
+    "run_tool",
+    "target_machine",
+]
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -30,6 +39,20 @@ def include_dir() -> Path:
 def c_compiler(cc: str | None = None) -> list[str]:
     """The C compiler command: |cc|, else ``$CC``, else ``cc``."""
     return shlex.split(cc or os.environ.get("CC") or "cc")
+
+
+@functools.lru_cache(maxsize=8)
+def _dumpmachine(cc: tuple[str, ...]) -> str:
+    try:
+        proc = subprocess.run([*cc, "-dumpmachine"], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def target_machine(cc: str | None = None) -> str | None:
+    """The target triple of the C compiler (``x86_64-linux-gnu``); None if it cannot tell."""
+    return _dumpmachine(tuple(c_compiler(cc))) or None
 
 
 def run_tool(cmd: Sequence[str], what: str) -> None:

@@ -66,6 +66,29 @@ typedef mp_status_t (*mp_packed_cfunc_t)(void* self, const mp_value_t* args, int
                                          mp_value_t* out_ret);
 /* MP_API_END */
 
+/* Builders for argument lists: `mp_value_t args[] = {mp_tensor(x), mp_int(n)};` */
+static inline mp_value_t mp_int(int64_t v) {
+  mp_value_t x;
+  x.type_code = MP_TYPE_INT;
+  x.reserved = 0;
+  x.v_int64 = v;
+  return x;
+}
+static inline mp_value_t mp_float(double v) {
+  mp_value_t x;
+  x.type_code = MP_TYPE_FLOAT;
+  x.reserved = 0;
+  x.v_float64 = v;
+  return x;
+}
+static inline mp_value_t mp_tensor(DLTensor* v) {
+  mp_value_t x;
+  x.type_code = MP_TYPE_DLTENSOR;
+  x.reserved = 0;
+  x.v_tensor = v;
+  return x;
+}
+
 /* Symbols inside a deployable library. Host functions are `__mp_func_<name>`; the context
  * pointers (see modpack/backend.h) are filled in by the runtime after dlopen. */
 #define MP_FUNC_SYMBOL_PREFIX "__mp_func_"

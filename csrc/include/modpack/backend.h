@@ -52,6 +52,11 @@ MP_CTX_SYMBOL void (*__mp_ctx_set_error)(mp_status_t code, const char* message) 
 MP_CTX_SYMBOL mp_status_t (*__mp_ctx_get_array)(void* ctx, const char* name,
                                                 const DLTensor** out_array) = 0;
 
+/* Set by mp_backend_errorf. The wrappers MP_EXPORT_FUNC / MP_EXPORT_VOID_FUNC generate clear
+ * it before calling the plain function and fail the call if it was set, so even a void function
+ * reports failure by calling mp_backend_errorf. Per thread, private to the library. */
+__attribute__((weak, visibility("hidden"))) _Thread_local mp_status_t __mp_backend_reported = 0;
+
 /* Report an error (printf-style) and return |code|, for `return mp_backend_errorf(...);`. */
 static inline mp_status_t mp_backend_errorf(mp_status_t code, const char* fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -62,6 +67,7 @@ static inline mp_status_t mp_backend_errorf(mp_status_t code, const char* fmt, .
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
   if (__mp_ctx_set_error) __mp_ctx_set_error(code, message);
+  __mp_backend_reported = code;
   return code;
 }
 
@@ -88,28 +94,6 @@ static inline mp_status_t mp_backend_call(void* function, const mp_value_t* args
 static inline mp_status_t mp_backend_get_array(const char* name, const DLTensor** out_array) {
   if (!__mp_ctx_get_array || !__mp_library_ctx) return mp_backend__no_context(name);
   return __mp_ctx_get_array(__mp_library_ctx, name, out_array);
-}
-
-static inline mp_value_t mp_int(int64_t v) {
-  mp_value_t x;
-  x.type_code = MP_TYPE_INT;
-  x.reserved = 0;
-  x.v_int64 = v;
-  return x;
-}
-static inline mp_value_t mp_float(double v) {
-  mp_value_t x;
-  x.type_code = MP_TYPE_FLOAT;
-  x.reserved = 0;
-  x.v_float64 = v;
-  return x;
-}
-static inline mp_value_t mp_tensor(DLTensor* v) {
-  mp_value_t x;
-  x.type_code = MP_TYPE_DLTENSOR;
-  x.reserved = 0;
-  x.v_tensor = v;
-  return x;
 }
 
 /* ---- exporting functions ----------------------------------------------------------------- */
@@ -269,7 +253,9 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
 #define MP_EXPORT_FUNC(name, R, ...)                                                          \
   MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                           \
   MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                      \
+  __mp_backend_reported = MP_OK;                                                               \
   R mp__result = name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                            \
+  if (__mp_backend_reported != MP_OK) return __mp_backend_reported;                            \
   MP__SET_RET(R, out_ret, mp__result);                                                         \
   return MP_OK;                                                                                \
   }
@@ -279,8 +265,9 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
   MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                           \
   MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                      \
   (void)out_ret;                                                                               \
+  __mp_backend_reported = MP_OK;                                                               \
   name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                                           \
-  return MP_OK;                                                                                \
+  return __mp_backend_reported;                                                                \
   }
 
 #ifdef __cplusplus
