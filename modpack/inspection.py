@@ -1,14 +1,17 @@
 """Inspect a deployable library without loading it.
 
 :func:`inspect_library` reads the file with pyelftools and never ``dlopen``\\ s it, so no code
-from the file runs (no constructors, no loaders). It finds ``__dev_mblob`` in the symbol tables,
-maps it to its bytes in the file and hands them to the C runtime's ``mp_blob_parse`` — the only
-reader of the format — with payload checksums verified. What comes back is plain data (see
-:func:`inspect_library` for the shape), the contract of ``modpack inspect --json``.
+from the file runs (no constructors). It finds ``__dev_mblob`` in the symbol tables, maps it to
+its bytes in the file and hands them to the C runtime's ``mp_blob_parse`` — the only reader of
+the format — with payload checksums verified; each module's registered loader then describes
+its payload in place (kernels, arrays, arch variants) without touching any driver. What comes
+back is plain data (see :func:`inspect_library` for the shape), the contract of
+``modpack inspect --json``.
 """
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import struct
@@ -240,9 +243,14 @@ def _parse_blob(f: Any, offset: int, size: int, shown: str) -> dict[str, Any]:
                 exc = error_from_status(status)
                 raise type(exc)(f"{shown}: {BLOB_SYMBOL}: {exc}") from None
             try:
-                return _read_parsed(out[0])
+                report = _read_parsed(out[0])
             finally:
                 lib.mp_blob_free(out[0])
+            for module in report["modules"]:
+                if module["type_key"] != LIB_TYPE_KEY:
+                    payload = base + offset + module["offset"]
+                    module["contents"] = _contents(module["type_key"], payload, module["size"])
+            return report
         finally:
             ffi.release(base)
 
@@ -288,6 +296,53 @@ def _read_parsed(blob: Any) -> dict[str, Any]:
     }
 
 
+def _contents(type_key: str, payload: Any, size: int) -> dict[str, Any]:
+    """What a module holds, as its registered loader sees it: the loader parses the payload
+    in place (no driver is touched, no code from the file runs) and the module lists its
+    functions, arrays and kind-specific details."""
+    span = ffi.new("mp_const_byte_span_t*")
+    span.data = payload
+    span.size = size
+    out = ffi.new("mp_module_t**")
+    status = lib.mp_module_load_from_payload(type_key.encode(), span[0], out)
+    if status != 0:
+        return {"error": str(error_from_status(status))}
+    module = out[0]
+    try:
+        functions = [
+            ffi.string(lib.mp_module_function_name(module, i)).decode()
+            for i in range(lib.mp_module_function_count(module))
+        ]
+        arrays = []
+        name = ffi.new("char**")
+        tensor = ffi.new("DLTensor**")
+        for i in range(lib.mp_module_array_count(module)):
+            if lib.mp_module_array_at(module, i, name, tensor) != 0:
+                continue
+            t = tensor[0]
+            arrays.append({
+                "name": ffi.string(name[0]).decode(),
+                "dtype": _dl_dtype(t.dtype),
+                "shape": [t.shape[d] for d in range(t.ndim)],
+            })
+        details: dict[str, Any] = {}
+        buffer = ffi.new("char[]", 1 << 16)
+        if lib.mp_module_describe(module, buffer, 1 << 16) == 0 and buffer[0] != b"\0":
+            try:
+                details = json.loads("{" + ffi.string(buffer).decode() + "}")
+            except ValueError:
+                details = {"error": "description truncated or malformed"}
+        return {"functions": functions, "arrays": arrays, **details}
+    finally:
+        lib.mp_module_release(module)
+
+
+def _dl_dtype(dtype: Any) -> str:
+    names = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex", 6: "bool"}
+    base = f"{names.get(dtype.code, 'code' + str(dtype.code))}{dtype.bits}"
+    return base if dtype.lanes == 1 else f"{base}x{dtype.lanes}"
+
+
 def _module(index: int, type_key: str, offset: int, size: int, checksum: int | None,
             children: list[int], parents: list[int]) -> dict[str, Any]:
     return {
@@ -298,6 +353,7 @@ def _module(index: int, type_key: str, offset: int, size: int, checksum: int | N
         "checksum": None if checksum is None else _hex(checksum),
         "children": children,
         "parents": parents,
+        "contents": None,  # filled in for payload modules: functions, arrays, kind details
     }
 
 

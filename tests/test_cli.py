@@ -19,7 +19,14 @@ TOP_KEYS = ["path", "format_version", "writer_version", "blob", "modules", "impo
             "functions"]
 BLOB_KEYS = ["symbol", "section", "file_offset", "size", "index_size", "index_checksum",
              "payload_checksums"]
-MODULE_KEYS = ["index", "type_key", "offset", "size", "checksum", "children", "parents"]
+MODULE_KEYS = [
+    "index", "type_key", "offset", "size", "checksum", "children", "parents", "contents",
+]
+
+
+def _dl_name(dtype) -> str:
+    kind = {"f": "float", "i": "int", "u": "uint", "b": "bool"}[dtype.kind]
+    return f"{kind}{dtype.itemsize * 8}"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -74,8 +81,13 @@ def test_diamond_matches_the_serializer_plan(diamond_so):
         for c in children:
             parents[c].append(i)
         if node is None:
-            assert (m["offset"], m["size"], m["checksum"]) == (0, 0, None)
+            assert (m["offset"], m["size"], m["checksum"], m["contents"]) == (0, 0, None, None)
             continue
+        expected_arrays = [
+            {"name": n, "dtype": _dl_name(a.dtype), "shape": list(a.shape)}
+            for n, a in node.arrays.items()
+        ]
+        assert m["contents"] == {"functions": [], "arrays": expected_arrays}
         assert m["size"] == node.payload_size()
         assert m["offset"] % 64 == 0 and m["offset"] >= blob["index_size"]
         # The offsets are right: the checksum matches the bytes where the report says they are.
@@ -104,7 +116,7 @@ def test_library_without_blob(tmp):
         "writer_version": None,
         "blob": None,
         "modules": [{"index": 0, "type_key": "library", "offset": 0, "size": 0,
-                     "checksum": None, "children": [], "parents": []}],
+                     "checksum": None, "children": [], "parents": [], "contents": None}],
         "import_tree": {"row_ptr": [0, 0], "child_indices": []},
         "functions": ["add_int", "vadd"],
     }

@@ -152,4 +152,16 @@ void mp_kernel_info_free(mp_kernel_info_t* info);
 const char* mp_dtype_string(DLDataType dtype, char* buffer, size_t capacity);
 const char* mp_type_code_name(int32_t type_code);
 
+/* ---- JSON text for describe() (always NUL-terminated, truncates silently) ---- */
+typedef struct {
+  char* buffer;
+  uint64_t capacity;
+  uint64_t length;
+} mp_json_t;
+
+void mp_json_printf(mp_json_t* j, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void mp_json_string(mp_json_t* j, const char* s);
+/* {"name": ..., "args": ["float32*", "int32"], "launch": [...]} */
+void mp_json_kernel_info(mp_json_t* j, const mp_kernel_info_t* info, bool comma);
+
 #endif /* MODPACK_INTERNAL_H_ */

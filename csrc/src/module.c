@@ -148,6 +148,37 @@ mp_status_t mp_module_get_function(mp_module_t* module, const char* name, int32_
   return MP_OK;
 }
 
+uint64_t mp_module_function_count(mp_module_t* module) {
+  return module->vtable->function_count ? module->vtable->function_count(module) : 0;
+}
+
+const char* mp_module_function_name(mp_module_t* module, uint64_t index) {
+  if (index >= mp_module_function_count(module)) return NULL;
+  return module->vtable->function_name(module, index);
+}
+
+mp_status_t mp_module_describe(mp_module_t* module, char* buffer, uint64_t capacity) {
+  if (capacity > 0) buffer[0] = '\0';
+  return module->vtable->describe ? module->vtable->describe(module, buffer, capacity) : MP_OK;
+}
+
+mp_status_t mp_module_load_from_payload(const char* type_key, mp_const_byte_span_t payload,
+                                        mp_module_t** out_module) {
+  *out_module = NULL;
+  mp_loader_fn_t loader;
+  void* user_data;
+  mp_status_t status = mp_loader_find(type_key, &loader, &user_data);
+  if (status != MP_OK) return status;
+  mp_loader_args_t args = {.type_key = type_key, .payload = payload, .library = NULL};
+  mp_error_clear();
+  status = loader(user_data, &args, out_module);
+  if (status == MP_OK && !*out_module)
+    return mp_errorf(MP_ERR_INTERNAL, "the %s loader returned no module", type_key);
+  if (status != MP_OK && mp_error_message()[0] == '\0')
+    mp_errorf(status, "the %s loader failed with status %d", type_key, (int)status);
+  return status;
+}
+
 uint64_t mp_module_array_count(mp_module_t* module) {
   return module->vtable->array_count ? module->vtable->array_count(module) : 0;
 }

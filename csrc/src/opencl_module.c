@@ -344,6 +344,31 @@ static mp_status_t parse(opencl_module_t* m, mp_const_byte_span_t payload) {
   return MP_OK;
 }
 
+static uint64_t opencl_function_count(mp_module_t* self) {
+  return ((opencl_module_t*)mp_module_impl(self))->kernel_count;
+}
+
+static const char* opencl_function_name(mp_module_t* self, uint64_t index) {
+  return ((opencl_module_t*)mp_module_impl(self))->kernels[index].name;
+}
+
+/* Kernel signatures, launch tags and the devices that have prebuilt binaries. */
+static mp_status_t opencl_describe(mp_module_t* self, char* buffer, uint64_t capacity) {
+  opencl_module_t* m = mp_module_impl(self);
+  mp_json_t j = {buffer, capacity, 0};
+  mp_json_printf(&j, "\"source_bytes\": %" PRIu64 ", \"kernels\": [", m->source_size);
+  for (uint32_t k = 0; k < m->kernel_count; ++k)
+    mp_json_kernel_info(&j, &m->kernels[k], k > 0);
+  mp_json_printf(&j, "], \"binaries\": [");
+  for (uint32_t b = 0; b < m->binary_count; ++b) {
+    mp_json_printf(&j, "%s{\"device\": ", b ? ", " : "");
+    mp_json_string(&j, m->binaries[b].key);
+    mp_json_printf(&j, ", \"size\": %" PRIu64 "}", m->binaries[b].size);
+  }
+  mp_json_printf(&j, "]");
+  return MP_OK;
+}
+
 static void free_binary_keys(opencl_module_t* m) {
   for (uint32_t b = 0; b < m->binary_count; ++b) free((void*)m->binaries[b].key);
 }
@@ -356,6 +381,9 @@ static void opencl_destroy_all(void* impl) {
 static const mp_module_vtable_t opencl_vtable_owned = {
     .get_function = opencl_get_function,
     .destroy = opencl_destroy_all,
+    .function_count = opencl_function_count,
+    .function_name = opencl_function_name,
+    .describe = opencl_describe,
 };
 
 mp_status_t mp_load_opencl(void* user_data, const mp_loader_args_t* args, mp_module_t** out_module) {

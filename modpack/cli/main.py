@@ -96,10 +96,37 @@ def format_inspection(report: dict[str, Any]) -> str:
     out += ["", "import tree"]
     out += ["  " + line for line in _tree(modules)]
 
+    for m in modules:
+        contents = m.get("contents")
+        if contents:
+            out += ["", f"module {m['index']} ({m['type_key']})"]
+            out += ["  " + line for line in _contents(contents)]
+
     functions = report["functions"]
     out += ["", f"exported host functions ({len(functions)})"]
     out += [f"  {name}" for name in functions] or ["  (none)"]
     return "\n".join(out) + "\n"
+
+
+def _contents(contents: dict) -> list[str]:
+    """One line per fact a module's loader reported."""
+    lines = []
+    if "error" in contents:
+        lines.append(f"cannot describe: {contents['error']}")
+    for a in contents.get("arrays", []):
+        lines.append(f"array {a['name']}: {a['dtype']}{a['shape']}")
+    for k in contents.get("kernels", []):
+        launch = ", ".join(k.get("launch", []))
+        lines.append(f"kernel {k['name']}({', '.join(k['args'])})  launch: {launch}")
+    names = {k["name"] for k in contents.get("kernels", [])}
+    for f in contents.get("functions", []):
+        if f not in names:
+            lines.append(f"function {f}")
+    for v in contents.get("variants", []):
+        lines.append(f"variant {v.get('arch')}: {v.get('kind')}, {v.get('size')} bytes")
+    for b in contents.get("binaries", []):
+        lines.append(f"prebuilt binary for {b['device']}: {b['size']} bytes")
+    return lines
 
 
 def _type_key(key: str) -> str:

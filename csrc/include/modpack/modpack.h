@@ -106,6 +106,12 @@ typedef struct {
                           const DLTensor** out_array);
   /* Release the implementation state given to mp_module_create. */
   void (*destroy)(void* impl);
+  /* The functions the module offers by name (e.g. its kernels), for listing. */
+  uint64_t (*function_count)(mp_module_t* self);
+  const char* (*function_name)(mp_module_t* self, uint64_t index);
+  /* Kind-specific facts as the members of a JSON object (e.g. `"variants": [...]`), written
+   * NUL-terminated into |buffer| (truncated to |capacity|). */
+  mp_status_t (*describe)(mp_module_t* self, char* buffer, uint64_t capacity);
 } mp_module_vtable_t;
 
 /* Create a module of kind |type_key| around |impl| (owned by the module from now on, even on
@@ -128,6 +134,18 @@ MP_API mp_status_t mp_module_import(mp_module_t* parent, mp_module_t* child);
  * Returns MP_ERR_NOT_FOUND (with a message naming the function and module) when absent. */
 MP_API mp_status_t mp_module_get_function(mp_module_t* module, const char* name,
                                           int32_t query_imports, mp_function_t** out_function);
+
+/* Functions the module lists (kernels of a device module); NULL when out of range. */
+MP_API uint64_t mp_module_function_count(mp_module_t* module);
+MP_API const char* mp_module_function_name(mp_module_t* module, uint64_t index);
+/* Kind-specific details as JSON object members ("" when the kind has none). */
+MP_API mp_status_t mp_module_describe(mp_module_t* module, char* buffer, uint64_t capacity);
+
+/* Run the loader registered for |type_key| on a payload held by the caller (who keeps it
+ * alive and unchanged while the module lives), without any library: for tools that inspect
+ * a blob without loading it. Loaders must not touch drivers while loading. */
+MP_API mp_status_t mp_module_load_from_payload(const char* type_key, mp_const_byte_span_t payload,
+                                               mp_module_t** out_module);
 
 /* Named arrays: count, i-th, and lookup by name (optionally through the imports). */
 MP_API uint64_t mp_module_array_count(mp_module_t* module);
