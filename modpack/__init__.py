@@ -27,6 +27,7 @@ from .modules import (
     const_module,
     csource_module,
     llvm_module,
+    opencl_binaries,
     opencl_module,
 )
 from .runtime.array import Array, array, empty
@@ -58,6 +59,7 @@ __all__ = [
     "empty",
     "llvm_module",
     "load_module",
+    "opencl_binaries",
     "opencl_module",
     "register_loader",
     "synchronize",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,33 @@ def run_python(code: str, *args: str) -> str:
 @pytest.fixture
 def tmp(tmp_path: Path) -> Path:
     return tmp_path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*cmd: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
+    """Run |cmd|; fail the test with its output unless it exits 0. Returns stdout."""
+    proc = subprocess.run(
+        [str(c) for c in cmd], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
+    )
+    assert proc.returncode == 0, (
+        f"`{' '.join(map(str, cmd))}` exited {proc.returncode}\n"
+        f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+    )
+    return proc.stdout
+
+
+@pytest.fixture(scope="session")
+def runtime_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The C runtime configured, built with warnings as errors, tested with ctest and installed
+    to a prefix, once per test session (C examples build against it)."""
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed (apt-get install cmake); the C examples need it")
+    work = tmp_path_factory.mktemp("runtime")
+    build, prefix = work / "build", work / "prefix"
+    run("cmake", "-S", ROOT, "-B", build, f"-DCMAKE_INSTALL_PREFIX={prefix}", "-DMODPACK_WERROR=ON")
+    run("cmake", "--build", build, "-j2")
+    run("ctest", "--test-dir", build, "--output-on-failure")
+    run("cmake", "--install", build)
+    return prefix

@@ -7,31 +7,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, run
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "c_embed"
 
 pytestmark = pytest.mark.skipif(
     shutil.which("cmake") is None,
     reason="cmake is not installed (apt-get install cmake); the C embedding example needs it",
 )
-
-
-def run(*cmd: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
-    """Run |cmd|; fail the test with its output unless it exits 0. Returns stdout."""
-    proc = subprocess.run(
-        [str(c) for c in cmd], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
-    )
-    assert proc.returncode == 0, (
-        f"`{' '.join(map(str, cmd))}` exited {proc.returncode}\n"
-        f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
-    )
-    return proc.stdout
 
 
 def check_output(stdout: str) -> None:
@@ -45,15 +32,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def prefix(work: Path) -> Path:
-    """The runtime configured, built (-Werror), tested with ctest and installed to a prefix."""
-    build, prefix = work / "runtime-build", work / "prefix"
-    run("cmake", "-S", ROOT, "-B", build, f"-DCMAKE_INSTALL_PREFIX={prefix}",
-        "-DMODPACK_WERROR=ON")
-    run("cmake", "--build", build, "-j2")
-    run("ctest", "--test-dir", build, "--output-on-failure")
-    run("cmake", "--install", build)
-    return prefix
+def prefix(runtime_prefix: Path) -> Path:
+    return runtime_prefix
 
 
 @pytest.fixture(scope="module")

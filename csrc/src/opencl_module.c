@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "modpack/opencl.h"
 #include "opencl_abi.h"
 
 enum { OPENCL_PAYLOAD_VERSION = 1 };
@@ -398,4 +399,44 @@ mp_status_t mp_load_opencl(void* user_data, const mp_loader_args_t* args, mp_mod
   }
   /* No OpenCL call here: loading succeeds on machines without OpenCL; calls report it. */
   return mp_module_create("opencl", &opencl_vtable_owned, m, out_module);
+}
+
+/* ---- prebuilt binaries --------------------------------------------------------------------- */
+
+mp_status_t mp_opencl_build_binary(const char* source, uint64_t source_size, int32_t device_id,
+                                   uint8_t* buffer, uint64_t capacity, uint64_t* out_size) {
+  *out_size = 0;
+  const mp_opencl_t* cl = mp_opencl();
+  if (!cl) return mp_error_code();
+  if (device_id < 0 || (cl_uint)device_id >= cl->device_count)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "OpenCL device %d does not exist (%u available)",
+                     (int)device_id, cl->device_count);
+  cl_int err;
+  size_t length = source_size;
+  cl_device_id dev = cl->devices[device_id];
+  cl_program program = cl->cl.CreateProgramWithSource(cl->context, 1, &source, &length, &err);
+  if (!program)
+    return mp_errorf(MP_ERR_RUNTIME, "cannot create an OpenCL program: %s (%d)",
+                     mp_cl_error_name(err), (int)err);
+  err = cl->cl.BuildProgram(program, 1, &dev, "", NULL, NULL);
+  mp_status_t status = MP_OK;
+  size_t size = 0;
+  if (err != CL_SUCCESS) {
+    status = build_failed(cl, program, device_id, err);
+  } else if ((err = cl->cl.GetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size,
+                                          NULL)) != CL_SUCCESS || size == 0) {
+    status = mp_errorf(MP_ERR_UNAVAILABLE, "the OpenCL driver offers no program binary (%s)",
+                       mp_cl_error_name(err));
+  } else {
+    *out_size = size;
+    if (buffer && capacity >= size) {
+      unsigned char* binaries[1] = {buffer};
+      err = cl->cl.GetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binaries, binaries, NULL);
+      if (err != CL_SUCCESS)
+        status = mp_errorf(MP_ERR_RUNTIME, "cannot read the OpenCL program binary: %s (%d)",
+                           mp_cl_error_name(err), (int)err);
+    }
+  }
+  cl->cl.ReleaseProgram(program);
+  return status;
 }

@@ -5,7 +5,7 @@ from .const import ConstModule, const_module
 from .csource import CSourceModule, csource_module
 from .kernel_info import KernelArg, KernelInfo
 from .llvm import LLVMModule, llvm_module
-from .opencl import OpenCLModule, opencl_module
+from .opencl import OpenCLModule, opencl_binaries, opencl_module
 
 __all__ = [
     "BinaryModule",
@@ -19,5 +19,6 @@ __all__ = [
     "const_module",
     "csource_module",
     "llvm_module",
+    "opencl_binaries",
     "opencl_module",
 ]

@@ -18,7 +18,13 @@ import numpy as np
 from .base import BinaryModule
 from .kernel_info import BUFFER, SCALAR, KernelArg, KernelInfo, kernel_infos
 
-__all__ = ["LAUNCH_TAGS", "OpenCLModule", "opencl_module", "parse_kernel_signatures"]
+__all__ = [
+    "LAUNCH_TAGS",
+    "OpenCLModule",
+    "opencl_binaries",
+    "opencl_module",
+    "parse_kernel_signatures",
+]
 
 LAUNCH_TAGS = ("global.x", "global.y", "global.z", "local.x", "local.y", "local.z")
 _VERSION = 1
@@ -116,3 +122,25 @@ def opencl_module(source: str, functions: Mapping[str, Any] | Iterable[KernelInf
         (see ``modpack.device_name``); used when they match the device, else the source.
     """
     return OpenCLModule(source, functions, binaries)
+
+
+def opencl_binaries(source: str, devices: Iterable[str] = ("opencl:0",)) -> dict[str, bytes]:
+    """Build |source| for each OpenCL device here and return ``{device key: program binary}``,
+    ready for ``opencl_module(source, binaries=...)``. A library carrying them skips the
+    compile on those devices; elsewhere the runtime builds the source."""
+    from ..runtime.array import parse_device
+    from ..runtime.binding import check, ffi, lib
+    from ..runtime.devices import device_name
+
+    code = source.encode()
+    out: dict[str, bytes] = {}
+    for device in devices:
+        device_type, device_id = parse_device(device)
+        if device_type != lib.kDLOpenCL:
+            raise ValueError(f"{device!r} is not an OpenCL device")
+        size = ffi.new("uint64_t*")
+        check(lib.mp_opencl_build_binary(code, len(code), device_id, ffi.NULL, 0, size))
+        buffer = ffi.new("uint8_t[]", size[0])
+        check(lib.mp_opencl_build_binary(code, len(code), device_id, buffer, size[0], size))
+        out[device_name(device)] = ffi.buffer(buffer, size[0])[:]
+    return out

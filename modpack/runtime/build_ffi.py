@@ -14,7 +14,7 @@ import cffi
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
-HEADERS = ["dltensor.h", "abi.h", "format.h", "modpack.h"]
+HEADERS = ["dltensor.h", "abi.h", "format.h", "modpack.h", "opencl.h"]
 
 # Callbacks the runtime makes into Python: loaders, module vtables and functions written in
 # Python. Declared here only, because they exist only in the binding.
@@ -31,6 +31,7 @@ void* modpack_capsule_destructor(void);
 # tensor is released here; a consumer renames it "used_dltensor" and owns it instead.
 BINDING_SOURCE = """
 #include "modpack/modpack.h"
+#include "modpack/opencl.h"
 
 static void modpack_capsule_destructor_impl(PyObject* capsule) {
   if (PyCapsule_IsValid(capsule, "used_dltensor")) return;

@@ -1,0 +1,243 @@
+"""OpenCL device modules, executed for real on PoCL: device arrays, kernels from Python and from
+host code, prebuilt binaries, and every error a user can cause."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+from conftest import ROOT, run, run_python
+
+import modpack
+
+VADD = r"""
+__kernel void vadd(__global const float* a, __global const float* b, __global float* c, int n) {
+  int i = get_global_id(0);
+  if (i < n) c[i] = a[i] + b[i];
+}
+__kernel void axpy(double alpha, __global const double* x, __global double* y, ulong n) {
+  size_t i = get_global_id(0);
+  if (i < n) y[i] += alpha * x[i];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    """A loaded library whose root imports an OpenCL module."""
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(modpack.opencl_module(VADD))
+    path = host.export_library(tmp_path_factory.mktemp("ocl") / "k.so")
+    return modpack.load_module(path)
+
+
+def launch(n: int) -> tuple[int, ...]:
+    return (n, 1, 1, 0, 0, 0)
+
+
+def test_device_arrays_round_trip():
+    assert modpack.device_count("opencl") >= 1
+    for dtype in ("float32", "float64", "int8", "uint16", "int64", "bool"):
+        host = (np.arange(24) % 7).astype(dtype).reshape(2, 3, 4)
+        dev = modpack.array(host, device="opencl:0")
+        assert dev.device == "opencl:0" and dev.shape == (2, 3, 4) and dev.dtype == host.dtype
+        assert dev.__dlpack_device__() == (4, 0)
+        assert np.array_equal(dev.numpy(), host)
+    empty = modpack.empty((5,), "float32", device="opencl:0")
+    assert empty.nbytes == 20
+    with pytest.raises(ValueError, match="unknown device"):
+        modpack.empty(3, "float32", device="tpu:0")
+    with pytest.raises(modpack.ModpackError, match="opencl device 7 does not exist"):
+        modpack.empty(3, "float32", device="opencl:7")
+
+
+def test_cpu_arrays_speak_dlpack():
+    a = modpack.array(np.arange(6, dtype=np.int32).reshape(2, 3))
+    view = np.from_dlpack(a)
+    del a
+    assert view.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_signatures_are_derived_from_the_source():
+    mod = modpack.opencl_module(VADD)
+    assert [f.signature() for f in mod.functions] == [
+        "vadd(float32*, float32*, float32*, int32)",
+        "axpy(float64, float64*, float64*, uint64)",
+    ]
+    with pytest.raises(ValueError, match="__local"):
+        modpack.opencl_module("__kernel void f(__local float* s) {}")
+    explicit = modpack.opencl_module(VADD, functions={"vadd": ["float32*"] * 3 + ["int32"]})
+    assert [f.name for f in explicit.functions] == ["vadd"]
+
+
+def test_kernels_called_from_python(kernels):
+    n = 1000
+    a = modpack.array(np.arange(n, dtype=np.float32), device="opencl:0")
+    b = modpack.array(np.full(n, 2, dtype=np.float32), device="opencl:0")
+    c = modpack.empty(n, "float32", device="opencl:0")
+    vadd = kernels.get_function("vadd", query_imports=True)
+    vadd(a, b, c, n, *launch(n))
+    assert np.array_equal(c.numpy(), np.arange(n, dtype=np.float32) + 2)
+    x = modpack.array(np.ones(n), device="opencl:0")
+    y = modpack.array(np.arange(n, dtype=np.float64), device="opencl:0")
+    axpy = kernels.imported_modules[0]["axpy"]
+    axpy(0.5, x, y, n, n, 1, 1, 50, 1, 1)  # an explicit local size
+    assert np.array_equal(y.numpy(), np.arange(n) + 0.5)
+
+
+def test_argument_errors_are_clear(kernels):
+    n = 16
+    vadd = kernels.get_function("vadd", query_imports=True)
+    a = modpack.array(np.zeros(n, np.float32), device="opencl:0")
+    with pytest.raises(modpack.ArgumentError, match=r"expected 10 arguments .* got 4"):
+        vadd(a, a, a, n)
+    wrong_dtype = "argument 2 must have dtype float32, got int32"
+    with pytest.raises(modpack.ArgumentError, match=wrong_dtype):
+        vadd(a, a, modpack.empty(n, "int32", device="opencl:0"), n, *launch(n))
+    with pytest.raises(modpack.ArgumentError, match="not on an OpenCL device"):
+        vadd(a, a, np.zeros(n, np.float32), n, *launch(n))
+    with pytest.raises(modpack.ArgumentError, match="argument 3 must be an integer"):
+        vadd(a, a, a, 1.5, *launch(n))
+    with pytest.raises(modpack.ArgumentError, match="local sizes must be all 0"):
+        vadd(a, a, a, n, n, 1, 1, 4, 0, 0)
+
+
+def test_compile_errors_carry_the_build_log(tmp_path):
+    broken = "__kernel void f(__global float* x, int n) { x[0] = undefined_name; }"
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(modpack.opencl_module(broken))
+    lib = modpack.load_module(host.export_library(tmp_path / "broken.so"))  # loads fine
+    x = modpack.empty(4, "float32", device="opencl:0")
+    expected = r"(?s)failed to build.*build log.*undefined_name"
+    with pytest.raises(modpack.ModpackError, match=expected):
+        lib.get_function("f", query_imports=True)(x, 4, *launch(4))
+
+
+def test_prebuilt_binaries_are_used_when_they_match(tmp_path):
+    binaries = modpack.opencl_binaries(VADD)
+    (key,) = binaries
+    assert key == modpack.device_name("opencl:0")
+    # The source no longer compiles: only the binary can make the call work.
+    functions = {"vadd": ["float32*"] * 3 + ["int32"]}
+    mod = modpack.opencl_module("this is not OpenCL", functions=functions, binaries=binaries)
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(mod)
+    lib = modpack.load_module(host.export_library(tmp_path / "bin.so"))
+    a = modpack.array(np.ones(8, np.float32), device="opencl:0")
+    c = modpack.empty(8, "float32", device="opencl:0")
+    lib.get_function("vadd", query_imports=True)(a, a, c, 8, *launch(8))
+    assert np.array_equal(c.numpy(), np.full(8, 2, np.float32))
+
+
+def test_stale_binaries_fall_back_to_source(tmp_path):
+    key = modpack.device_name("opencl:0")
+    mod = modpack.opencl_module(VADD, binaries={key: b"garbage", "other/device/1.0": b"x"})
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(mod)
+    lib = modpack.load_module(host.export_library(tmp_path / "stale.so"))
+    a = modpack.array(np.ones(8, np.float32), device="opencl:0")
+    c = modpack.empty(8, "float32", device="opencl:0")
+    lib.get_function("vadd", query_imports=True)(a, a, c, 8, *launch(8))
+    assert np.array_equal(c.numpy(), np.full(8, 2, np.float32))
+
+
+def test_concurrent_calls_share_kernels(kernels):
+    n = 4096
+    vadd = kernels.get_function("vadd", query_imports=True)
+    errors = []
+
+    def work(seed: int) -> None:
+        try:
+            a_host = np.full(n, seed, np.float32)
+            a = modpack.array(a_host, device="opencl:0")
+            c = modpack.empty(n, "float32", device="opencl:0")
+            for _ in range(25):
+                vadd(a, a, c, n, *launch(n))
+                assert np.array_equal(c.numpy(), 2 * a_host)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def _child(code: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+
+
+def test_no_platform_is_a_clear_error(tmp_path):
+    """A machine whose ICD loader finds no driver: loading works, using OpenCL says why."""
+    empty = tmp_path / "vendors"
+    empty.mkdir()
+    proc = _child(
+        "import modpack\n"
+        "try:\n    modpack.empty(4, 'float32', device='opencl:0')\n"
+        "except modpack.UnavailableError as e:\n    print('Unavailable:', e)\n",
+        OCL_ICD_VENDORS=str(empty),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Unavailable: no OpenCL platform found" in proc.stdout
+    assert "pocl-opencl-icd" in proc.stdout
+
+
+def test_missing_opencl_library_is_a_clear_error(kernels):
+    proc = _child(
+        "import sys, modpack\n"
+        "lib = modpack.load_module(sys.argv[1])\n"  # loading needs no OpenCL
+        "try:\n    modpack.device_count('opencl')\n"
+        "except modpack.UnavailableError as e:\n    print('Unavailable:', e)\n",
+        kernels.library_path,
+        MODPACK_OPENCL_LIBRARY="/nonexistent/libOpenCL.so.1",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "OpenCL is not available: cannot load /nonexistent/libOpenCL.so.1" in proc.stdout
+
+
+def test_inspect_lists_the_kernels(kernels):
+    from modpack.inspection import inspect_library
+
+    (ocl,) = [m for m in inspect_library(kernels.library_path)["modules"]
+              if m["type_key"] == "opencl"]
+    assert ocl["contents"]["functions"] == ["vadd", "axpy"]
+    assert ocl["contents"]["kernels"][1]["args"] == ["float64", "float64*", "float64*", "uint64"]
+
+
+def test_example_from_python(tmp_path):
+    out = run(sys.executable, ROOT / "examples" / "opencl_vadd" / "pipeline.py",
+              tmp_path / "deploy.so")
+    assert "opencl_vadd (Python): OK" in out and "first call (program build)" in out
+
+
+def test_example_from_c(tmp_path, runtime_prefix):
+    example = ROOT / "examples" / "opencl_vadd"
+    build = tmp_path / "build"
+    run("cmake", "-S", example, "-B", build, f"-DCMAKE_PREFIX_PATH={runtime_prefix}")
+    run("cmake", "--build", build)
+    deploy = tmp_path / "deploy.so"
+    run(sys.executable, example / "pipeline.py", "build", deploy)
+    out = run(build / "opencl_vadd", deploy)
+    assert "opencl_vadd (C): OK, 4096 elements match" in out
+
+
+def test_fresh_process_runs_the_pipeline(tmp_path):
+    sys.path.insert(0, str(ROOT / "examples" / "opencl_vadd"))
+    try:
+        import pipeline
+    finally:
+        sys.path.pop(0)
+    path = pipeline.build(tmp_path / "p.so")
+    out = run_python(
+        "import sys; sys.path.insert(0, sys.argv[2]); import pipeline\n"
+        "pipeline.run(__import__('pathlib').Path(sys.argv[1]), n=1000)",
+        str(path), str(ROOT / "examples" / "opencl_vadd"),
+    )
+    assert "OK, matches numpy" in out
