@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass, field
+from typing import Any, BinaryIO
 
 import xxhash
 
@@ -25,6 +27,7 @@ from .modules.base import Module, _walk
 
 __all__ = ["BlobPlan", "ModuleSerializer"]
 
+PROGRESS_THRESHOLD = 256 << 20  # bytes of payload before a progress bar is worth showing
 _TYPE_KEY = re.compile(r"^[A-Za-z0-9.-][A-Za-z0-9_.-]*$")
 
 
@@ -99,48 +102,103 @@ class ModuleSerializer:
         return BlobPlan(nodes, dso, row_ptr, child_indices)  # type: ignore[arg-type]
 
     def write_blob(self, path: str | os.PathLike, alignment: int = ALIGNMENT) -> int:
-        """Write the blob to |path|; returns its size. |alignment| (a multiple of 64) places
-        each payload, e.g. 4096 to let loaders map payloads page by page."""
-        if alignment < ALIGNMENT or alignment % ALIGNMENT:
-            raise ValueError(f"payload_alignment must be a multiple of {ALIGNMENT}")
+        """Write the blob to the file |path|; returns its size."""
+        with open(path, "w+b") as f:
+            return self.write_blob_to(f, 0, alignment)
+
+    def write_blob_to(self, f: BinaryIO, base: int, alignment: int = ALIGNMENT) -> int:
+        """Write the blob into the seekable file |f| starting at byte |base| (e.g. inside an
+        object file's section); returns its size and leaves |f| at its end.
+
+        |alignment| (a power of two >= 64) places each payload, e.g. 4096 to let loaders map
+        payloads page by page. Each payload streams from its module's buffers to the file
+        once, hashed on the way; a payload identical to an earlier one (same size, checksum
+        and bytes) is dropped and its entry points at the first copy.
+        """
+        if alignment < ALIGNMENT or alignment & (alignment - 1):
+            raise ValueError(f"payload_alignment must be a power of two >= {ALIGNMENT}")
         plan = self.plan
         entries = [EntryRecord(k) for k in plan.type_keys]
         layout = IndexLayout.plan(plan.type_keys, len(plan.child_indices))
-        cursor = layout.index_size
-        for entry, n in zip(entries, plan.nodes, strict=True):
-            if n is None:
-                continue
-            cursor = align_up(cursor, alignment)
-            entry.payload_offset = cursor
-            entry.payload_size = n.payload_size()
-            cursor += entry.payload_size
-        blob_size = cursor
+        sizes = [0 if n is None else n.payload_size() for n in plan.nodes]
+        stored: dict[tuple[int, int], int] = {}  # (size, checksum) -> offset of the first copy
 
-        with open(path, "wb") as f:
+        with _progress(sum(sizes)) as progress:
+            f.seek(base)
             f.write(bytes(layout.index_size))
-            position = layout.index_size
-            for entry, n in zip(entries, plan.nodes, strict=True):
-                if n is None:
+            cursor = layout.index_size
+            for entry, node, size in zip(entries, plan.nodes, sizes, strict=True):
+                if node is None:
                     continue
-                f.write(bytes(entry.payload_offset - position))
-                digest = xxhash.xxh3_64()
-                written = 0
-                for chunk in n.payload_chunks():
-                    view = memoryview(chunk).cast("B")
-                    digest.update(view)
-                    f.write(view)
-                    written += len(view)
-                if written != entry.payload_size:
-                    raise ModpackError(
-                        f"the {n.type_key} module wrote {written} payload bytes but declared "
-                        f"{entry.payload_size}; its payload_size() and payload_chunks() disagree"
-                    )
-                entry.payload_checksum = digest.intdigest()
-                position = entry.payload_offset + written
-            f.seek(0)
-            f.write(pack_index(layout, entries, plan.row_ptr, plan.child_indices, blob_size,
+                offset = align_up(cursor, alignment)
+                f.write(bytes(offset - cursor))
+                digest = _stream_payload(node, size, f, progress)
+                entry.payload_size, entry.payload_checksum = size, digest
+                first = stored.get((size, digest))
+                if first is not None and _same_bytes(f, base + first, base + offset, size):
+                    entry.payload_offset = first
+                    f.seek(base + cursor)
+                    f.truncate()
+                    continue
+                stored.setdefault((size, digest), offset)
+                entry.payload_offset = offset
+                cursor = offset + size
+            f.seek(base)
+            f.write(pack_index(layout, entries, plan.row_ptr, plan.child_indices, cursor,
                                _writer_version()))
-        return blob_size
+            f.seek(base + cursor)
+        return cursor
+
+
+def _stream_payload(node: Module, size: int, f: BinaryIO, progress: Any) -> int:
+    """Write |node|'s payload chunks to |f| as they come; returns their XXH3-64."""
+    digest = xxhash.xxh3_64()
+    written = 0
+    for chunk in node.payload_chunks():
+        view = memoryview(chunk).cast("B")
+        digest.update(view)
+        f.write(view)
+        written += len(view)
+        if progress is not None:
+            progress.update(len(view))
+    if written != size:
+        raise ModpackError(
+            f"the {node.type_key} module wrote {written} payload bytes but declared {size}; "
+            "its payload_size() and payload_chunks() disagree"
+        )
+    return digest.intdigest()
+
+
+def _same_bytes(f: BinaryIO, a: int, b: int, size: int, chunk: int = 1 << 20) -> bool:
+    """Compare two regions of |f| in bounded memory (guards dedup against hash collisions)."""
+    for start in range(0, size, chunk):
+        n = min(chunk, size - start)
+        f.seek(a + start)
+        left = f.read(n)
+        f.seek(b + start)
+        if left != f.read(n):
+            f.seek(b + size)
+            return False
+    f.seek(b + size)
+    return True
+
+
+class _NoProgress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _progress(total: int) -> Any:
+    """A byte progress bar on stderr for long exports when it is a terminal."""
+    if total < PROGRESS_THRESHOLD or not sys.stderr.isatty():
+        return _NoProgress()
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
+                desc="modpack: writing payloads", leave=False)
 
 
 def _check_type_key(key: str) -> None:

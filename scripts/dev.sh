@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages: the C toolchain and CMake for the runtime, the xxHash header it compiles
+# Debian packages: the C toolchain, CMake and lld (fast linking of large blobs) for the runtime
+# and exports, the xxHash header the runtime compiles
 # against, and PoCL + the OpenCL ICD loader for the OpenCL device path.
-DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config libxxhash-dev ocl-icd-libopencl1 pocl-opencl-icd)
+DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config lld libxxhash-dev ocl-icd-libopencl1 pocl-opencl-icd)
 
 setup() {
   local missing=()

@@ -28,7 +28,7 @@ def test_save_to_binary_matches_the_loaded_payload(tmp_path):
     host = modpack.csource_module(VADD_C)
     host.import_module(k)
     path = host.export_library(tmp_path / "p.so", workspace_dir=tmp_path / "ws")
-    assert payload in (tmp_path / "ws" / "devc.bin").read_bytes()
+    assert payload in (tmp_path / "ws" / "devc.o").read_bytes()
     loaded = modpack.load_module(path).imported_modules[0].arrays
     assert {n: a.tolist() for n, a in loaded.items()} == {n: a.tolist() for n, a in arrays.items()}
 

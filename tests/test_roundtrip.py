@@ -176,7 +176,28 @@ def test_export_is_atomic_on_compile_error(tmp):
 def test_workspace_dir_keeps_intermediates(host, tmp):
     host.import_module(consts(1))
     host.export_library(tmp / "ws.so", workspace_dir=tmp / "ws")
-    assert {"lib0.c", "lib0.o", "devc.bin", "devc.o"} <= {p.name for p in (tmp / "ws").iterdir()}
+    assert {"lib0.c", "lib0.o", "devc.o"} <= {p.name for p in (tmp / "ws").iterdir()}
+    host.export_library(tmp / "ws2.so", workspace_dir=tmp / "ws2", packer="asm")
+    assert {"devc.bin", "devc.S", "devc.o"} <= {p.name for p in (tmp / "ws2").iterdir()}
+
+
+@pytest.mark.parametrize("packer", ["elf", "asm", "llvm"])
+@pytest.mark.parametrize("linker", ["bfd", "lld"])
+def test_every_packer_and_linker_make_the_same_blob(host, tmp, packer, linker, monkeypatch):
+    import shutil
+
+    if linker == "lld" and not shutil.which("ld.lld"):
+        pytest.skip("lld is not installed (apt-get install lld)")
+    monkeypatch.setenv("MODPACK_LINKER", linker)
+    host.import_module(modpack.const_module({"w": np.arange(1000, dtype=np.int16)}))
+    path = host.export_library(tmp / f"{packer}-{linker}.so", packer=packer)
+    from blobtools import read_blob
+
+    reference = host.export_library(tmp / "reference.so", packer="asm")
+    assert read_blob(path) == read_blob(reference)
+    root = modpack.load_module(path)
+    assert root.imported_modules[0].arrays["w"].tolist() == list(range(1000))
+    assert root["add_int"](2, 2) == 4
 
 
 def test_llvm_packer_and_custom_fpack(host, tmp):
@@ -245,3 +266,21 @@ MP_EXPORT_VOID_FUNC(check_positive, int64_t)
     with pytest.raises(modpack.ArgumentError, match="check_positive: -2 <= 0"):
         root["check_positive"](-2)
     root["check_positive"](1)  # the flag is per call, not sticky
+
+
+def test_identical_payloads_are_stored_once(host, tmp):
+    weights = np.arange(100_000, dtype=np.float32)
+    a = modpack.const_module({"w": weights})
+    b = modpack.const_module({"w": weights.copy()})
+    c = modpack.const_module({"w": weights[::-1].copy()})
+    for m in (a, b, c):
+        host.import_module(m)
+    path = host.export_library(tmp / "dedup.so")
+    from modpack.inspection import inspect_library
+
+    mods = inspect_library(path)["modules"]
+    assert mods[1]["offset"] == mods[2]["offset"] != mods[3]["offset"]
+    assert path.stat().st_size < 2.5 * weights.nbytes  # two copies stored, not three
+    la, lb, lc = modpack.load_module(path).imported_modules
+    assert la is not lb  # still two modules, sharing bytes
+    assert np.array_equal(lb.arrays["w"], weights) and np.array_equal(lc.arrays["w"], weights[::-1])

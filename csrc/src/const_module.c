@@ -166,10 +166,12 @@ static mp_status_t load_const(void* user_data, const mp_loader_args_t* args,
 static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
 
 mp_status_t mp_load_opencl(void* user_data, const mp_loader_args_t* args, mp_module_t** out_module);
+mp_status_t mp_load_cuda(void* user_data, const mp_loader_args_t* args, mp_module_t** out_module);
 
 static void register_builtins(void) {
   mp_loader_register_builtin("const", load_const, NULL);
   mp_loader_register_builtin("opencl", mp_load_opencl, NULL);
+  mp_loader_register_builtin("cuda", mp_load_cuda, NULL);
 }
 
 void mp_builtin_loaders_init(void) { pthread_once(&builtin_once, register_builtins); }

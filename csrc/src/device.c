@@ -79,10 +79,11 @@ const mp_device_api_t* mp_device_api(int32_t device_type) {
   switch (device_type) {
     case kDLCPU: return &mp_cpu_device_api;
     case kDLOpenCL: return &mp_opencl_device_api;
+    case kDLCUDA: return &mp_cuda_device_api;
     default:
       mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                "device type %d is not supported by this runtime (supported: cpu=%d, opencl=%d)",
-                (int)device_type, kDLCPU, kDLOpenCL);
+                "device type %d is not supported by this runtime (supported: cpu=%d, cuda=%d, "
+                "opencl=%d)", (int)device_type, kDLCPU, kDLCUDA, kDLOpenCL);
       return NULL;
   }
 }

@@ -84,6 +84,9 @@ mp_status_t mp_context_get_array(void* ctx, const char* name, const DLTensor** o
 /* Validate an ELF shared object's extents against its file size before dlopen maps it. */
 mp_status_t mp_elf_check_file(const char* path);
 
+/* Check every payload's XXH3-64 (each distinct payload once). */
+mp_status_t mp_blob_verify_payloads(const mp_blob_t* blob);
+
 /* XXH3-64 of the index with its checksum field zeroed; |index_size| >= 64. */
 uint64_t mp_index_checksum(const uint8_t* blob, uint64_t index_size);
 
@@ -108,6 +111,7 @@ typedef struct {
 
 extern const mp_device_api_t mp_cpu_device_api;
 extern const mp_device_api_t mp_opencl_device_api;
+extern const mp_device_api_t mp_cuda_device_api;
 /* The API of |device_type|, or NULL with an error naming the supported types. */
 const mp_device_api_t* mp_device_api(int32_t device_type);
 

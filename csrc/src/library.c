@@ -13,8 +13,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
+
+/* ---- MODPACK_LOG_LOADING: one line per load phase on stderr ------------------------------- */
+
+static bool log_enabled(void) {
+  static int enabled = -1; /* benign race: every thread computes the same value */
+  if (enabled < 0) {
+    const char* v = getenv("MODPACK_LOG_LOADING");
+    enabled = v && *v && strcmp(v, "0") != 0;
+  }
+  return enabled;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Logs the phase that started at *|since| and restarts the clock. */
+static void log_phase(const char* path, const char* phase, double* since, const char* detail) {
+  if (!log_enabled()) return;
+  double t = now_ms();
+  fprintf(stderr, "modpack: load %s: %-16s %9.3f ms%s%s\n", path, phase, t - *since,
+          detail[0] ? "  " : "", detail);
+  *since = t;
+}
 
 /* Loads are serialised (loaders may load recursively, hence recursive). */
 static pthread_mutex_t library_lock;
@@ -171,11 +198,32 @@ static mp_status_t locate_blob(mp_library_t* library, const uint8_t* blob,
 
 static mp_status_t build_tree(mp_library_t* library, mp_const_byte_span_t bytes, uint32_t flags,
                               mp_module_t** out_root) {
+  double clock = now_ms();
+  char detail[128];
   mp_blob_t* blob = NULL;
-  mp_status_t status = mp_blob_parse(bytes, flags, &blob);
+  mp_status_t status = mp_blob_parse(bytes, flags | MP_LOAD_SKIP_PAYLOAD_CHECKSUMS, &blob);
   if (status != MP_OK) return mp_error_prefix(status, "'%s': %s", library->path, MP_BLOB_SYMBOL);
   mp_blob_info_t info;
   mp_blob_info(blob, &info);
+  snprintf(detail, sizeof detail, "%" PRIu64 " modules, %" PRIu64 " bytes", info.module_count,
+           info.blob_size);
+  log_phase(library->path, "index", &clock, detail);
+  if (!(flags & MP_LOAD_SKIP_PAYLOAD_CHECKSUMS)) {
+    status = mp_blob_verify_payloads(blob);
+    if (status != MP_OK) {
+      mp_blob_free(blob);
+      return mp_error_prefix(status, "'%s': %s", library->path, MP_BLOB_SYMBOL);
+    }
+    if (log_enabled()) {
+      uint64_t hashed = info.blob_size - info.index_size; /* payloads and their padding */
+      double seconds = (now_ms() - clock) / 1e3;
+      snprintf(detail, sizeof detail, "XXH3 over %" PRIu64 " bytes, %.2f GB/s", hashed,
+               seconds > 0 ? (double)hashed / seconds / 1e9 : 0.0);
+      log_phase(library->path, "checksums", &clock, detail);
+    }
+  } else {
+    log_phase(library->path, "checksums", &clock, "skipped (MP_LOAD_SKIP_PAYLOAD_CHECKSUMS)");
+  }
   mp_module_t** modules = calloc(info.module_count, sizeof *modules);
   if (!modules) {
     mp_blob_free(blob);
@@ -222,6 +270,7 @@ static mp_status_t build_tree(mp_library_t* library, mp_const_byte_span_t bytes,
     for (uint64_t k = 0; k < entry.child_count && status == MP_OK; ++k)
       status = mp_module_append_import(modules[i], modules[mp_blob_child(blob, entry.first_edge + k)]);
   }
+  log_phase(library->path, "loaders + tree", &clock, "");
   /* The tree now holds its own references; keep the root's. */
   for (uint64_t i = 1; i < info.module_count; ++i) mp_module_release(modules[i]);
   if (status == MP_OK) {
@@ -235,11 +284,14 @@ static mp_status_t build_tree(mp_library_t* library, mp_const_byte_span_t bytes,
 }
 
 static mp_status_t load_locked(const char* path, uint32_t flags, mp_module_t** out_module) {
+  double clock = now_ms();
   mp_status_t status = mp_elf_check_file(path);
   if (status != MP_OK) return status;
+  log_phase(path, "file check", &clock, "");
   dlerror();
   void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) return mp_errorf(MP_ERR_IO, "cannot load '%s': %s", path, dlerror());
+  log_phase(path, "dlopen", &clock, "");
 
   for (live_library_t* live = live_libraries; live; live = live->next) {
     if (live->library->handle != handle || !try_retain(&live->library->refcount)) continue;

@@ -13,12 +13,13 @@ from ..errors import ModpackError
 from ..format import ALIGNMENT
 from ..modules.base import Module
 from ..packers import pack_with_assembler, pack_with_llvm
+from ..packers.elf import ELF_MACHINES, pack_elf_object
 from ..serializer import ModuleSerializer
-from .toolchain import create_shared, create_tar
+from .toolchain import create_shared, create_tar, target_machine
 
 __all__ = ["export_library"]
 
-_PACKERS = {"asm": pack_with_assembler, "llvm": pack_with_llvm}
+_PACKERS = ("auto", "elf", "asm", "llvm")
 
 
 def export_library(
@@ -29,7 +30,7 @@ def export_library(
     *,
     options: list[str] | None = None,
     cc: str | None = None,
-    packer: str = "asm",
+    packer: str = "auto",
     fpack_imports: Callable[[Path, Path], Path] | None = None,
     payload_alignment: int | None = None,
 ) -> Path:
@@ -45,22 +46,19 @@ def export_library(
     serializer = ModuleSerializer(root)  # validates the tree before any work
 
     keep = workspace_dir is not None
-    workspace = Path(workspace_dir) if keep else Path(tempfile.mkdtemp(prefix="modpack-export-"))
+    if keep:
+        workspace = Path(workspace_dir)
+    else:
+        scratch = _scratch_root(sum(n.payload_size() for n in serializer.plan.nodes if n))
+        workspace = Path(tempfile.mkdtemp(prefix="modpack-export-", dir=scratch))
     workspace.mkdir(parents=True, exist_ok=True)
     try:
         objects: list[Path] = []
         for i, module in enumerate(serializer.plan.dso_modules):
             objects += module.compile_objects(workspace, f"lib{i}", cc, options)  # type: ignore[attr-defined]
         if len(serializer.plan.nodes) > 1 or serializer.plan.nodes[0] is not None:
-            blob = workspace / "devc.bin"
-            alignment = payload_alignment or ALIGNMENT
-            serializer.write_blob(blob, alignment)
-            if fpack_imports is not None:
-                objects.append(Path(fpack_imports(blob, workspace)))
-            elif packer == "llvm":
-                objects.append(pack_with_llvm(blob, workspace, alignment=alignment))
-            else:
-                objects.append(pack_with_assembler(blob, workspace, cc, alignment))
+            objects.append(_pack(serializer, workspace, packer, fpack_imports, cc,
+                                 payload_alignment or ALIGNMENT))
         if not objects:
             raise ModpackError("nothing to export: the tree has no host code and no modules")
         # Write next to the target and rename: the output is complete or absent, never half.
@@ -77,6 +75,40 @@ def export_library(
         if not keep:
             shutil.rmtree(workspace, ignore_errors=True)
     return output
+
+
+def _scratch_root(payload_bytes: int) -> str | None:
+    """Where intermediates go: memory-backed /dev/shm when it has room for the blob object
+    twice over, since the object is written once and read once by the linker and never needs
+    to reach the disk (that halves export time for large blobs); else the temp folder."""
+    shm = "/dev/shm"
+    try:
+        if os.path.isdir(shm) and os.access(shm, os.W_OK):
+            if shutil.disk_usage(shm).free > 2 * payload_bytes + (64 << 20):
+                return shm
+    except OSError:
+        pass
+    return None
+
+
+def _pack(serializer: ModuleSerializer, workspace: Path, packer: str,
+          fpack_imports: Callable[[Path, Path], Path] | None, cc: str | None,
+          alignment: int) -> Path:
+    """The blob object: written directly as ELF when the target allows (one pass over the
+    payloads, no assembler), else through a blob file and the assembler or llvmlite."""
+    machine = target_machine(cc) or ""
+    if packer == "auto":
+        direct = fpack_imports is None and machine.split("-")[0] in ELF_MACHINES
+        packer = "elf" if direct else "asm"
+    if packer == "elf" and fpack_imports is None:
+        return pack_elf_object(serializer, workspace, machine or "x86_64", alignment)
+    blob = workspace / "devc.bin"
+    serializer.write_blob(blob, alignment)
+    if fpack_imports is not None:
+        return Path(fpack_imports(blob, workspace))
+    if packer == "llvm":
+        return pack_with_llvm(blob, workspace, alignment=alignment)
+    return pack_with_assembler(blob, workspace, cc, alignment)
 
 
 def _call_fcompile(fcompile: Callable[..., Any], output: Path, objects: list[Path],

@@ -104,8 +104,10 @@ class Module:
         fcompile : ``fcompile(output, objects, options)`` links the objects (a cross compiler,
             say); the default runs ``$CC`` (or ``cc``) ``-shared``.
         workspace_dir : keep the intermediate files (sources, objects, blob) here.
-        options : ``options`` (extra compiler flags), ``cc``, ``packer`` (``"llvm"`` or
-            ``"asm"``), ``fpack_imports`` (a custom blob packer), ``payload_alignment``.
+        options : ``options`` (extra compiler flags), ``cc``, ``packer`` (``"auto"``: a
+            direct ELF object where the target allows, else ``"asm"``; or ``"elf"``,
+            ``"asm"``, ``"llvm"``), ``fpack_imports`` (a custom blob packer taking the blob
+            file and the workspace, returning an object file), ``payload_alignment``.
         """
         from ..exporter import export_library
 

@@ -14,7 +14,7 @@ import cffi
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
-HEADERS = ["dltensor.h", "abi.h", "format.h", "modpack.h", "opencl.h"]
+HEADERS = ["dltensor.h", "abi.h", "format.h", "modpack.h", "opencl.h", "cuda.h"]
 
 # Callbacks the runtime makes into Python: loaders, module vtables and functions written in
 # Python. Declared here only, because they exist only in the binding.

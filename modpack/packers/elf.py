@@ -1,0 +1,77 @@
+"""The direct packer: write ``devc.o`` as a minimal ELF relocatable object, with the serializer
+streaming the blob straight into its section — no intermediate blob file, no assembler pass.
+
+The object holds one allocated, read-only section for the blob (``.lrodata.__dev_mblob`` with
+the x86-64 *large* flag, so blobs past 2 GiB link; ``.rodata.__dev_mblob`` on aarch64), an empty
+``.note.GNU-stack`` (a non-executable stack), and a symbol table defining ``__dev_mblob`` with
+its size. The layout follows the System V ABI's ELF-64 object file format.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from ..format import BLOB_SYMBOL
+
+__all__ = ["ELF_MACHINES", "pack_elf_object"]
+
+# Targets whose relocatable objects need no e_flags: architecture name -> e_machine.
+ELF_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183}
+
+_SHT_PROGBITS, _SHT_SYMTAB, _SHT_STRTAB = 1, 2, 3
+_SHF_ALLOC, _SHF_X86_64_LARGE = 0x2, 0x10000000
+_STB_GLOBAL, _STT_OBJECT = 1, 1
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
+_SHDR = struct.Struct("<IIQQQQIIQQ")
+_SYM = struct.Struct("<IBBHQQ")
+
+
+def _align(value: int, alignment: int) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+def pack_elf_object(serializer, workspace: Path, machine: str, alignment: int) -> Path:
+    """Write ``workspace/devc.o`` for |machine| (a key of ELF_MACHINES) holding the blob of
+    |serializer| aligned to |alignment|; returns its path."""
+    arch = machine.split("-")[0].lower()
+    if arch not in ELF_MACHINES:
+        raise ValueError(f"the ELF packer does not support {machine!r}; use packer='asm'")
+    large = arch in ("x86_64", "amd64")
+    section = f".{'l' if large else ''}rodata.{BLOB_SYMBOL}"
+    shstrtab = b"\0" + section.encode() + b"\0.note.GNU-stack\0.symtab\0.strtab\0.shstrtab\0"
+    names = {n: shstrtab.index(b"\0" + n.encode() + b"\0") + 1
+             for n in (section, ".note.GNU-stack", ".symtab", ".strtab", ".shstrtab")}
+    strtab = b"\0" + BLOB_SYMBOL.encode() + b"\0"
+
+    path = workspace / "devc.o"
+    with open(path, "w+b") as f:
+        data_at = _align(_EHDR.size, alignment)
+        size = serializer.write_blob_to(f, data_at, alignment)
+        symtab_at = _align(data_at + size, 8)
+        symbols = _SYM.pack(0, 0, 0, 0, 0, 0) + _SYM.pack(
+            1, (_STB_GLOBAL << 4) | _STT_OBJECT, 0, 1, 0, size)
+        strtab_at = symtab_at + len(symbols)
+        shstrtab_at = strtab_at + len(strtab)
+        shdrs_at = _align(shstrtab_at + len(shstrtab), 8)
+        flags = _SHF_ALLOC | (_SHF_X86_64_LARGE if large else 0)
+        headers = [
+            _SHDR.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+            _SHDR.pack(names[section], _SHT_PROGBITS, flags, 0, data_at, size, 0, 0, alignment, 0),
+            _SHDR.pack(names[".note.GNU-stack"], _SHT_PROGBITS, 0, 0, data_at, 0, 0, 0, 1, 0),
+            # sh_link: the string table; sh_info: index of the first global symbol.
+            _SHDR.pack(names[".symtab"], _SHT_SYMTAB, 0, 0, symtab_at, len(symbols), 4, 1, 8,
+                       _SYM.size),
+            _SHDR.pack(names[".strtab"], _SHT_STRTAB, 0, 0, strtab_at, len(strtab), 0, 0, 1, 0),
+            _SHDR.pack(names[".shstrtab"], _SHT_STRTAB, 0, 0, shstrtab_at, len(shstrtab), 0, 0,
+                       1, 0),
+        ]
+        f.seek(symtab_at)
+        f.write(symbols + strtab + shstrtab)
+        f.write(bytes(shdrs_at - f.tell()))
+        f.write(b"".join(headers))
+        ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)  # 64-bit, little-endian, SysV
+        f.seek(0)
+        f.write(_EHDR.pack(ident, 1, ELF_MACHINES[arch], 1, 0, 0, shdrs_at, 0, _EHDR.size, 0, 0,
+                           _SHDR.size, len(headers), 5))
+    return path
