@@ -20,6 +20,7 @@ from .toolchain import create_shared, create_tar, target_machine
 __all__ = ["export_library"]
 
 _PACKERS = ("auto", "elf", "asm", "llvm")
+LARGE_BLOB = 1 << 30  # from here on, link with GNU ld (see below)
 
 
 def export_library(
@@ -46,10 +47,11 @@ def export_library(
     serializer = ModuleSerializer(root)  # validates the tree before any work
 
     keep = workspace_dir is not None
+    payload_bytes = sum(n.payload_size() for n in serializer.plan.nodes if n)
     if keep:
         workspace = Path(workspace_dir)
     else:
-        scratch = _scratch_root(sum(n.payload_size() for n in serializer.plan.nodes if n))
+        scratch = _scratch_root(payload_bytes)
         workspace = Path(tempfile.mkdtemp(prefix="modpack-export-", dir=scratch))
     workspace.mkdir(parents=True, exist_ok=True)
     try:
@@ -61,12 +63,18 @@ def export_library(
                                  payload_alignment or ALIGNMENT))
         if not objects:
             raise ModpackError("nothing to export: the tree has no host code and no modules")
+        link_options = list(options)
+        user_linker = "MODPACK_LINKER" in os.environ
+        if fcompile is create_shared and payload_bytes >= LARGE_BLOB and not user_linker:
+            # GNU ld places x86-64 large sections after the data, so code-to-data references
+            # never span the blob; lld before 17 does not, and fails past 2 GiB.
+            link_options.append("-fuse-ld=bfd")
         # Write next to the target and rename: the output is complete or absent, never half.
         fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
         os.close(fd)
         tmp = Path(tmp_name)
         try:
-            _call_fcompile(fcompile, tmp, objects, options, cc)
+            _call_fcompile(fcompile, tmp, objects, link_options, cc)
             os.chmod(tmp, 0o755 if output.suffix != ".tar" else 0o644)
             os.replace(tmp, output)
         finally:

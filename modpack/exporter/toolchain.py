@@ -88,7 +88,9 @@ def create_shared(output: str | os.PathLike, objects: Sequence[str | os.PathLike
     ``-Bsymbolic`` binds the library's references to its own module context, so another
     library (or the application) defining the same names cannot capture them.
     """
-    cmd = [*c_compiler(cc), "-shared", "-fPIC", *_linker_flags(cc), "-Wl,-Bsymbolic",
+    chosen = any(o.startswith("-fuse-ld=") for o in options)
+    cmd = [*c_compiler(cc), "-shared", "-fPIC", *([] if chosen else _linker_flags(cc)),
+           "-Wl,-Bsymbolic",
            "-Wl,-z,noexecstack", "-o", os.fspath(output), *map(os.fspath, objects), *options]
     run_tool(cmd, f"linking {Path(output).name}")
 

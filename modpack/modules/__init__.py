@@ -3,6 +3,7 @@
 from .base import BinaryModule, Module
 from .const import ConstModule, const_module
 from .csource import CSourceModule, csource_module
+from .cuda import CUDAModule, cuda_module
 from .kernel_info import KernelArg, KernelInfo
 from .llvm import LLVMModule, llvm_module
 from .opencl import OpenCLModule, opencl_binaries, opencl_module
@@ -10,6 +11,7 @@ from .opencl import OpenCLModule, opencl_binaries, opencl_module
 __all__ = [
     "BinaryModule",
     "CSourceModule",
+    "CUDAModule",
     "ConstModule",
     "KernelArg",
     "KernelInfo",
@@ -18,6 +20,7 @@ __all__ = [
     "OpenCLModule",
     "const_module",
     "csource_module",
+    "cuda_module",
     "llvm_module",
     "opencl_binaries",
     "opencl_module",
