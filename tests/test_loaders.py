@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import numpy as np
@@ -105,9 +106,14 @@ def test_concurrent_loads_share_one_tree(tmp_path):
 
     def work(path):
         try:
-            for _ in range(20):
+            for i in range(60):
                 root = modpack.load_module(path)
                 results.append((path, id(root), root.imported_modules[0].arrays["w"].sum()))
+                add = root["add_int"]
+                del root  # drop the tree while another thread may be loading it again
+                assert add(i, 1) == i + 1
+                if i % 7 == 0:
+                    gc.collect()
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 

@@ -67,6 +67,10 @@ struct mp_module {
  * tree acyclic). */
 mp_status_t mp_module_append_import(mp_module_t* parent, mp_module_t* child);
 
+/* Called when |module|'s last reference goes: drops it from the library's bookkeeping (root of
+ * the live tree, "library" node) under the load lock, so no load can revive it. */
+void mp_library_forget_module(mp_library_t* library, mp_module_t* module);
+
 /* The "library" module kind: functions looked up with dlsym. */
 mp_status_t mp_library_module_create(mp_library_t* library, mp_module_t** out_module);
 /* Registers the built-in loaders (const) once. */

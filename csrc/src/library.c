@@ -100,6 +100,19 @@ void mp_library_release(mp_library_t* library) {
 
 const char* mp_library_path(const mp_library_t* library) { return library->path; }
 
+void mp_library_forget_module(mp_library_t* library, mp_module_t* module) {
+  lock_libraries();
+  for (live_library_t* live = live_libraries; live; live = live->next)
+    if (live->library == library && live->root == module) live->root = NULL;
+  if (library->lib_module == module) {
+    library->lib_module = NULL;
+    /* The context must not point at a dead module. */
+    void** ctx = dlsym(library->handle, MP_CTX_LIBRARY_SYMBOL);
+    if (ctx && *ctx == module) *ctx = NULL;
+  }
+  pthread_mutex_unlock(&library_lock);
+}
+
 /* ---- the "library" module kind ------------------------------------------------------------ */
 
 static mp_status_t library_get_function(mp_module_t* self, const char* name,
@@ -115,17 +128,8 @@ static mp_status_t library_get_function(mp_module_t* self, const char* name,
   return mp_function_create(fn, NULL, NULL, self, out_function);
 }
 
-static void library_destroy(void* impl) {
-  mp_library_t* library = impl;
-  /* The context must not point at a dead module. */
-  void** ctx = dlsym(library->handle, MP_CTX_LIBRARY_SYMBOL);
-  if (ctx && *ctx == library->lib_module) *ctx = NULL;
-  library->lib_module = NULL;
-}
-
 static const mp_module_vtable_t library_vtable = {
     .get_function = library_get_function,
-    .destroy = library_destroy,
 };
 
 /* Write a function pointer into a context slot, if the library has that slot. */

@@ -45,6 +45,9 @@ void mp_module_retain(mp_module_t* module) {
 void mp_module_release(mp_module_t* module) {
   if (!module) return;
   if (atomic_fetch_sub_explicit(&module->refcount, 1, memory_order_acq_rel) != 1) return;
+  /* A concurrent load may be about to reuse this module as a library's root or "library"
+   * node; unlink it under the load lock before the memory goes. */
+  if (module->library) mp_library_forget_module(module->library, module);
   for (uint64_t i = 0; i < module->context_function_count; ++i) {
     free(module->context_functions[i].name);
     mp_function_release(module->context_functions[i].function);

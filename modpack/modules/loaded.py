@@ -57,6 +57,7 @@ class LoadedModule(Module):
         self = object.__new__(cls)
         self._handle = ffi.gc(handle, lib.mp_module_release)
         self._imports_cache: list[Module] | None = None
+        self._functions: dict[tuple[str, bool], Function] = {}
         self._arrays_cache: Mapping[str, np.ndarray] | None = None
         return self
 
@@ -89,11 +90,19 @@ class LoadedModule(Module):
     def get_function(self, name: str, query_imports: bool = False) -> Callable[..., Any]:
         """The function |name|, from this module or (if |query_imports|) its imports.
         Raises ``NotFoundError`` (a ``KeyError``) naming the function when it is absent."""
+        cached = self._functions.get((name, query_imports))
+        if cached is not None:
+            return cached
         out = ffi.new("mp_function_t**")
         status = lib.mp_module_get_function(self._handle, name.encode(), int(query_imports), out)
         if status != 0:
             raise error_from_status(status)
-        return Function._adopt(out[0], name)
+        function = self._functions[(name, query_imports)] = Function._adopt(out[0], name)
+        return function
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        cached = self._functions.get((name, False))
+        return cached if cached is not None else super().__getitem__(name)
 
     @property
     def arrays(self) -> Mapping[str, np.ndarray]:

@@ -99,6 +99,10 @@ class Array:
 
         check(lib.mp_array_copy(tensor_from_array(source, keep), self._tensor))
 
+    def _dltensor(self) -> Any:
+        """The runtime's own DLTensor, passed to calls as is."""
+        return self._tensor
+
     def __dlpack_device__(self) -> tuple[int, int]:
         d = self._tensor.device
         return (int(d.device_type), int(d.device_id))

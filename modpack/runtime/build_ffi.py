@@ -24,6 +24,7 @@ extern "Python" mp_status_t _mp_py_get_function(mp_module_t*, const char*, mp_fu
 extern "Python" void _mp_py_destroy(void*);
 extern "Python" mp_status_t _mp_py_call(void*, const mp_value_t*, int32_t, mp_value_t*);
 void* modpack_capsule_destructor(void);
+mp_status_t modpack_count_args(void*, const mp_value_t*, int32_t, mp_value_t*);
 """
 
 # Binding-only C (compiled with Python.h, unlike csrc/): the destructor of the DLPack capsules
@@ -44,6 +45,15 @@ static void modpack_capsule_destructor_impl(PyObject* capsule) {
 }
 
 void* modpack_capsule_destructor(void) { return (void*)modpack_capsule_destructor_impl; }
+
+/* A packed function returning its argument count: the binding calls it at import so that a
+ * user's first call runs through warm code (see modpack/runtime/function.py). */
+mp_status_t modpack_count_args(void* self, const mp_value_t* args, int32_t n, mp_value_t* ret) {
+  (void)self;
+  (void)args;
+  *ret = mp_int(n);
+  return MP_OK;
+}
 """
 
 

@@ -1,7 +1,9 @@
 """Python values <-> the packed calling convention's tagged values (mp_value_t).
 
-Arrays cross as DLPack DLTensors: numpy arrays are described in place (no copy) and any other
-object with ``__dlpack__`` is borrowed through its DLPack capsule for the duration of a call.
+Arrays cross as DLPack DLTensors: numpy arrays are described in place (no copy), runtime
+arrays pass their own DLTensor, and any other object with ``__dlpack__`` is borrowed through
+its DLPack capsule for the duration of a call. This is the hot path of every call from
+Python, so it avoids per-call imports and dictionary building.
 """
 
 from __future__ import annotations
@@ -20,14 +22,18 @@ _capsule_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_get_pointer.restype = ctypes.c_void_p
 _capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
+_INT, _FLOAT, _STR = lib.MP_TYPE_INT, lib.MP_TYPE_FLOAT, lib.MP_TYPE_STR
+_NONE, _TENSOR = lib.MP_TYPE_NONE, lib.MP_TYPE_DLTENSOR
+_CPU = lib.kDLCPU
+_dl_dtypes: dict[np.dtype, tuple[int, int, int]] = {}
+
 
 def tensor_from_array(array: Any, keep: list) -> Any:
     """A ``DLTensor*`` describing |array| (kept valid by what is appended to |keep|)."""
-    from .array import Array
-
-    if isinstance(array, Array):
+    own = getattr(type(array), "_dltensor", None)
+    if own is not None:  # runtime arrays carry their DLTensor
         keep.append(array)
-        return array._tensor
+        return own(array)
     if isinstance(array, np.ndarray):
         return _tensor_from_numpy(array, keep)
     if hasattr(array, "__dlpack__"):
@@ -44,64 +50,67 @@ def tensor_from_array(array: Any, keep: list) -> Any:
 
 
 def _tensor_from_numpy(array: np.ndarray, keep: list) -> Any:
-    code, bits, lanes = dtype_to_dl(array.dtype)
-    tensor = ffi.new("DLTensor*")
-    shape = ffi.new("int64_t[]", array.shape or [1])
-    tensor.data = ffi.cast("void*", array.__array_interface__["data"][0])
-    tensor.device.device_type = lib.kDLCPU
-    tensor.device.device_id = 0
-    tensor.ndim = array.ndim
-    tensor.dtype.code = code
-    tensor.dtype.bits = bits
-    tensor.dtype.lanes = lanes
-    tensor.shape = shape
-    if not array.flags.c_contiguous:
+    dl = _dl_dtypes.get(array.dtype)
+    if dl is None:
+        dl = _dl_dtypes[array.dtype] = dtype_to_dl(array.dtype)
+    shape = ffi.new("int64_t[]", array.shape or (1,))
+    if array.flags.c_contiguous:
+        data, strides = ffi.from_buffer(array, require_writable=False), ffi.NULL
+        keep.append(data)
+    else:
         itemsize = array.itemsize
         if any(s % itemsize for s in array.strides):
             raise ValueError("array strides must be multiples of its item size")
+        data = ffi.cast("void*", array.__array_interface__["data"][0])
         strides = ffi.new("int64_t[]", [s // itemsize for s in array.strides] or [1])
-        tensor.strides = strides
         keep.append(strides)
+    tensor = ffi.new("DLTensor*", {
+        "data": data, "device": (_CPU, 0), "ndim": array.ndim, "dtype": dl,
+        "shape": shape, "strides": strides,
+    })
     keep.extend((tensor, shape, array))
     return tensor
 
 
 def fill_value(slot: Any, value: Any, keep: list) -> None:
     """Write Python |value| into the mp_value_t |slot|."""
-    from .function import Function  # a Function may be passed back in
-
-    if value is None:
-        slot.type_code = lib.MP_TYPE_NONE
-    elif isinstance(value, bool | int | np.integer):
-        slot.type_code = lib.MP_TYPE_INT
+    kind = type(value)
+    if kind is int or kind is bool:
+        slot.type_code = _INT
+        slot.v_int64 = value
+    elif kind is float:
+        slot.type_code = _FLOAT
+        slot.v_float64 = value
+    elif value is None:
+        slot.type_code = _NONE
+    elif isinstance(value, int | np.integer):
+        slot.type_code = _INT
         slot.v_int64 = int(value)
     elif isinstance(value, float | np.floating):
-        slot.type_code = lib.MP_TYPE_FLOAT
+        slot.type_code = _FLOAT
         slot.v_float64 = float(value)
-    elif isinstance(value, str):
+    elif kind is str:
         data = ffi.new("char[]", value.encode())
         keep.append(data)
-        slot.type_code = lib.MP_TYPE_STR
+        slot.type_code = _STR
         slot.v_str = data
-    elif isinstance(value, Function):
-        slot.type_code = lib.MP_TYPE_FUNCTION
-        slot.v_handle = value._handle
-        keep.append(value)
+    elif getattr(kind, "_fill_value", None) is not None:  # Function: passed as a handle
+        kind._fill_value(value, slot, keep)
     else:
-        slot.type_code = lib.MP_TYPE_DLTENSOR
+        slot.type_code = _TENSOR
         slot.v_tensor = tensor_from_array(value, keep)
 
 
 def value_to_python(value: Any) -> Any:
     """The Python value of a returned mp_value_t."""
     code = value.type_code
-    if code == lib.MP_TYPE_NONE:
+    if code == _INT:
+        return value.v_int64
+    if code == _FLOAT:
+        return value.v_float64
+    if code == _NONE:
         return None
-    if code == lib.MP_TYPE_INT:
-        return int(value.v_int64)
-    if code == lib.MP_TYPE_FLOAT:
-        return float(value.v_float64)
-    if code == lib.MP_TYPE_STR:
+    if code == _STR:
         return ffi.string(value.v_str).decode() if value.v_str != ffi.NULL else None
     if code == lib.MP_TYPE_FUNCTION:
         from .function import Function
