@@ -23,7 +23,7 @@
 enum { OPENCL_PAYLOAD_VERSION = 1 };
 
 typedef struct {
-  const char* key;
+  char* key;           /* owned copy */
   const uint8_t* data; /* in the library mapping */
   uint64_t size;
 } opencl_binary_t;
@@ -60,6 +60,7 @@ static void opencl_destroy(void* impl) {
   for (uint32_t k = 0; m->kernels && k < m->kernel_count; ++k) mp_kernel_info_free(&m->kernels[k]);
   free(m->kernels);
   free(m->launch_slots);
+  for (uint32_t b = 0; b < m->binary_count; ++b) free(m->binaries[b].key);
   free(m->binaries);
   free(m->source);
   pthread_mutex_destroy(&m->lock);
@@ -370,18 +371,9 @@ static mp_status_t opencl_describe(mp_module_t* self, char* buffer, uint64_t cap
   return MP_OK;
 }
 
-static void free_binary_keys(opencl_module_t* m) {
-  for (uint32_t b = 0; b < m->binary_count; ++b) free((void*)m->binaries[b].key);
-}
-
-static void opencl_destroy_all(void* impl) {
-  free_binary_keys(impl);
-  opencl_destroy(impl);
-}
-
-static const mp_module_vtable_t opencl_vtable_owned = {
+static const mp_module_vtable_t opencl_vtable = {
     .get_function = opencl_get_function,
-    .destroy = opencl_destroy_all,
+    .destroy = opencl_destroy,
     .function_count = opencl_function_count,
     .function_name = opencl_function_name,
     .describe = opencl_describe,
@@ -394,11 +386,11 @@ mp_status_t mp_load_opencl(void* user_data, const mp_loader_args_t* args, mp_mod
   pthread_mutex_init(&m->lock, NULL);
   mp_status_t status = parse(m, args->payload);
   if (status != MP_OK) {
-    opencl_destroy_all(m);
+    opencl_destroy(m);
     return status;
   }
   /* No OpenCL call here: loading succeeds on machines without OpenCL; calls report it. */
-  return mp_module_create("opencl", &opencl_vtable_owned, m, out_module);
+  return mp_module_create("opencl", &opencl_vtable, m, out_module);
 }
 
 /* ---- prebuilt binaries --------------------------------------------------------------------- */
