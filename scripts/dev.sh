@@ -23,7 +23,7 @@ setup() {
   fi
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test]"
+  .venv/bin/python -m pip install -q -e ".[test,cuda]"
 }
 
 case "${1:-}" in

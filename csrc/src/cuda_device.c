@@ -324,14 +324,17 @@ static mp_status_t cuda_alloc(int32_t device_id, uint64_t nbytes, void** out_dat
 }
 
 static mp_status_t cuda_free(int32_t device_id, void* data) {
-  CUcontext saved;
-  if (mp_cuda_enter(device_id, &saved) != MP_OK) {
-    /* The driver is shutting down (process exit) or gone: the memory goes with it. */
-    mp_error_clear();
-    return MP_OK;
-  }
+  /* Raw driver calls, leaving this thread's error message alone unless the free itself fails:
+   * arrays are freed from destructors (and at process exit, after the driver may have shut
+   * down, which is not an error: the memory went with it). */
+  if (device_id < 0 || device_id >= MP_CUDA_MAX_DEVICES) return MP_OK;
+  CUcontext context = atomic_load_explicit(&contexts[device_id], memory_order_acquire);
+  if (!context) return MP_OK; /* nothing was ever allocated on this device */
+  CUcontext saved = NULL;
+  if (state.cu.CtxGetCurrent(&saved) != CUDA_SUCCESS) saved = NULL;
+  if (saved != context) state.cu.CtxSetCurrent(context);
   CUresult result = state.cu.MemFree(ptr(data, 0));
-  mp_cuda_leave(saved);
+  if (saved != context) state.cu.CtxSetCurrent(saved);
   if (result == CUDA_SUCCESS || result == CUDA_ERROR_DEINITIALIZED) return MP_OK;
   return mp_cuda_fail(result, "freeing CUDA memory (cuMemFree)");
 }

@@ -209,7 +209,8 @@ static void cuda_destroy(void* impl) {
     free(m->shared_optin[d]);
   }
   for (uint32_t v = 0; m->variants && v < m->variant_count; ++v) {
-    for (uint32_t a = 0; a < m->variants[v].arch_count; ++a) free(m->variants[v].arches[a]);
+    for (uint32_t a = 0; m->variants[v].arches && a < m->variants[v].arch_count; ++a)
+      free(m->variants[v].arches[a]);
     free(m->variants[v].arches);
   }
   free(m->variants);
@@ -271,7 +272,8 @@ static mp_status_t load_failed(const cuda_module_t* m, const mp_cuda_t* cuda, in
     case CUDA_ERROR_NO_BINARY_FOR_GPU:
       return mp_errorf(MP_ERR_UNAVAILABLE,
                        "no binary for this GPU: CUDA device %d (compute capability %d.%d) cannot "
-                       "run the %s %s variant, %s; rebuild with a target for sm_%d%d or add PTX "
+                       "run the %s %s variant, %s; rebuild with a target for sm_%d%d or add PTX, "
+                       "or update the driver if the binary comes from a newer CUDA toolkit "
                        "(variants: %s)",
                        (int)device, cc_major, cc_minor, arch, kind_names[variant->kind], why,
                        cc_major, cc_minor, variants);
@@ -319,11 +321,12 @@ static mp_status_t load_locked(cuda_module_t* m, const mp_cuda_t* cuda, int32_t 
                      (int)cc_major, (int)cc_minor, (int)cc_major, (int)cc_minor);
   }
   /* Try the candidates best first; a variant the driver refuses as an image falls through to
-   * the next one (say, SASS the driver is too old for, then PTX). The first refusal is the
-   * error reported if none loads. */
+   * the next one (say, SASS the driver cannot read, then PTX). If none loads, the error is the
+   * first refusal, which names the fix, followed by the later ones. */
   CUmodule module = NULL;
   int32_t chosen = -1;
-  char first_error[2048] = "";
+  char error[3072] = "";
+  size_t error_length = 0;
   mp_status_t first_status = MP_OK;
   bool tried[MAX_CANDIDATES] = {false};
   for (uint32_t r = 0; r < usable && !module; ++r) {
@@ -336,16 +339,23 @@ static mp_status_t load_locked(cuda_module_t* m, const mp_cuda_t* cuda, int32_t 
       break;
     }
     module = NULL;
-    mp_status_t s = image_rejected(result)
-                        ? load_failed(m, cuda, device, v, arches[order[r]], result)
-                        : mp_cuda_fail(result, "loading a CUDA module (cuModuleLoadData)");
-    if (!image_rejected(result)) return s;
+    if (!image_rejected(result))
+      return mp_cuda_fail(result, "loading a CUDA module (cuModuleLoadData)");
+    int n;
     if (first_status == MP_OK) {
-      first_status = s;
-      snprintf(first_error, sizeof first_error, "%s", mp_error_message());
+      first_status = load_failed(m, cuda, device, v, arches[order[r]], result);
+      n = snprintf(error, sizeof error, "%s", mp_error_message());
+    } else {
+      n = snprintf(error + error_length, sizeof error - error_length,
+                   "; then the %s %s variant was refused too: %s%s", arches[order[r]],
+                   kind_names[m->variants[v].kind], mp_cuda_error_name(result),
+                   result == CUDA_ERROR_UNSUPPORTED_PTX_VERSION ? " (PTX newer than the driver)"
+                                                                 : "");
     }
+    if (n > 0) error_length += (size_t)n;
+    if (error_length >= sizeof error) error_length = sizeof error - 1;
   }
-  if (!module) return mp_error_set(first_status, first_error);
+  if (!module) return mp_error_set(first_status, error);
 
   CUfunction* functions = calloc(m->kernel_count ? m->kernel_count : 1, sizeof *functions);
   uint32_t* optin = calloc(m->kernel_count ? m->kernel_count : 1, sizeof *optin);

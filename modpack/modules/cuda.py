@@ -302,8 +302,14 @@ def parse_cuda_signatures(source: str) -> list[KernelInfo]:
             continue
         params = [p.strip() for p in m["params"].split(",")]
         params = [p for p in params if p and p != "void"]
-        args = tuple(_parse_cuda_param(m["name"], p) for p in params)
-        infos.append(KernelInfo(m["name"], args, LAUNCH_TAGS))
+        info = KernelInfo(m["name"], tuple(_parse_cuda_param(m["name"], p) for p in params),
+                          LAUNCH_TAGS)
+        earlier = next((i for i in infos if i.name == info.name), None)
+        if earlier is None:
+            infos.append(info)
+        elif earlier != info:  # a declaration and its definition must agree
+            raise ValueError(f"kernel {info.name} is declared as {earlier.signature()} and as "
+                             f"{info.signature()}")
     return infos
 
 
@@ -647,8 +653,10 @@ def cuda_module(
         raise TypeError("cuda_module expects CUDA C++ source as a str")
     if compiler not in ("nvrtc", "nvcc"):
         raise ValueError(f"compiler must be 'nvrtc' or 'nvcc', not {compiler!r}")
+    if isinstance(targets, str | bytes):
+        raise TypeError("targets must be a list such as ['sm_80', 'compute_80'], not a str")
     targets = list(DEFAULT_TARGETS if targets is None else targets)
-    if not targets or isinstance(targets, str | bytes):
+    if not targets:
         raise ValueError("targets must be a non-empty list such as ['sm_80', 'compute_80']")
     for t in targets:
         _check_arch(t, "targets")
