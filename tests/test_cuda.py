@@ -270,7 +270,7 @@ def test_multi_arch_binaries_survive_export_and_load_byte_for_byte(bins, tmp):
                                                            bins["ptx"])[1].decode()
     assert contents["variants"][3]["contains"] == ["sm_80", "sm_90", "compute_90"]
     assert contents["kernels"][2] == {
-        "name": "fill", "args": ["handle8*", "uint8", "int64"],
+        "name": "fill", "args": ["void*", "uint8", "int64"],
         "launch": ["blockIdx.x", "blockIdx.y", "blockIdx.z",
                    "threadIdx.x", "threadIdx.y", "threadIdx.z"],
     }
@@ -283,9 +283,9 @@ def test_inspect_cli_shows_kernels_and_arch_variants(bins, tmp):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "module 1 (cuda)" in out
-    assert ("kernel vadd(handle8*, handle8*, handle8*, uint32)  launch: blockIdx.x, "
+    assert ("kernel vadd(void*, void*, void*, uint32)  launch: blockIdx.x, "
             "blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z") in out
-    assert "kernel axpy(float64, handle8*, handle8*, handle8*)" in out
+    assert "kernel axpy(float64, void*, void*, void*)" in out
     assert f"variant sm_80: cubin, {len(bins['sm_80'])} bytes" in out
     assert f"variant sm_90a: cubin, {len(bins['sm_90a'])} bytes" in out
     assert f"variant compute_80: ptx, {len(bins['ptx']) + 1} bytes" in out

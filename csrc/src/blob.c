@@ -70,15 +70,15 @@ static mp_status_t parse_header(mp_const_byte_span_t bytes, mp_blob_info_t* h) {
                      "blob format %u.%u cannot be read by this runtime, which reads format %d.x; "
                      "%s (if the library should be format %d, it is damaged: export it again)",
                      h->format_major, h->format_minor, MP_FORMAT_MAJOR,
-                     h->format_major > MP_FORMAT_MAJOR
-                         ? "upgrade modpack to load it"
-                         : "re-export it with this modpack version",
+                     h->format_major > MP_FORMAT_MAJOR ? "upgrade modpack to load it"
+                                                       : "re-export it with this modpack version",
                      MP_FORMAT_MAJOR);
   /* Then the checksum, before any size is trusted, so damage is reported as damage. */
   if (header_size < MP_FORMAT_HEADER_SIZE || h->index_size < header_size ||
       h->index_size > bytes.size)
     return mp_errorf(MP_ERR_FORMAT,
-                     "corrupt or truncated blob: index of %" PRIu64 " bytes (header %u) does not "
+                     "corrupt or truncated blob: index of %" PRIu64
+                     " bytes (header %u) does not "
                      "fit in the %" PRIu64 " bytes present",
                      h->index_size, header_size, bytes.size);
   uint64_t actual = mp_index_checksum(p, h->index_size);
@@ -137,7 +137,8 @@ static mp_status_t check_tree(const mp_blob_t* b) {
   uint64_t* cursor = malloc(n * sizeof *cursor);
   if (!colour || !stack || !cursor) {
     free(colour), free(stack), free(cursor);
-    return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory checking a %" PRIu64 "-module tree", n);
+    return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory checking a %" PRIu64 "-module tree",
+                     n);
   }
   mp_status_t status = MP_OK;
   uint64_t depth = 0;
@@ -165,9 +166,9 @@ static mp_status_t check_tree(const mp_blob_t* b) {
   }
   for (uint64_t i = 0; status == MP_OK && i < n; ++i) {
     if (colour[i] == 0)
-      status = mp_errorf(MP_ERR_FORMAT,
-                         "corrupt import tree: module[%" PRIu64 "] is not reachable from the root",
-                         i);
+      status =
+          mp_errorf(MP_ERR_FORMAT,
+                    "corrupt import tree: module[%" PRIu64 "] is not reachable from the root", i);
   }
   free(colour), free(stack), free(cursor);
   return status;
@@ -189,7 +190,8 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
   uint64_t entries_size = n * MP_FORMAT_ENTRY_SIZE;
   avail -= entries_size;
   if (n + 1 > avail / 8)
-    return mp_errorf(MP_ERR_FORMAT, "corrupt blob: row_ptr of %" PRIu64 " entries does not fit", n + 1);
+    return mp_errorf(MP_ERR_FORMAT, "corrupt blob: row_ptr of %" PRIu64 " entries does not fit",
+                     n + 1);
   avail -= (n + 1) * 8;
   if (e > avail / 8)
     return mp_errorf(MP_ERR_FORMAT,
@@ -208,7 +210,8 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
   uint64_t keys_capacity = n * (MP_FORMAT_MAX_TYPE_KEY + 1);
   b->type_keys = malloc(keys_capacity);
   if (!b->modules || !b->row_ptr || !b->child_indices || !b->type_keys)
-    return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory reading a %" PRIu64 "-module index", n);
+    return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory reading a %" PRIu64 "-module index",
+                     n);
 
   for (uint64_t i = 0; i <= n; ++i) b->row_ptr[i] = mp_load_le64(p + row_ptr_at + 8 * i);
   for (uint64_t k = 0; k < e; ++k) b->child_indices[k] = mp_load_le64(p + children_at + 8 * k);
@@ -224,18 +227,21 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
     uint32_t key_offset = mp_load_le32(q + 24);
     uint32_t key_size = mp_load_le32(q + 28);
     if (mp_load_le32(q + 32) != 0 || mp_load_le32(q + 36) != 0 || mp_load_le64(q + 40) != 0)
-      return mp_errorf(MP_ERR_FORMAT, "corrupt blob: module[%" PRIu64 "] has non-zero reserved fields", i);
+      return mp_errorf(MP_ERR_FORMAT,
+                       "corrupt blob: module[%" PRIu64 "] has non-zero reserved fields", i);
     if (key_size == 0 || key_size > MP_FORMAT_MAX_TYPE_KEY || key_offset > strings_size ||
         key_size > strings_size - key_offset)
       return mp_errorf(MP_ERR_FORMAT,
-                       "corrupt blob: module[%" PRIu64 "] type key (offset %u, size %u) is outside "
+                       "corrupt blob: module[%" PRIu64
+                       "] type key (offset %u, size %u) is outside "
                        "the %" PRIu64 "-byte string table or longer than %d bytes",
                        i, key_offset, key_size, strings_size, MP_FORMAT_MAX_TYPE_KEY);
     const uint8_t* key = p + strings_at + key_offset;
     for (uint32_t c = 0; c < key_size; ++c) {
       if (!is_type_key_char(key[c]))
         return mp_errorf(MP_ERR_FORMAT,
-                         "corrupt blob: module[%" PRIu64 "] type key has a byte 0x%02x that is not "
+                         "corrupt blob: module[%" PRIu64
+                         "] type key has a byte 0x%02x that is not "
                          "allowed in a type key",
                          i, key[c]);
     }
@@ -249,7 +255,8 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
     if (strcmp(m->type_key, MP_LIB_TYPE_KEY) == 0) {
       ++lib_count;
       if (m->payload_size != 0 || m->payload_offset != 0 || m->payload_checksum != 0)
-        return mp_errorf(MP_ERR_FORMAT, "corrupt blob: module[%" PRIu64 "] is \"_lib\" but has a payload", i);
+        return mp_errorf(MP_ERR_FORMAT,
+                         "corrupt blob: module[%" PRIu64 "] is \"_lib\" but has a payload", i);
       continue;
     }
     if (m->payload_offset % MP_FORMAT_PAYLOAD_ALIGNMENT != 0)
@@ -265,7 +272,8 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
                        i, m->payload_offset, m->payload_size, h->index_size, h->blob_size);
   }
   if (lib_count > 1)
-    return mp_errorf(MP_ERR_FORMAT, "corrupt blob: %" PRIu64 " \"_lib\" entries (at most one)", lib_count);
+    return mp_errorf(MP_ERR_FORMAT, "corrupt blob: %" PRIu64 " \"_lib\" entries (at most one)",
+                     lib_count);
 
   mp_status_t status = check_tree(b);
   if (status != MP_OK) return status;
@@ -320,7 +328,8 @@ mp_status_t mp_blob_verify_payloads(const mp_blob_t* b) {
     uint64_t actual = mp_checksum(payload);
     if (actual != m->payload_checksum)
       status = mp_errorf(MP_ERR_FORMAT,
-                         "corrupt blob: module[%" PRIu64 "] (%s) payload checksum mismatch "
+                         "corrupt blob: module[%" PRIu64
+                         "] (%s) payload checksum mismatch "
                          "(stored %016" PRIx64 ", computed %016" PRIx64
                          "); the file was damaged after export",
                          (uint64_t)(m - b->modules), m->type_key, m->payload_checksum, actual);
@@ -345,12 +354,15 @@ mp_status_t mp_blob_parse(mp_const_byte_span_t bytes, uint32_t flags, mp_blob_t*
   return MP_OK;
 }
 
-void mp_blob_info(const mp_blob_t* blob, mp_blob_info_t* out_info) { *out_info = blob->info; }
+void mp_blob_info(const mp_blob_t* blob, mp_blob_info_t* out_info) {
+  *out_info = blob->info;
+}
 
 mp_status_t mp_blob_module(const mp_blob_t* blob, uint64_t index, mp_blob_module_t* out_module) {
   if (index >= blob->info.module_count)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "module index %" PRIu64 " out of range (%" PRIu64 " modules)",
-                     index, blob->info.module_count);
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "module index %" PRIu64 " out of range (%" PRIu64 " modules)", index,
+                     blob->info.module_count);
   *out_module = blob->modules[index];
   return MP_OK;
 }

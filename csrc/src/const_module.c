@@ -79,16 +79,19 @@ static mp_status_t read_array(const uint8_t* p, uint64_t payload_size, uint64_t 
     return mp_errorf(MP_ERR_FORMAT, "const array[%" PRIu64 "]: name lies outside the payload", i);
   if (ndim > CONST_MAX_NDIM || !in_bounds(shape_offset, (uint64_t)ndim * 8, payload_size))
     return mp_errorf(MP_ERR_FORMAT,
-                     "const array[%" PRIu64 "]: ndim %u is over %d or its shape lies outside the payload",
+                     "const array[%" PRIu64
+                     "]: ndim %u is over %d or its shape lies outside the payload",
                      i, ndim, CONST_MAX_NDIM);
-  if (data_offset % MP_FORMAT_PAYLOAD_ALIGNMENT != 0 || !in_bounds(data_offset, data_size, payload_size))
+  if (data_offset % MP_FORMAT_PAYLOAD_ALIGNMENT != 0 ||
+      !in_bounds(data_offset, data_size, payload_size))
     return mp_errorf(MP_ERR_FORMAT,
                      "const array[%" PRIu64 "]: data [%" PRIu64 ", +%" PRIu64
                      ") is misaligned or outside the %" PRIu64 "-byte payload",
                      i, data_offset, data_size, payload_size);
   if (dtype.bits == 0 || dtype.lanes == 0 || (dtype.bits * dtype.lanes) % 8 != 0)
-    return mp_errorf(MP_ERR_FORMAT, "const array[%" PRIu64 "]: invalid dtype (code %u, bits %u, lanes %u)",
-                     i, dtype.code, dtype.bits, dtype.lanes);
+    return mp_errorf(MP_ERR_FORMAT,
+                     "const array[%" PRIu64 "]: invalid dtype (code %u, bits %u, lanes %u)", i,
+                     dtype.code, dtype.bits, dtype.lanes);
   uint64_t expected = (uint64_t)dtype.bits * dtype.lanes / 8;
   const_array_t* a = calloc(1, sizeof *a + (ndim ? ndim : 1) * sizeof(int64_t));
   if (!a) return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory");
@@ -103,7 +106,8 @@ static mp_status_t read_array(const uint8_t* p, uint64_t payload_size, uint64_t 
   if (expected != data_size) {
     free(a);
     return mp_errorf(MP_ERR_FORMAT,
-                     "const array[%" PRIu64 "]: %" PRIu64 " data bytes do not match its shape and "
+                     "const array[%" PRIu64 "]: %" PRIu64
+                     " data bytes do not match its shape and "
                      "dtype (%" PRIu64 " bytes)",
                      i, data_size, expected);
   }
@@ -135,16 +139,19 @@ static mp_status_t load_const(void* user_data, const mp_loader_args_t* args,
   const uint8_t* p = args->payload.data;
   uint64_t size = args->payload.size;
   if (size < CONST_HEADER_SIZE)
-    return mp_errorf(MP_ERR_FORMAT, "const payload of %" PRIu64 " bytes is shorter than its header", size);
+    return mp_errorf(MP_ERR_FORMAT, "const payload of %" PRIu64 " bytes is shorter than its header",
+                     size);
   uint32_t version = mp_load_le32(p);
   if (version != CONST_VERSION)
-    return mp_errorf(MP_ERR_INCOMPATIBLE, "const payload version %u is not supported (this runtime reads %d)",
-                     version, CONST_VERSION);
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "const payload version %u is not supported (this runtime reads %d)", version,
+                     CONST_VERSION);
   if (mp_load_le32(p + 4) != 0)
     return mp_errorf(MP_ERR_FORMAT, "const payload: reserved header field is not 0");
   uint64_t count = mp_load_le64(p + 8);
   if (count > (size - CONST_HEADER_SIZE) / CONST_RECORD_SIZE)
-    return mp_errorf(MP_ERR_FORMAT, "const payload: %" PRIu64 " array records do not fit in %" PRIu64 " bytes",
+    return mp_errorf(MP_ERR_FORMAT,
+                     "const payload: %" PRIu64 " array records do not fit in %" PRIu64 " bytes",
                      count, size);
   const_module_t* m = calloc(1, sizeof *m);
   if (m) m->arrays = calloc(count ? count : 1, sizeof *m->arrays);
@@ -174,4 +181,6 @@ static void register_builtins(void) {
   mp_loader_register_builtin("cuda", mp_load_cuda, NULL);
 }
 
-void mp_builtin_loaders_init(void) { pthread_once(&builtin_once, register_builtins); }
+void mp_builtin_loaders_init(void) {
+  pthread_once(&builtin_once, register_builtins);
+}

@@ -66,11 +66,11 @@ typedef struct {
   CUresult (*CtxGetCurrent)(CUcontext* context);
   CUresult (*CtxGetDevice)(CUdevice* device);
   CUresult (*CtxSynchronize)(void);
-  CUresult (*MemAlloc)(CUdeviceptr* pointer, size_t nbytes);                 /* _v2 */
-  CUresult (*MemFree)(CUdeviceptr pointer);                                  /* _v2 */
-  CUresult (*MemcpyHtoD)(CUdeviceptr to, const void* from, size_t nbytes);   /* _v2 */
-  CUresult (*MemcpyDtoH)(void* to, CUdeviceptr from, size_t nbytes);         /* _v2 */
-  CUresult (*MemcpyDtoD)(CUdeviceptr to, CUdeviceptr from, size_t nbytes);   /* _v2 */
+  CUresult (*MemAlloc)(CUdeviceptr* pointer, size_t nbytes);               /* _v2 */
+  CUresult (*MemFree)(CUdeviceptr pointer);                                /* _v2 */
+  CUresult (*MemcpyHtoD)(CUdeviceptr to, const void* from, size_t nbytes); /* _v2 */
+  CUresult (*MemcpyDtoH)(void* to, CUdeviceptr from, size_t nbytes);       /* _v2 */
+  CUresult (*MemcpyDtoD)(CUdeviceptr to, CUdeviceptr from, size_t nbytes); /* _v2 */
   CUresult (*ModuleLoadData)(CUmodule* module, const void* image);
   CUresult (*ModuleUnload)(CUmodule module);
   CUresult (*ModuleGetFunction)(CUfunction* function, CUmodule module, const char* name);

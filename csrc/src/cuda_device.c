@@ -25,8 +25,7 @@
 #include "cuda_abi.h"
 
 static mp_cuda_t state;
-static mp_status_t init_status = MP_OK;
-static char init_message[1024];
+static mp_outcome_t outcome;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 static pthread_mutex_t context_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -36,23 +35,40 @@ static _Atomic(CUcontext) contexts[MP_CUDA_MAX_DEVICES];
 
 static const char* fallback_name(CUresult result) {
   switch (result) {
-    case CUDA_SUCCESS: return "CUDA_SUCCESS";
-    case CUDA_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
-    case CUDA_ERROR_OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
-    case CUDA_ERROR_NOT_INITIALIZED: return "CUDA_ERROR_NOT_INITIALIZED";
-    case CUDA_ERROR_DEINITIALIZED: return "CUDA_ERROR_DEINITIALIZED";
-    case CUDA_ERROR_STUB_LIBRARY: return "CUDA_ERROR_STUB_LIBRARY";
-    case CUDA_ERROR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
-    case CUDA_ERROR_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE";
-    case CUDA_ERROR_INVALID_IMAGE: return "CUDA_ERROR_INVALID_IMAGE";
-    case CUDA_ERROR_NO_BINARY_FOR_GPU: return "CUDA_ERROR_NO_BINARY_FOR_GPU";
-    case CUDA_ERROR_INVALID_PTX: return "CUDA_ERROR_INVALID_PTX";
-    case CUDA_ERROR_JIT_COMPILER_NOT_FOUND: return "CUDA_ERROR_JIT_COMPILER_NOT_FOUND";
-    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION: return "CUDA_ERROR_UNSUPPORTED_PTX_VERSION";
-    case CUDA_ERROR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
-    case CUDA_ERROR_ILLEGAL_ADDRESS: return "CUDA_ERROR_ILLEGAL_ADDRESS";
-    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
-    default: return "CUDA error";
+    case CUDA_SUCCESS:
+      return "CUDA_SUCCESS";
+    case CUDA_ERROR_INVALID_VALUE:
+      return "CUDA_ERROR_INVALID_VALUE";
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      return "CUDA_ERROR_OUT_OF_MEMORY";
+    case CUDA_ERROR_NOT_INITIALIZED:
+      return "CUDA_ERROR_NOT_INITIALIZED";
+    case CUDA_ERROR_DEINITIALIZED:
+      return "CUDA_ERROR_DEINITIALIZED";
+    case CUDA_ERROR_STUB_LIBRARY:
+      return "CUDA_ERROR_STUB_LIBRARY";
+    case CUDA_ERROR_NO_DEVICE:
+      return "CUDA_ERROR_NO_DEVICE";
+    case CUDA_ERROR_INVALID_DEVICE:
+      return "CUDA_ERROR_INVALID_DEVICE";
+    case CUDA_ERROR_INVALID_IMAGE:
+      return "CUDA_ERROR_INVALID_IMAGE";
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+      return "CUDA_ERROR_NO_BINARY_FOR_GPU";
+    case CUDA_ERROR_INVALID_PTX:
+      return "CUDA_ERROR_INVALID_PTX";
+    case CUDA_ERROR_JIT_COMPILER_NOT_FOUND:
+      return "CUDA_ERROR_JIT_COMPILER_NOT_FOUND";
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+      return "CUDA_ERROR_UNSUPPORTED_PTX_VERSION";
+    case CUDA_ERROR_NOT_FOUND:
+      return "CUDA_ERROR_NOT_FOUND";
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+      return "CUDA_ERROR_ILLEGAL_ADDRESS";
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
+      return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
+    default:
+      return "CUDA error";
   }
 }
 
@@ -72,8 +88,10 @@ const char* mp_cuda_error_string(CUresult result) {
 
 static mp_status_t status_of(CUresult result) {
   switch (result) {
-    case CUDA_ERROR_OUT_OF_MEMORY: return MP_ERR_RESOURCE_EXHAUSTED;
-    case CUDA_ERROR_INVALID_VALUE: return MP_ERR_INVALID_ARGUMENT;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      return MP_ERR_RESOURCE_EXHAUSTED;
+    case CUDA_ERROR_INVALID_VALUE:
+      return MP_ERR_INVALID_ARGUMENT;
     case CUDA_ERROR_NOT_INITIALIZED:
     case CUDA_ERROR_DEINITIALIZED:
     case CUDA_ERROR_STUB_LIBRARY:
@@ -85,7 +103,8 @@ static mp_status_t status_of(CUresult result) {
     case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
     case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE:
       return MP_ERR_UNAVAILABLE;
-    default: return MP_ERR_RUNTIME;
+    default:
+      return MP_ERR_RUNTIME;
   }
 }
 
@@ -98,22 +117,6 @@ mp_status_t mp_cuda_fail(CUresult result, const char* what) {
 
 /* ---- initialisation ------------------------------------------------------------------------- */
 
-static void fail(mp_status_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(mp_status_t code, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(init_message, sizeof init_message, fmt, ap);
-  va_end(ap);
-  init_status = code;
-}
-
-static bool resolve(void* lib, const char* name, void* slot) {
-  void* symbol = dlsym(lib, name);
-  if (!symbol) return false;
-  memcpy(slot, &symbol, sizeof symbol);
-  return true;
-}
-
 static void describe_result(CUresult result, char* buffer, size_t capacity) {
   const char* text = mp_cuda_error_string(result);
   snprintf(buffer, capacity, "%s%s%s", mp_cuda_error_name(result), text[0] ? ": " : "", text);
@@ -124,21 +127,19 @@ static void initialise(void) {
   if (!path || !*path) path = "libcuda.so.1";
   void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    fail(MP_ERR_UNAVAILABLE,
-         "no NVIDIA driver: %s not found (%s); CUDA kernels and CUDA arrays need a machine with "
-         "an NVIDIA GPU: install the NVIDIA driver (it provides libcuda.so.1), or set "
-         "MODPACK_CUDA_LIBRARY to the driver library's path",
-         path, dlerror());
+    mp_outcome_fail(
+        &outcome, MP_ERR_UNAVAILABLE,
+        "no NVIDIA driver: %s not found (%s); CUDA kernels and CUDA arrays need a machine with "
+        "an NVIDIA GPU: install the NVIDIA driver (it provides libcuda.so.1), or set "
+        "MODPACK_CUDA_LIBRARY to the driver library's path",
+        path, dlerror());
     return;
   }
   mp_cu_api_t* cu = &state.cu;
   /* The error-name functions first, so later failures can be described. */
-  resolve(lib, "cuGetErrorName", &cu->GetErrorName);
-  resolve(lib, "cuGetErrorString", &cu->GetErrorString);
-  struct {
-    const char* name;
-    void* slot;
-  } entries[] = {
+  mp_resolve_symbol(lib, "cuGetErrorName", &cu->GetErrorName);
+  mp_resolve_symbol(lib, "cuGetErrorString", &cu->GetErrorString);
+  const mp_symbol_slot_t entries[] = {
       {"cuInit", &cu->Init},
       {"cuDriverGetVersion", &cu->DriverGetVersion},
       {"cuGetErrorName", &cu->GetErrorName},
@@ -164,68 +165,78 @@ static void initialise(void) {
       {"cuLaunchKernel", &cu->LaunchKernel},
   };
   /* cuInit first: a stub or a driver without devices answers it even when it lacks the rest. */
-  if (!resolve(lib, "cuInit", &cu->Init)) {
-    fail(MP_ERR_UNAVAILABLE, "%s is not an NVIDIA driver library (it has no cuInit); install the "
-         "NVIDIA driver, or point MODPACK_CUDA_LIBRARY at its libcuda.so.1", path);
+  if (!mp_resolve_symbol(lib, "cuInit", &cu->Init)) {
+    mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE,
+                    "%s is not an NVIDIA driver library (it has no cuInit); install the "
+                    "NVIDIA driver, or point MODPACK_CUDA_LIBRARY at its libcuda.so.1",
+                    path);
     return;
   }
-  resolve(lib, "cuDriverGetVersion", &cu->DriverGetVersion);
+  mp_resolve_symbol(lib, "cuDriverGetVersion", &cu->DriverGetVersion);
   if (cu->DriverGetVersion) cu->DriverGetVersion(&state.driver_version);
   CUresult result = cu->Init(0);
   char why[256];
   if (result == CUDA_ERROR_STUB_LIBRARY) {
     describe_result(result, why, sizeof why);
-    fail(MP_ERR_UNAVAILABLE,
-         "no NVIDIA driver: %s is the CUDA toolkit's stub library, not the driver (%s); install "
-         "the NVIDIA driver and remove the toolkit's lib64/stubs directory from "
-         "LD_LIBRARY_PATH", path, why);
+    mp_outcome_fail(
+        &outcome, MP_ERR_UNAVAILABLE,
+        "no NVIDIA driver: %s is the CUDA toolkit's stub library, not the driver (%s); install "
+        "the NVIDIA driver and remove the toolkit's lib64/stubs directory from "
+        "LD_LIBRARY_PATH",
+        path, why);
     return;
   }
   if (result == CUDA_ERROR_NO_DEVICE) {
     describe_result(result, why, sizeof why);
-    fail(MP_ERR_UNAVAILABLE,
-         "driver present but no CUDA device: %s (driver for CUDA %d.%d) reports %s; check that "
-         "the GPU is visible to this process (nvidia-smi, CUDA_VISIBLE_DEVICES, a container's "
-         "--gpus option)", path, state.driver_version / 1000, state.driver_version % 1000 / 10,
-         why);
+    mp_outcome_fail(
+        &outcome, MP_ERR_UNAVAILABLE,
+        "driver present but no CUDA device: %s (driver for CUDA %d.%d) reports %s; check that "
+        "the GPU is visible to this process (nvidia-smi, CUDA_VISIBLE_DEVICES, a container's "
+        "--gpus option)",
+        path, state.driver_version / 1000, state.driver_version % 1000 / 10, why);
     return;
   }
   if (result != CUDA_SUCCESS) {
     describe_result(result, why, sizeof why);
-    fail(MP_ERR_UNAVAILABLE, "the NVIDIA driver (%s) failed to initialise: cuInit returned %s "
-         "[code %d]; check the driver installation with nvidia-smi", path, why, (int)result);
+    mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE,
+                    "the NVIDIA driver (%s) failed to initialise: cuInit returned %s "
+                    "[code %d]; check the driver installation with nvidia-smi",
+                    path, why, (int)result);
     return;
   }
-  for (size_t i = 0; i < sizeof entries / sizeof entries[0]; ++i) {
-    if (!resolve(lib, entries[i].name, entries[i].slot)) {
-      fail(MP_ERR_UNAVAILABLE, "the NVIDIA driver library %s lacks %s: update the NVIDIA driver",
-           path, entries[i].name);
-      return;
-    }
+  const char* missing = mp_resolve_symbols(lib, entries, sizeof entries / sizeof entries[0]);
+  if (missing) {
+    mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE,
+                    "the NVIDIA driver library %s lacks %s: update the NVIDIA driver", path,
+                    missing);
+    return;
   }
   int count = 0;
   result = cu->DeviceGetCount(&count);
   if (result != CUDA_SUCCESS || count <= 0) {
-    if (result != CUDA_SUCCESS) describe_result(result, why, sizeof why);
-    else snprintf(why, sizeof why, "0 devices");
-    fail(MP_ERR_UNAVAILABLE,
-         "driver present but no CUDA device: %s (driver for CUDA %d.%d) reports %s; check that "
-         "the GPU is visible to this process (nvidia-smi, CUDA_VISIBLE_DEVICES)", path,
-         state.driver_version / 1000, state.driver_version % 1000 / 10, why);
+    if (result != CUDA_SUCCESS)
+      describe_result(result, why, sizeof why);
+    else
+      snprintf(why, sizeof why, "0 devices");
+    mp_outcome_fail(
+        &outcome, MP_ERR_UNAVAILABLE,
+        "driver present but no CUDA device: %s (driver for CUDA %d.%d) reports %s; check that "
+        "the GPU is visible to this process (nvidia-smi, CUDA_VISIBLE_DEVICES)",
+        path, state.driver_version / 1000, state.driver_version % 1000 / 10, why);
     return;
   }
   if (count > MP_CUDA_MAX_DEVICES) count = MP_CUDA_MAX_DEVICES;
   for (int d = 0; d < count; ++d) {
     result = cu->DeviceGet(&state.devices[d], d);
     if (result == CUDA_SUCCESS)
-      result = cu->DeviceGetAttribute(&state.cc_major[d], CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                                      state.devices[d]);
+      result = cu->DeviceGetAttribute(
+          &state.cc_major[d], CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, state.devices[d]);
     if (result == CUDA_SUCCESS)
-      result = cu->DeviceGetAttribute(&state.cc_minor[d], CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                                      state.devices[d]);
+      result = cu->DeviceGetAttribute(
+          &state.cc_minor[d], CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, state.devices[d]);
     if (result != CUDA_SUCCESS) {
       describe_result(result, why, sizeof why);
-      fail(MP_ERR_UNAVAILABLE, "cannot query CUDA device %d: %s", d, why);
+      mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE, "cannot query CUDA device %d: %s", d, why);
       return;
     }
   }
@@ -234,10 +245,7 @@ static void initialise(void) {
 
 const mp_cuda_t* mp_cuda(void) {
   pthread_once(&init_once, initialise);
-  if (init_status != MP_OK) {
-    mp_error_set(init_status, init_message);
-    return NULL;
-  }
+  if (mp_outcome_raise(&outcome) != MP_OK) return NULL;
   return &state;
 }
 
@@ -257,12 +265,14 @@ mp_status_t mp_cuda_enter(int32_t device, CUcontext* out_saved) {
     CUresult result = CUDA_SUCCESS;
     if (!context) {
       result = cuda->cu.DevicePrimaryCtxRetain(&context, cuda->devices[device]);
-      if (result == CUDA_SUCCESS) atomic_store_explicit(&contexts[device], context, memory_order_release);
+      if (result == CUDA_SUCCESS)
+        atomic_store_explicit(&contexts[device], context, memory_order_release);
     }
     pthread_mutex_unlock(&context_lock);
     if (result != CUDA_SUCCESS) {
       char what[64];
-      snprintf(what, sizeof what, "activating CUDA device %d (cuDevicePrimaryCtxRetain)", (int)device);
+      snprintf(what, sizeof what, "activating CUDA device %d (cuDevicePrimaryCtxRetain)",
+               (int)device);
       return mp_cuda_fail(result, what);
     }
   }

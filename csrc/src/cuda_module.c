@@ -25,7 +25,7 @@
  * dimensions), "threadIdx.x|y|z" (block dimensions) and optionally "dyn_shared_memory" (bytes
  * of dynamic shared memory). Kernels are launched on the default stream of the device's
  * primary context, asynchronously; copies to the host wait for them. A buffer whose record
- * dtype is the opaque handle type (kDLOpaqueHandle, shown as "handle8*") is an untyped pointer
+ * dtype is the opaque handle type (kDLOpaqueHandle, shown as "void*") is an untyped pointer
  * (`void*`) and accepts an array of any dtype. */
 #include <inttypes.h>
 #include <pthread.h>
@@ -52,7 +52,7 @@ typedef struct {
   char** arches;
   const uint8_t* data; /* in the library mapping */
   uint64_t size;
-  char ptx_isa[16];    /* PTX ".version", "" when unknown or not PTX */
+  char ptx_isa[16]; /* PTX ".version", "" when unknown or not PTX */
 } cuda_variant_t;
 
 typedef struct {
@@ -65,8 +65,8 @@ typedef struct {
   CUmodule modules[MP_CUDA_MAX_DEVICES];
   CUcontext contexts[MP_CUDA_MAX_DEVICES]; /* the context each module was loaded into */
   int32_t loaded_variant[MP_CUDA_MAX_DEVICES];
-  CUfunction* functions[MP_CUDA_MAX_DEVICES];    /* [device][kernel] */
-  uint32_t* shared_optin[MP_CUDA_MAX_DEVICES];   /* [device][kernel]: opted-in bytes */
+  CUfunction* functions[MP_CUDA_MAX_DEVICES];  /* [device][kernel] */
+  uint32_t* shared_optin[MP_CUDA_MAX_DEVICES]; /* [device][kernel]: opted-in bytes */
 } cuda_module_t;
 
 typedef struct {
@@ -74,13 +74,14 @@ typedef struct {
   uint32_t kernel;
 } cuda_function_t;
 
-/* ---- arch names and the selection rule -------------------------------------------------------- */
+/* ---- arch names and the selection rule --------------------------------------------------------
+ */
 
 typedef struct {
-  bool ptx;      /* compute_XY rather than sm_XY */
+  bool ptx; /* compute_XY rather than sm_XY */
   int32_t major;
   int32_t minor;
-  char suffix;   /* '\0', 'a' or 'f' */
+  char suffix; /* '\0', 'a' or 'f' */
 } arch_t;
 
 static bool parse_arch(const char* name, arch_t* out) {
@@ -221,7 +222,8 @@ static void cuda_destroy(void* impl) {
   free(m);
 }
 
-/* ---- loading on a device ---------------------------------------------------------------------- */
+/* ---- loading on a device ----------------------------------------------------------------------
+ */
 
 /* "sm_80 (cubin), compute_80 (ptx, PTX ISA 9.0), sm_90+sm_100 (fatbin)" */
 static void list_variants(const cuda_module_t* m, char* buffer, size_t capacity) {
@@ -346,11 +348,11 @@ static mp_status_t load_locked(cuda_module_t* m, const mp_cuda_t* cuda, int32_t 
       first_status = load_failed(m, cuda, device, v, arches[order[r]], result);
       n = snprintf(error, sizeof error, "%s", mp_error_message());
     } else {
-      n = snprintf(error + error_length, sizeof error - error_length,
-                   "; then the %s %s variant was refused too: %s%s", arches[order[r]],
-                   kind_names[m->variants[v].kind], mp_cuda_error_name(result),
-                   result == CUDA_ERROR_UNSUPPORTED_PTX_VERSION ? " (PTX newer than the driver)"
-                                                                 : "");
+      n = snprintf(
+          error + error_length, sizeof error - error_length,
+          "; then the %s %s variant was refused too: %s%s", arches[order[r]],
+          kind_names[m->variants[v].kind], mp_cuda_error_name(result),
+          result == CUDA_ERROR_UNSUPPORTED_PTX_VERSION ? " (PTX newer than the driver)" : "");
     }
     if (n > 0) error_length += (size_t)n;
     if (error_length >= sizeof error) error_length = sizeof error - 1;
@@ -392,90 +394,13 @@ static mp_status_t load_locked(cuda_module_t* m, const mp_cuda_t* cuda, int32_t 
   return MP_OK;
 }
 
-/* ---- calling ---------------------------------------------------------------------------------- */
+/* ---- calling ----------------------------------------------------------------------------------
+ */
 
 typedef union {
-  int8_t i8; int16_t i16; int32_t i32; int64_t i64;
-  uint8_t u8; uint16_t u16; uint32_t u32; uint64_t u64;
-  float f32; double f64;
+  mp_kernel_scalar_t scalar;
   CUdeviceptr pointer;
 } cuda_arg_t;
-
-static uint16_t float_to_half(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
-  uint32_t sign = (x >> 16) & 0x8000u, exponent = (x >> 23) & 0xffu, mantissa = x & 0x7fffffu;
-  if (exponent == 0xff) return (uint16_t)(sign | 0x7c00u | (mantissa ? 0x200u : 0u));
-  int32_t e = (int32_t)exponent - 127 + 15;
-  if (e >= 31) return (uint16_t)(sign | 0x7c00u);
-  if (e <= 0) { /* subnormal half, or zero */
-    if (e < -10) return (uint16_t)sign;
-    mantissa |= 0x800000u;
-    uint32_t shift = (uint32_t)(14 - e), half = mantissa >> shift;
-    uint32_t rest = mantissa & ((1u << shift) - 1u), mid = 1u << (shift - 1);
-    if (rest > mid || (rest == mid && (half & 1u))) ++half;
-    return (uint16_t)(sign | half);
-  }
-  uint32_t half = sign | ((uint32_t)e << 10) | (mantissa >> 13), rest = mantissa & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half; /* may carry into infinity */
-  return (uint16_t)half;
-}
-
-static uint16_t float_to_bfloat(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* NaN stays NaN */
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return (uint16_t)(x >> 16);
-}
-
-/* Converts |value| to the scalar type of |arg|. */
-static mp_status_t pack_scalar(const mp_kernel_arg_t* arg, const mp_value_t* value, uint32_t index,
-                               const char* name, cuda_arg_t* out) {
-  char want[32];
-  mp_dtype_string(arg->dtype, want, sizeof want);
-  bool is_float = arg->dtype.code == kDLFloat || arg->dtype.code == kDLBfloat;
-  if (value->type_code == MP_TYPE_FLOAT && !is_float)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u must be an integer (%s), got float",
-                     name, index, want);
-  if (value->type_code != MP_TYPE_INT && value->type_code != MP_TYPE_FLOAT)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u must be a number (%s), got %s", name,
-                     index, want, mp_type_code_name(value->type_code));
-  if (arg->dtype.lanes != 1)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: scalar argument %u has vector dtype %s, which "
-                     "cannot be passed", name, index, want);
-  double d = value->type_code == MP_TYPE_FLOAT ? value->v_float64 : (double)value->v_int64;
-  int64_t i = value->v_int64;
-  uint8_t code = arg->dtype.code, bits = arg->dtype.bits;
-  memset(out, 0, sizeof *out);
-  if (code == kDLFloat && bits == 16) out->u16 = float_to_half((float)d);
-  else if (code == kDLBfloat && bits == 16) out->u16 = float_to_bfloat((float)d);
-  else if (code == kDLFloat && bits == 32) out->f32 = (float)d;
-  else if (code == kDLFloat && bits == 64) out->f64 = d;
-  else if (code == kDLBool && bits == 8) out->u8 = i != 0;
-  else if (code == kDLInt && bits == 8) out->i8 = (int8_t)i;
-  else if (code == kDLInt && bits == 16) out->i16 = (int16_t)i;
-  else if (code == kDLInt && bits == 32) out->i32 = (int32_t)i;
-  else if (code == kDLInt && bits == 64) out->i64 = i;
-  else if (code == kDLUInt && bits == 8) out->u8 = (uint8_t)i;
-  else if (code == kDLUInt && bits == 16) out->u16 = (uint16_t)i;
-  else if (code == kDLUInt && bits == 32) out->u32 = (uint32_t)i;
-  else if (code == kDLUInt && bits == 64) out->u64 = (uint64_t)i;
-  else
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: scalar argument %u has unsupported dtype %s",
-                     name, index, want);
-  return MP_OK;
-}
-
-static bool is_compact(const DLTensor* t) {
-  if (!t->strides) return true;
-  int64_t expected = 1;
-  for (int32_t d = t->ndim - 1; d >= 0; --d) {
-    if (t->shape[d] != 1 && t->strides[d] != expected) return false;
-    expected *= t->shape[d];
-  }
-  return true;
-}
 
 static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_args,
                                mp_value_t* out_ret) {
@@ -483,39 +408,17 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   cuda_function_t* f = self;
   cuda_module_t* m = f->module;
   const mp_kernel_info_t* info = &m->kernels[f->kernel];
-  uint32_t expected = info->arg_count + info->launch_count;
-  if (num_args < 0 || (uint32_t)num_args != expected)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                     "%s: expected %u arguments (%u kernel arguments + %u launch dimensions), got %d",
-                     info->name, expected, info->arg_count, info->launch_count, (int)num_args);
+  mp_status_t counted = mp_kernel_check_count(info, num_args);
+  if (counted != MP_OK) return counted;
   /* Checks that need no driver first: kinds, dtypes, launch dimensions. */
   cuda_arg_t values[MP_MAX_KERNEL_ARGS];
   void* params[MP_MAX_KERNEL_ARGS];
   for (uint32_t i = 0; i < info->arg_count; ++i) {
-    const mp_kernel_arg_t* a = &info->args[i];
-    const mp_value_t* v = &args[i];
     params[i] = &values[i];
-    char want[32], got[32];
-    if (a->kind == MP_ARG_SCALAR) {
-      mp_status_t status = pack_scalar(a, v, i, info->name, &values[i]);
-      if (status != MP_OK) return status;
-      continue;
-    }
-    bool untyped = a->dtype.code == kDLOpaqueHandle;
-    if (v->type_code != MP_TYPE_DLTENSOR || !v->v_tensor)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u must be an array (%s), got %s",
-                       info->name, i, untyped ? "any dtype" : mp_dtype_string(a->dtype, want, sizeof want),
-                       mp_type_code_name(v->type_code));
-    const DLTensor* t = v->v_tensor;
-    if (!untyped && (t->dtype.code != a->dtype.code || t->dtype.bits != a->dtype.bits ||
-                     t->dtype.lanes != a->dtype.lanes))
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u must have dtype %s, got %s",
-                       info->name, i, mp_dtype_string(a->dtype, want, sizeof want),
-                       mp_dtype_string(t->dtype, got, sizeof got));
-    if (!is_compact(t))
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                       "%s: argument %u is not compact (row-major); kernels get a plain pointer, "
-                       "so pass a contiguous array", info->name, i);
+    mp_status_t status = info->args[i].kind == MP_ARG_SCALAR
+                             ? mp_kernel_pack_scalar(info, i, &args[i], &values[i].scalar, NULL)
+                             : mp_kernel_check_buffer(info, i, &args[i]);
+    if (status != MP_OK) return status;
   }
   uint64_t launch[SLOT_COUNT] = {1, 1, 1, 1, 1, 1, 0};
   for (uint32_t t = 0; t < info->launch_count; ++t) {
@@ -531,26 +434,22 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   if (!launch[3] || !launch[4] || !launch[5])
     return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                      "%s: block dimensions (threadIdx.x|y|z) must be positive, got %" PRIu64
-                     " %" PRIu64 " %" PRIu64, info->name, launch[3], launch[4], launch[5]);
+                     " %" PRIu64 " %" PRIu64,
+                     info->name, launch[3], launch[4], launch[5]);
 
   /* Now the driver, and the device: that of the first array argument. */
   const mp_cuda_t* cuda = mp_cuda();
   if (!cuda) return mp_error_code();
   int32_t device = -1;
-  for (uint32_t i = 0; i < info->arg_count; ++i) {
-    if (info->args[i].kind != MP_ARG_BUFFER) continue;
-    const DLTensor* t = args[i].v_tensor;
-    if (t->device.device_type != kDLCUDA)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                       "%s: argument %u is an array on device type %d, not on a CUDA device; "
-                       "create it with modpack.array(x, device=\"cuda:0\") or pass a CUDA array "
-                       "through DLPack", info->name, i, (int)t->device.device_type);
-    if (device < 0) device = t->device.device_id;
-    else if (device != t->device.device_id)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: arrays on CUDA devices %d and %d in one call",
-                       info->name, (int)device, (int)t->device.device_id);
-    values[i].pointer = (CUdeviceptr)(uintptr_t)t->data + t->byte_offset;
-  }
+  mp_status_t checked = mp_kernel_check_devices(info, args, kDLCUDA,
+                                                "modpack.array(x, device=\"cuda:0\") or pass a "
+                                                "CUDA array through DLPack",
+                                                &device);
+  if (checked != MP_OK) return checked;
+  for (uint32_t i = 0; i < info->arg_count; ++i)
+    if (info->args[i].kind == MP_ARG_BUFFER)
+      values[i].pointer =
+          (CUdeviceptr)(uintptr_t)args[i].v_tensor->data + args[i].v_tensor->byte_offset;
   if (device < 0) { /* no array: the current context's device, else device 0 */
     CUdevice current;
     device = 0;
@@ -568,15 +467,17 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   CUfunction function = status == MP_OK ? m->functions[device][f->kernel] : NULL;
   if (status == MP_OK && launch[SLOT_SHARED] > DEFAULT_MAX_DYNAMIC_SHARED &&
       m->shared_optin[device][f->kernel] < launch[SLOT_SHARED]) {
-    CUresult result = cuda->cu.FuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                (int)launch[SLOT_SHARED]);
+    CUresult result = cuda->cu.FuncSetAttribute(
+        function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)launch[SLOT_SHARED]);
     if (result == CUDA_SUCCESS) {
       m->shared_optin[device][f->kernel] = (uint32_t)launch[SLOT_SHARED];
     } else {
       char what[160];
-      snprintf(what, sizeof what, "%s: allowing %" PRIu64 " bytes of dynamic shared memory "
-               "(cuFuncSetAttribute; the device's opt-in limit may be lower)", info->name,
-               launch[SLOT_SHARED]);
+      snprintf(what, sizeof what,
+               "%s: allowing %" PRIu64
+               " bytes of dynamic shared memory "
+               "(cuFuncSetAttribute; the device's opt-in limit may be lower)",
+               info->name, launch[SLOT_SHARED]);
       status = mp_cuda_fail(result, what);
     }
   }
@@ -588,8 +489,9 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
         (unsigned)launch[SLOT_SHARED], NULL, info->arg_count ? params : NULL, NULL);
     if (result != CUDA_SUCCESS) {
       char what[256];
-      snprintf(what, sizeof what, "%s: CUDA launch (grid %" PRIu64 ",%" PRIu64 ",%" PRIu64
-               " block %" PRIu64 ",%" PRIu64 ",%" PRIu64 " dynamic shared %" PRIu64 " bytes)",
+      snprintf(what, sizeof what,
+               "%s: CUDA launch (grid %" PRIu64 ",%" PRIu64 ",%" PRIu64 " block %" PRIu64
+               ",%" PRIu64 ",%" PRIu64 " dynamic shared %" PRIu64 " bytes)",
                info->name, launch[0], launch[1], launch[2], launch[3], launch[4], launch[5],
                launch[SLOT_SHARED]);
       status = mp_cuda_fail(result, what);
@@ -613,11 +515,12 @@ static mp_status_t cuda_get_function(mp_module_t* self, const char* name,
   return MP_OK;
 }
 
-/* ---- parsing ---------------------------------------------------------------------------------- */
+/* ---- parsing ----------------------------------------------------------------------------------
+ */
 
 static mp_status_t launch_slot(const char* kernel, const char* tag, int8_t* out) {
-  static const char* const tags[SLOT_COUNT] = {"blockIdx.x",  "blockIdx.y",  "blockIdx.z",
-                                               "threadIdx.x", "threadIdx.y", "threadIdx.z",
+  static const char* const tags[SLOT_COUNT] = {"blockIdx.x",       "blockIdx.y",  "blockIdx.z",
+                                               "threadIdx.x",      "threadIdx.y", "threadIdx.z",
                                                "dyn_shared_memory"};
   for (int8_t i = 0; i < SLOT_COUNT; ++i) {
     if (strcmp(tag, tags[i]) == 0) {
@@ -625,8 +528,10 @@ static mp_status_t launch_slot(const char* kernel, const char* tag, int8_t* out)
       return MP_OK;
     }
   }
-  return mp_errorf(MP_ERR_FORMAT, "cuda payload: kernel %s has unknown launch tag '%s' (expected "
-                   "blockIdx.x|y|z, threadIdx.x|y|z or dyn_shared_memory)", kernel, tag);
+  return mp_errorf(MP_ERR_FORMAT,
+                   "cuda payload: kernel %s has unknown launch tag '%s' (expected "
+                   "blockIdx.x|y|z, threadIdx.x|y|z or dyn_shared_memory)",
+                   kernel, tag);
 }
 
 static void read_ptx_isa(cuda_variant_t* v) {
@@ -649,8 +554,10 @@ static mp_status_t parse_variant_header(mp_reader_t* r, uint32_t index, cuda_var
   if (!mp_read_u32(r, &v->kind) || !mp_read_u32(r, &v->arch_count))
     return mp_reader_error(r, "variant header");
   if (v->kind > KIND_FATBIN)
-    return mp_errorf(MP_ERR_FORMAT, "cuda payload: variant %u has unknown kind %u (0 cubin, 1 ptx, "
-                     "2 fatbin)", index, v->kind);
+    return mp_errorf(MP_ERR_FORMAT,
+                     "cuda payload: variant %u has unknown kind %u (0 cubin, 1 ptx, "
+                     "2 fatbin)",
+                     index, v->kind);
   if (v->arch_count == 0 || v->arch_count > MAX_ARCHES_PER_VARIANT ||
       (v->kind != KIND_FATBIN && v->arch_count != 1))
     return mp_errorf(MP_ERR_FORMAT, "cuda payload: %s variant %u lists %u architectures",
@@ -669,8 +576,10 @@ static mp_status_t parse_variant_header(mp_reader_t* r, uint32_t index, cuda_var
     v->arches[a][size] = '\0';
     arch_t parsed;
     if (strlen(v->arches[a]) != size || !parse_arch(v->arches[a], &parsed))
-      return mp_errorf(MP_ERR_FORMAT, "cuda payload: variant %u names architecture '%s', which is "
-                       "not sm_XY[a|f] or compute_XY[a|f]", index, v->arches[a]);
+      return mp_errorf(MP_ERR_FORMAT,
+                       "cuda payload: variant %u names architecture '%s', which is "
+                       "not sm_XY[a|f] or compute_XY[a|f]",
+                       index, v->arches[a]);
     if ((v->kind == KIND_CUBIN && parsed.ptx) || (v->kind == KIND_PTX && !parsed.ptx))
       return mp_errorf(MP_ERR_FORMAT, "cuda payload: %s variant %u is labelled '%s'",
                        kind_names[v->kind], index, v->arches[a]);
@@ -683,11 +592,15 @@ static mp_status_t check_variant_bytes(uint32_t index, cuda_variant_t* v) {
   static const uint8_t elf[4] = {0x7f, 'E', 'L', 'F'}, fatbin[4] = {0x50, 0xed, 0x55, 0xba};
   const char* arch = v->arches[0];
   if (v->kind == KIND_CUBIN && (v->size < 4 || memcmp(v->data, elf, 4) != 0))
-    return mp_errorf(MP_ERR_FORMAT, "cuda payload: cubin variant %u (%s) does not start with the "
-                     "ELF magic", index, arch);
+    return mp_errorf(MP_ERR_FORMAT,
+                     "cuda payload: cubin variant %u (%s) does not start with the "
+                     "ELF magic",
+                     index, arch);
   if (v->kind == KIND_FATBIN && (v->size < 4 || memcmp(v->data, fatbin, 4) != 0))
-    return mp_errorf(MP_ERR_FORMAT, "cuda payload: fatbin variant %u does not start with the "
-                     "fatbin magic 50 ED 55 BA", index);
+    return mp_errorf(MP_ERR_FORMAT,
+                     "cuda payload: fatbin variant %u does not start with the "
+                     "fatbin magic 50 ED 55 BA",
+                     index);
   if (v->kind == KIND_PTX) {
     if (v->data[v->size - 1] != '\0')
       return mp_errorf(MP_ERR_FORMAT, "cuda payload: PTX variant %u (%s) is not NUL-terminated",
@@ -700,15 +613,20 @@ static mp_status_t check_variant_bytes(uint32_t index, cuda_variant_t* v) {
 static mp_status_t parse(cuda_module_t* m, mp_const_byte_span_t payload) {
   mp_reader_t r = {payload.data, payload.size, 0, "cuda payload"};
   uint32_t version, reserved, count;
-  if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved)) return mp_reader_error(&r, "header");
+  if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
+    return mp_reader_error(&r, "header");
   if (version != CUDA_PAYLOAD_VERSION)
-    return mp_errorf(MP_ERR_INCOMPATIBLE, "cuda payload version %u is not supported (this runtime "
-                     "reads %d); upgrade modpack", version, CUDA_PAYLOAD_VERSION);
-  if (reserved != 0) return mp_errorf(MP_ERR_FORMAT, "cuda payload: reserved header field is not 0");
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "cuda payload version %u is not supported (this runtime "
+                     "reads %d); upgrade modpack",
+                     version, CUDA_PAYLOAD_VERSION);
+  if (reserved != 0)
+    return mp_errorf(MP_ERR_FORMAT, "cuda payload: reserved header field is not 0");
   if (!mp_read_u32(&r, &count) || count == 0 || count > r.size / 16)
     return mp_reader_error(&r, "variant count");
   if (count > MAX_CANDIDATES)
-    return mp_errorf(MP_ERR_FORMAT, "cuda payload: %u variants (at most %d)", count, MAX_CANDIDATES);
+    return mp_errorf(MP_ERR_FORMAT, "cuda payload: %u variants (at most %d)", count,
+                     MAX_CANDIDATES);
   m->variants = calloc(count, sizeof *m->variants);
   if (!m->variants) return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory");
   for (uint32_t v = 0; v < count; ++v) {
@@ -741,12 +659,15 @@ static mp_status_t parse(cuda_module_t* m, mp_const_byte_span_t payload) {
   /* The variants' bytes, each 64-byte aligned within the payload, read in place. */
   for (uint32_t v = 0; v < m->variant_count; ++v) {
     cuda_variant_t* variant = &m->variants[v];
-    uint64_t padding = (CUDA_VARIANT_ALIGNMENT - r.pos % CUDA_VARIANT_ALIGNMENT) % CUDA_VARIANT_ALIGNMENT;
+    uint64_t padding =
+        (CUDA_VARIANT_ALIGNMENT - r.pos % CUDA_VARIANT_ALIGNMENT) % CUDA_VARIANT_ALIGNMENT;
     const uint8_t* pad;
     if (!mp_read_bytes(&r, padding, &pad)) return mp_reader_error(&r, "variant padding");
     for (uint64_t i = 0; i < padding; ++i)
-      if (pad[i] != 0) return mp_errorf(MP_ERR_FORMAT, "cuda payload: nonzero padding before variant %u", v);
-    if (!mp_read_bytes(&r, variant->size, &variant->data)) return mp_reader_error(&r, "variant bytes");
+      if (pad[i] != 0)
+        return mp_errorf(MP_ERR_FORMAT, "cuda payload: nonzero padding before variant %u", v);
+    if (!mp_read_bytes(&r, variant->size, &variant->data))
+      return mp_reader_error(&r, "variant bytes");
     mp_status_t status = check_variant_bytes(v, variant);
     if (status != MP_OK) return status;
   }

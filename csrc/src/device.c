@@ -25,7 +25,8 @@ static mp_status_t cpu_alloc(int32_t device_id, uint64_t nbytes, void** out_data
   uint64_t rounded = (nbytes + 63) / 64 * 64;
   *out_data = aligned_alloc(64, rounded ? rounded : 64);
   if (!*out_data)
-    return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes on the CPU", nbytes);
+    return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes on the CPU",
+                     nbytes);
   return MP_OK;
 }
 
@@ -77,13 +78,17 @@ const mp_device_api_t mp_cpu_device_api = {
 
 const mp_device_api_t* mp_device_api(int32_t device_type) {
   switch (device_type) {
-    case kDLCPU: return &mp_cpu_device_api;
-    case kDLOpenCL: return &mp_opencl_device_api;
-    case kDLCUDA: return &mp_cuda_device_api;
+    case kDLCPU:
+      return &mp_cpu_device_api;
+    case kDLOpenCL:
+      return &mp_opencl_device_api;
+    case kDLCUDA:
+      return &mp_cuda_device_api;
     default:
       mp_errorf(MP_ERR_INVALID_ARGUMENT,
                 "device type %d is not supported by this runtime (supported: cpu=%d, cuda=%d, "
-                "opencl=%d)", (int)device_type, kDLCPU, kDLCUDA, kDLOpenCL);
+                "opencl=%d)",
+                (int)device_type, kDLCPU, kDLCUDA, kDLOpenCL);
       return NULL;
   }
 }
@@ -134,8 +139,7 @@ mp_status_t mp_device_copy(const void* from, uint64_t from_offset, DLDevice from
   if (status == MP_OK) status = check_device(to_device, &to_api);
   if (status != MP_OK) return status;
   bool from_host = from_device.device_type == kDLCPU, to_host = to_device.device_type == kDLCPU;
-  if (from_host && to_host)
-    return cpu_copy_within(0, from, from_offset, to, to_offset, nbytes);
+  if (from_host && to_host) return cpu_copy_within(0, from, from_offset, to, to_offset, nbytes);
   if (from_host)
     return to_api->copy_from_host(to_device.device_id, (const uint8_t*)from + from_offset, to,
                                   to_offset, nbytes);
@@ -228,7 +232,8 @@ static bool is_compact(const DLTensor* t) {
 mp_status_t mp_array_copy(const DLTensor* from, DLTensor* to) {
   if (from->ndim != to->ndim || from->dtype.code != to->dtype.code ||
       from->dtype.bits != to->dtype.bits || from->dtype.lanes != to->dtype.lanes)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array copy needs the same dtype and ndim on both sides");
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "array copy needs the same dtype and ndim on both sides");
   for (int32_t d = 0; d < from->ndim; ++d)
     if (from->shape[d] != to->shape[d])
       return mp_errorf(MP_ERR_INVALID_ARGUMENT,

@@ -46,8 +46,8 @@ mp_status_t mp_elf_check_file(const char* path) {
   if (file_size < sizeof eh || !read_exact(fd, &eh, sizeof eh, 0) ||
       memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
     status = mp_errorf(MP_ERR_FORMAT,
-                       "'%s' is not an ELF shared library (%" PRIu64 " bytes, no ELF header)",
-                       path, file_size);
+                       "'%s' is not an ELF shared library (%" PRIu64 " bytes, no ELF header)", path,
+                       file_size);
     goto done;
   }
 #if __SIZEOF_POINTER__ == 8
@@ -69,13 +69,13 @@ mp_status_t mp_elf_check_file(const char* path) {
                        path, file_size);
     goto done;
   }
-  if (eh.e_shnum > 0 && (eh.e_shoff > file_size ||
-                         (uint64_t)eh.e_shnum * eh.e_shentsize > file_size - eh.e_shoff)) {
-    status = mp_errorf(MP_ERR_FORMAT,
-                       "'%s' is truncated: its section headers end at byte %" PRIu64
-                       " but the file has %" PRIu64 " bytes; copy or export it again",
-                       path, (uint64_t)eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize,
-                       file_size);
+  if (eh.e_shnum > 0 &&
+      (eh.e_shoff > file_size || (uint64_t)eh.e_shnum * eh.e_shentsize > file_size - eh.e_shoff)) {
+    status =
+        mp_errorf(MP_ERR_FORMAT,
+                  "'%s' is truncated: its section headers end at byte %" PRIu64
+                  " but the file has %" PRIu64 " bytes; copy or export it again",
+                  path, (uint64_t)eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize, file_size);
     goto done;
   }
   for (uint64_t i = 0; i < eh.e_phnum; ++i) {

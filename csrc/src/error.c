@@ -11,13 +11,18 @@ enum { MP_ERROR_MESSAGE_CAPACITY = 4096 };
 static _Thread_local mp_status_t tls_code = MP_OK;
 static _Thread_local char tls_message[MP_ERROR_MESSAGE_CAPACITY];
 
-const char* mp_error_message(void) { return tls_message; }
+const char* mp_error_message(void) {
+  return tls_message;
+}
 
-mp_status_t mp_error_code(void) { return tls_code; }
+mp_status_t mp_error_code(void) {
+  return tls_code;
+}
 
 mp_status_t mp_error_set(mp_status_t code, const char* message) {
   tls_code = code;
-  if (message != tls_message) snprintf(tls_message, sizeof tls_message, "%s", message ? message : "");
+  if (message != tls_message)
+    snprintf(tls_message, sizeof tls_message, "%s", message ? message : "");
   return code;
 }
 

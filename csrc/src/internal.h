@@ -28,7 +28,9 @@ static inline bool mp_mul_u64(uint64_t a, uint64_t b, uint64_t* out) {
 }
 
 /* ---- little-endian loads that never assume alignment ---- */
-static inline uint16_t mp_load_le16(const uint8_t* p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint16_t mp_load_le16(const uint8_t* p) {
+  return (uint16_t)(p[0] | (p[1] << 8));
+}
 static inline uint32_t mp_load_le32(const uint8_t* p) {
   return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
@@ -39,7 +41,7 @@ static inline uint64_t mp_load_le64(const uint8_t* p) {
 /* ---- objects ---- */
 struct mp_library {
   atomic_long refcount;
-  void* handle;      /* from dlopen */
+  void* handle; /* from dlopen */
   char* path;
   mp_module_t* lib_module; /* the "library" node (not owned) while it lives */
 };
@@ -94,7 +96,6 @@ mp_status_t mp_blob_verify_payloads(const mp_blob_t* blob);
 /* XXH3-64 of the index with its checksum field zeroed; |index_size| >= 64. */
 uint64_t mp_index_checksum(const uint8_t* blob, uint64_t index_size);
 
-
 /* ---- devices ---- */
 
 /* What a device type implements. Offsets are in bytes from the `data` pointer. */
@@ -118,6 +119,26 @@ extern const mp_device_api_t mp_opencl_device_api;
 extern const mp_device_api_t mp_cuda_device_api;
 /* The API of |device_type|, or NULL with an error naming the supported types. */
 const mp_device_api_t* mp_device_api(int32_t device_type);
+
+/* ---- loading vendor drivers with dlopen (driver_loading.c) ---- */
+typedef struct {
+  const char* name;
+  void* slot; /* address of the function pointer to fill */
+} mp_symbol_slot_t;
+
+/* How a one-time initialisation went; a failure's message is replayed on every later use. */
+typedef struct {
+  mp_status_t status;
+  char message[1024];
+} mp_outcome_t;
+
+bool mp_resolve_symbol(void* library, const char* name, void* slot);
+/* Resolves every slot; returns NULL, or the name of the first symbol the library lacks. */
+const char* mp_resolve_symbols(void* library, const mp_symbol_slot_t* slots, size_t count);
+void mp_outcome_fail(mp_outcome_t* outcome, mp_status_t code, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* MP_OK, or the remembered failure set as this thread's error. */
+mp_status_t mp_outcome_raise(const mp_outcome_t* outcome);
 
 /* ---- a bounds-checked cursor over payload bytes ---- */
 typedef struct {
@@ -156,6 +177,35 @@ typedef struct {
  * per arg, u32 launch_count, {u32 size, bytes} per tag. */
 mp_status_t mp_kernel_info_read(mp_reader_t* r, mp_kernel_info_t* out);
 void mp_kernel_info_free(mp_kernel_info_t* info);
+/* Calling a kernel from packed arguments: its arguments, then one integer per launch tag. */
+typedef union {
+  int8_t i8;
+  int16_t i16;
+  int32_t i32;
+  int64_t i64;
+  uint8_t u8;
+  uint16_t u16;
+  uint32_t u32;
+  uint64_t u64;
+  float f32;
+  double f64;
+} mp_kernel_scalar_t;
+
+mp_status_t mp_kernel_check_count(const mp_kernel_info_t* info, int32_t num_args);
+/* Argument |index| must be a compact array of the record's dtype (any dtype if untyped). */
+mp_status_t mp_kernel_check_buffer(const mp_kernel_info_t* info, uint32_t index,
+                                   const mp_value_t* value);
+/* Every array argument must be on |device_type|, all on one device (its id, or -1 if there is
+ * no array argument, goes to |out_device|); |how_to_create| completes the error message. */
+mp_status_t mp_kernel_check_devices(const mp_kernel_info_t* info, const mp_value_t* args,
+                                    int32_t device_type, const char* how_to_create,
+                                    int32_t* out_device);
+/* |value| converted to scalar argument |index|'s dtype (float16 and bfloat16 included);
+ * |out_size| (may be NULL) receives its size in bytes. */
+mp_status_t mp_kernel_pack_scalar(const mp_kernel_info_t* info, uint32_t index,
+                                  const mp_value_t* value, mp_kernel_scalar_t* out,
+                                  size_t* out_size);
+
 /* "float32", "int64", ... into |buffer|. */
 const char* mp_dtype_string(DLDataType dtype, char* buffer, size_t capacity);
 const char* mp_type_code_name(int32_t type_code);

@@ -98,7 +98,9 @@ void mp_library_release(mp_library_t* library) {
   free(library);
 }
 
-const char* mp_library_path(const mp_library_t* library) { return library->path; }
+const char* mp_library_path(const mp_library_t* library) {
+  return library->path;
+}
 
 void mp_library_forget_module(mp_library_t* library, mp_module_t* module) {
   lock_libraries();
@@ -258,7 +260,8 @@ static mp_status_t build_tree(mp_library_t* library, mp_const_byte_span_t bytes,
     if (status == MP_OK && !modules[i])
       status = mp_errorf(MP_ERR_INTERNAL, "loader returned no module");
     if (status != MP_OK) {
-      if (mp_error_message()[0] == '\0') mp_errorf(status, "loader failed with status %d", (int)status);
+      if (mp_error_message()[0] == '\0')
+        mp_errorf(status, "loader failed with status %d", (int)status);
       mp_error_prefix(status, "'%s': loading module[%" PRIu64 "] (%s)", library->path, i,
                       entry.type_key);
       break;
@@ -272,7 +275,8 @@ static mp_status_t build_tree(mp_library_t* library, mp_const_byte_span_t bytes,
     mp_blob_module_t entry;
     mp_blob_module(blob, i, &entry);
     for (uint64_t k = 0; k < entry.child_count && status == MP_OK; ++k)
-      status = mp_module_append_import(modules[i], modules[mp_blob_child(blob, entry.first_edge + k)]);
+      status =
+          mp_module_append_import(modules[i], modules[mp_blob_child(blob, entry.first_edge + k)]);
   }
   log_phase(library->path, "loaders + tree", &clock, "");
   /* The tree now holds its own references; keep the root's. */

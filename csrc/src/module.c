@@ -63,10 +63,18 @@ void mp_module_release(mp_module_t* module) {
   mp_library_release(library);
 }
 
-const char* mp_module_type_key(const mp_module_t* module) { return module->type_key; }
-void* mp_module_impl(const mp_module_t* module) { return module->impl; }
-mp_library_t* mp_module_library(const mp_module_t* module) { return module->library; }
-uint64_t mp_module_import_count(const mp_module_t* module) { return module->import_count; }
+const char* mp_module_type_key(const mp_module_t* module) {
+  return module->type_key;
+}
+void* mp_module_impl(const mp_module_t* module) {
+  return module->impl;
+}
+mp_library_t* mp_module_library(const mp_module_t* module) {
+  return module->library;
+}
+uint64_t mp_module_import_count(const mp_module_t* module) {
+  return module->import_count;
+}
 
 mp_module_t* mp_module_import_at(const mp_module_t* module, uint64_t index) {
   return index < module->import_count ? module->imports[index] : NULL;
@@ -299,6 +307,7 @@ void mp_context_set_error(mp_status_t code, const char* message) {
 mp_status_t mp_context_get_array(void* ctx, const char* name, const DLTensor** out_array) {
   *out_array = NULL;
   mp_module_t* module = ctx;
-  if (!module) return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up array '%s' before load", name);
+  if (!module)
+    return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up array '%s' before load", name);
   return mp_module_get_array(module, name, 1, out_array);
 }

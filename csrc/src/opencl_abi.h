@@ -69,9 +69,8 @@ typedef struct {
   cl_kernel (*CreateKernel)(cl_program, const char*, cl_int*);
   cl_int (*ReleaseKernel)(cl_kernel);
   cl_int (*SetKernelArg)(cl_kernel, cl_uint, size_t, const void*);
-  cl_int (*EnqueueNDRangeKernel)(cl_command_queue, cl_kernel, cl_uint, const size_t*,
-                                 const size_t*, const size_t*, cl_uint, const cl_event*,
-                                 cl_event*);
+  cl_int (*EnqueueNDRangeKernel)(cl_command_queue, cl_kernel, cl_uint, const size_t*, const size_t*,
+                                 const size_t*, cl_uint, const cl_event*, cl_event*);
 } mp_cl_api_t;
 
 enum { MP_OPENCL_MAX_DEVICES = 32 };

@@ -17,58 +17,70 @@
 #include "opencl_abi.h"
 
 static mp_opencl_t state;
-static mp_status_t init_status = MP_OK;
-static char init_message[1024];
+static mp_outcome_t outcome;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 const char* mp_cl_error_name(cl_int code) {
   switch (code) {
-    case -1: return "CL_DEVICE_NOT_FOUND";
-    case -2: return "CL_DEVICE_NOT_AVAILABLE";
-    case -3: return "CL_COMPILER_NOT_AVAILABLE";
-    case -4: return "CL_MEM_OBJECT_ALLOCATION_FAILURE";
-    case -5: return "CL_OUT_OF_RESOURCES";
-    case -6: return "CL_OUT_OF_HOST_MEMORY";
-    case -11: return "CL_BUILD_PROGRAM_FAILURE";
-    case -30: return "CL_INVALID_VALUE";
-    case -33: return "CL_INVALID_DEVICE";
-    case -34: return "CL_INVALID_CONTEXT";
-    case -36: return "CL_INVALID_COMMAND_QUEUE";
-    case -38: return "CL_INVALID_MEM_OBJECT";
-    case -42: return "CL_INVALID_BINARY";
-    case -44: return "CL_INVALID_PROGRAM";
-    case -45: return "CL_INVALID_PROGRAM_EXECUTABLE";
-    case -46: return "CL_INVALID_KERNEL_NAME";
-    case -48: return "CL_INVALID_KERNEL";
-    case -49: return "CL_INVALID_ARG_INDEX";
-    case -50: return "CL_INVALID_ARG_VALUE";
-    case -51: return "CL_INVALID_ARG_SIZE";
-    case -52: return "CL_INVALID_KERNEL_ARGS";
-    case -53: return "CL_INVALID_WORK_DIMENSION";
-    case -54: return "CL_INVALID_WORK_GROUP_SIZE";
-    case -55: return "CL_INVALID_WORK_ITEM_SIZE";
-    case -56: return "CL_INVALID_GLOBAL_OFFSET";
-    case -61: return "CL_INVALID_BUFFER_SIZE";
-    case -63: return "CL_INVALID_GLOBAL_WORK_SIZE";
-    case -1001: return "CL_PLATFORM_NOT_FOUND_KHR";
-    default: return "CL error";
+    case -1:
+      return "CL_DEVICE_NOT_FOUND";
+    case -2:
+      return "CL_DEVICE_NOT_AVAILABLE";
+    case -3:
+      return "CL_COMPILER_NOT_AVAILABLE";
+    case -4:
+      return "CL_MEM_OBJECT_ALLOCATION_FAILURE";
+    case -5:
+      return "CL_OUT_OF_RESOURCES";
+    case -6:
+      return "CL_OUT_OF_HOST_MEMORY";
+    case -11:
+      return "CL_BUILD_PROGRAM_FAILURE";
+    case -30:
+      return "CL_INVALID_VALUE";
+    case -33:
+      return "CL_INVALID_DEVICE";
+    case -34:
+      return "CL_INVALID_CONTEXT";
+    case -36:
+      return "CL_INVALID_COMMAND_QUEUE";
+    case -38:
+      return "CL_INVALID_MEM_OBJECT";
+    case -42:
+      return "CL_INVALID_BINARY";
+    case -44:
+      return "CL_INVALID_PROGRAM";
+    case -45:
+      return "CL_INVALID_PROGRAM_EXECUTABLE";
+    case -46:
+      return "CL_INVALID_KERNEL_NAME";
+    case -48:
+      return "CL_INVALID_KERNEL";
+    case -49:
+      return "CL_INVALID_ARG_INDEX";
+    case -50:
+      return "CL_INVALID_ARG_VALUE";
+    case -51:
+      return "CL_INVALID_ARG_SIZE";
+    case -52:
+      return "CL_INVALID_KERNEL_ARGS";
+    case -53:
+      return "CL_INVALID_WORK_DIMENSION";
+    case -54:
+      return "CL_INVALID_WORK_GROUP_SIZE";
+    case -55:
+      return "CL_INVALID_WORK_ITEM_SIZE";
+    case -56:
+      return "CL_INVALID_GLOBAL_OFFSET";
+    case -61:
+      return "CL_INVALID_BUFFER_SIZE";
+    case -63:
+      return "CL_INVALID_GLOBAL_WORK_SIZE";
+    case -1001:
+      return "CL_PLATFORM_NOT_FOUND_KHR";
+    default:
+      return "CL error";
   }
-}
-
-static void fail(mp_status_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(mp_status_t code, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(init_message, sizeof init_message, fmt, ap);
-  va_end(ap);
-  init_status = code;
-}
-
-static bool resolve(void* lib, const char* name, void* slot) {
-  void* symbol = dlsym(lib, name);
-  if (!symbol) return false;
-  memcpy(slot, &symbol, sizeof symbol);
-  return true;
 }
 
 static void initialise(void) {
@@ -76,17 +88,15 @@ static void initialise(void) {
   if (!path || !*path) path = "libOpenCL.so.1";
   void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    fail(MP_ERR_UNAVAILABLE,
-         "OpenCL is not available: cannot load %s (%s); install an OpenCL ICD loader and a "
-         "driver, e.g. `apt-get install ocl-icd-libopencl1 pocl-opencl-icd`",
-         path, dlerror());
+    mp_outcome_fail(
+        &outcome, MP_ERR_UNAVAILABLE,
+        "OpenCL is not available: cannot load %s (%s); install an OpenCL ICD loader and a "
+        "driver, e.g. `apt-get install ocl-icd-libopencl1 pocl-opencl-icd`",
+        path, dlerror());
     return;
   }
   mp_cl_api_t* cl = &state.cl;
-  struct {
-    const char* name;
-    void* slot;
-  } entries[] = {
+  const mp_symbol_slot_t entries[] = {
       {"clGetPlatformIDs", &cl->GetPlatformIDs},
       {"clGetPlatformInfo", &cl->GetPlatformInfo},
       {"clGetDeviceIDs", &cl->GetDeviceIDs},
@@ -110,21 +120,21 @@ static void initialise(void) {
       {"clSetKernelArg", &cl->SetKernelArg},
       {"clEnqueueNDRangeKernel", &cl->EnqueueNDRangeKernel},
   };
-  for (size_t i = 0; i < sizeof entries / sizeof entries[0]; ++i) {
-    if (!resolve(lib, entries[i].name, entries[i].slot)) {
-      fail(MP_ERR_UNAVAILABLE, "OpenCL library %s lacks %s (OpenCL 1.2 is required)", path,
-           entries[i].name);
-      return;
-    }
+  const char* missing = mp_resolve_symbols(lib, entries, sizeof entries / sizeof entries[0]);
+  if (missing) {
+    mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE,
+                    "OpenCL library %s lacks %s (OpenCL 1.2 is required)", path, missing);
+    return;
   }
   cl_platform_id platforms[16];
   cl_uint platform_count = 0;
   cl_int err = cl->GetPlatformIDs(16, platforms, &platform_count);
   if (err != CL_SUCCESS || platform_count == 0) {
-    fail(MP_ERR_UNAVAILABLE,
-         "no OpenCL platform found (%s, %d): install an OpenCL driver, e.g. `apt-get install "
-         "pocl-opencl-icd` for CPUs, or check OCL_ICD_VENDORS",
-         err == CL_SUCCESS ? "0 platforms" : mp_cl_error_name(err), (int)err);
+    mp_outcome_fail(
+        &outcome, MP_ERR_UNAVAILABLE,
+        "no OpenCL platform found (%s, %d): install an OpenCL driver, e.g. `apt-get install "
+        "pocl-opencl-icd` for CPUs, or check OCL_ICD_VENDORS",
+        err == CL_SUCCESS ? "0 platforms" : mp_cl_error_name(err), (int)err);
     return;
   }
   if (platform_count > 16) platform_count = 16;
@@ -137,24 +147,27 @@ static void initialise(void) {
     state.device_count = n > MP_OPENCL_MAX_DEVICES ? MP_OPENCL_MAX_DEVICES : n;
   }
   if (state.device_count == 0) {
-    fail(MP_ERR_UNAVAILABLE,
-         "OpenCL found %u platform(s) but no device on any of them; check the driver installation",
-         platform_count);
+    mp_outcome_fail(
+        &outcome, MP_ERR_UNAVAILABLE,
+        "OpenCL found %u platform(s) but no device on any of them; check the driver installation",
+        platform_count);
     return;
   }
   state.context = cl->CreateContext(NULL, state.device_count, state.devices, NULL, NULL, &err);
   if (!state.context) {
-    fail(MP_ERR_UNAVAILABLE, "cannot create an OpenCL context: %s (%d)", mp_cl_error_name(err),
-         (int)err);
+    mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE, "cannot create an OpenCL context: %s (%d)",
+                    mp_cl_error_name(err), (int)err);
     return;
   }
   char platform_name[96] = "";
-  cl->GetPlatformInfo(state.platform, CL_PLATFORM_NAME, sizeof platform_name - 1, platform_name, NULL);
+  cl->GetPlatformInfo(state.platform, CL_PLATFORM_NAME, sizeof platform_name - 1, platform_name,
+                      NULL);
   for (cl_uint d = 0; d < state.device_count; ++d) {
     state.queues[d] = cl->CreateCommandQueue(state.context, state.devices[d], 0, &err);
     if (!state.queues[d]) {
-      fail(MP_ERR_UNAVAILABLE, "cannot create an OpenCL queue for device %u: %s (%d)", d,
-           mp_cl_error_name(err), (int)err);
+      mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE,
+                      "cannot create an OpenCL queue for device %u: %s (%d)", d,
+                      mp_cl_error_name(err), (int)err);
       return;
     }
     char device_name[96] = "", driver[48] = "";
@@ -167,10 +180,7 @@ static void initialise(void) {
 
 const mp_opencl_t* mp_opencl(void) {
   pthread_once(&init_once, initialise);
-  if (init_status != MP_OK) {
-    mp_error_set(init_status, init_message);
-    return NULL;
-  }
+  if (mp_outcome_raise(&outcome) != MP_OK) return NULL;
   return &state;
 }
 
@@ -188,7 +198,8 @@ static const mp_opencl_t* device(int32_t device_id) {
 }
 
 static mp_status_t cl_failed(const char* what, cl_int err) {
-  return mp_errorf(MP_ERR_RUNTIME, "OpenCL %s failed: %s (%d)", what, mp_cl_error_name(err), (int)err);
+  return mp_errorf(MP_ERR_RUNTIME, "OpenCL %s failed: %s (%d)", what, mp_cl_error_name(err),
+                   (int)err);
 }
 
 static mp_status_t opencl_count(int32_t* out_count) {

@@ -76,9 +76,11 @@ static mp_status_t build_failed(const mp_opencl_t* cl, cl_program program, int32
   cl->cl.GetProgramBuildInfo(program, cl->devices[device], CL_PROGRAM_BUILD_LOG, sizeof log - 1,
                              log, &size);
   log[sizeof log - 1] = '\0';
-  return mp_errorf(MP_ERR_RUNTIME, "OpenCL program failed to build for device %d (%s): %s (%d)\n"
-                   "build log:\n%s", (int)device, cl->device_keys[device], mp_cl_error_name(err),
-                   (int)err, log[0] ? log : "(empty)");
+  return mp_errorf(MP_ERR_RUNTIME,
+                   "OpenCL program failed to build for device %d (%s): %s (%d)\n"
+                   "build log:\n%s",
+                   (int)device, cl->device_keys[device], mp_cl_error_name(err), (int)err,
+                   log[0] ? log : "(empty)");
 }
 
 /* Builds the program for |device| (binary when one matches, else source). Caller holds lock. */
@@ -91,7 +93,8 @@ static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32
     size_t size = m->binaries[b].size;
     const unsigned char* data = m->binaries[b].data;
     cl_int binary_status = CL_SUCCESS;
-    program = cl->cl.CreateProgramWithBinary(cl->context, 1, &dev, &size, &data, &binary_status, &err);
+    program =
+        cl->cl.CreateProgramWithBinary(cl->context, 1, &dev, &size, &data, &binary_status, &err);
     if (program && cl->cl.BuildProgram(program, 1, &dev, "", NULL, NULL) != CL_SUCCESS) {
       cl->cl.ReleaseProgram(program); /* a stale binary: fall back to the source */
       program = NULL;
@@ -135,101 +138,50 @@ static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32
 
 /* ---- calling ------------------------------------------------------------------------------- */
 
-static mp_status_t set_scalar(const mp_opencl_t* cl, cl_kernel kernel, uint32_t index,
-                              const mp_kernel_arg_t* arg, const mp_value_t* value,
-                              const char* name) {
-  char want[32];
-  mp_dtype_string(arg->dtype, want, sizeof want);
-  union {
-    int8_t i8; int16_t i16; int32_t i32; int64_t i64;
-    uint8_t u8; uint16_t u16; uint32_t u32; uint64_t u64;
-    float f32; double f64;
-  } v;
-  size_t size = arg->dtype.bits / 8;
-  bool is_float = arg->dtype.code == kDLFloat;
-  if (value->type_code == MP_TYPE_FLOAT && !is_float)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u must be an integer (%s), got float",
-                     name, index, want);
-  if (value->type_code != MP_TYPE_INT && value->type_code != MP_TYPE_FLOAT)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u must be a number (%s), got %s", name,
-                     index, want, mp_type_code_name(value->type_code));
-  double d = value->type_code == MP_TYPE_FLOAT ? value->v_float64 : (double)value->v_int64;
-  int64_t i = value->v_int64;
-  if (is_float && arg->dtype.bits == 32) v.f32 = (float)d;
-  else if (is_float && arg->dtype.bits == 64) v.f64 = d;
-  else if (arg->dtype.code == kDLInt && arg->dtype.bits == 8) v.i8 = (int8_t)i;
-  else if (arg->dtype.code == kDLInt && arg->dtype.bits == 16) v.i16 = (int16_t)i;
-  else if (arg->dtype.code == kDLInt && arg->dtype.bits == 32) v.i32 = (int32_t)i;
-  else if (arg->dtype.code == kDLInt && arg->dtype.bits == 64) v.i64 = i;
-  else if (arg->dtype.code == kDLUInt && arg->dtype.bits == 8) v.u8 = (uint8_t)i;
-  else if (arg->dtype.code == kDLUInt && arg->dtype.bits == 16) v.u16 = (uint16_t)i;
-  else if (arg->dtype.code == kDLUInt && arg->dtype.bits == 32) v.u32 = (uint32_t)i;
-  else if (arg->dtype.code == kDLUInt && arg->dtype.bits == 64) v.u64 = (uint64_t)i;
-  else
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: scalar argument %u has unsupported dtype %s",
-                     name, index, want);
-  cl_int err = cl->cl.SetKernelArg(kernel, index, size, &v);
-  return err == CL_SUCCESS ? MP_OK
-                           : mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u rejected by OpenCL: %s (%d)",
-                                       name, index, mp_cl_error_name(err), (int)err);
-}
-
 static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_args,
                                mp_value_t* out_ret) {
   (void)out_ret;
   opencl_function_t* f = self;
   opencl_module_t* m = f->module;
   const mp_kernel_info_t* info = &m->kernels[f->kernel];
-  uint32_t expected = info->arg_count + info->launch_count;
-  if ((uint32_t)num_args != expected)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                     "%s: expected %u arguments (%u kernel arguments + %u launch dimensions), got %d",
-                     info->name, expected, info->arg_count, info->launch_count, (int)num_args);
-  /* Checks first, then the device: that of the first array argument. */
-  int32_t device = -1;
-  for (uint32_t i = 0; i < info->arg_count; ++i) {
-    const mp_kernel_arg_t* a = &info->args[i];
-    if (a->kind != MP_ARG_BUFFER) continue;
-    const mp_value_t* v = &args[i];
-    char want[32], got[32];
-    if (v->type_code != MP_TYPE_DLTENSOR || !v->v_tensor)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u must be an array (%s), got %s",
-                       info->name, i, mp_dtype_string(a->dtype, want, sizeof want),
-                       mp_type_code_name(v->type_code));
-    const DLTensor* t = v->v_tensor;
-    if (t->device.device_type != kDLOpenCL)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                       "%s: argument %u is an array on device type %d, not on an OpenCL device; "
-                       "create it with modpack.array(x, device=\"opencl:0\")",
-                       info->name, i, (int)t->device.device_type);
-    if (t->dtype.code != a->dtype.code || t->dtype.bits != a->dtype.bits ||
-        t->dtype.lanes != a->dtype.lanes)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u must have dtype %s, got %s",
-                       info->name, i, mp_dtype_string(a->dtype, want, sizeof want),
-                       mp_dtype_string(t->dtype, got, sizeof got));
-    if (t->byte_offset != 0)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u has a byte offset; pass a whole buffer",
-                       info->name, i);
-    if (device < 0) device = t->device.device_id;
-    else if (device != t->device.device_id)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: arrays on OpenCL devices %d and %d in one call",
-                       info->name, (int)device, (int)t->device.device_id);
+  mp_status_t status = mp_kernel_check_count(info, num_args);
+  if (status != MP_OK) return status;
+  mp_kernel_scalar_t scalars[MP_MAX_KERNEL_ARGS];
+  size_t scalar_sizes[MP_MAX_KERNEL_ARGS];
+  for (uint32_t i = 0; i < info->arg_count && status == MP_OK; ++i) {
+    if (info->args[i].kind == MP_ARG_SCALAR) {
+      status = mp_kernel_pack_scalar(info, i, &args[i], &scalars[i], &scalar_sizes[i]);
+    } else if ((status = mp_kernel_check_buffer(info, i, &args[i])) == MP_OK &&
+               args[i].v_tensor->byte_offset != 0) {
+      status =
+          mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                    "%s: argument %u has a byte offset; OpenCL takes whole buffers", info->name, i);
+    }
   }
+  int32_t device = -1;
+  if (status == MP_OK)
+    status = mp_kernel_check_devices(info, args, kDLOpenCL, "modpack.array(x, device=\"opencl:0\")",
+                                     &device);
+  if (status != MP_OK) return status;
   size_t global[3] = {1, 1, 1}, local[3] = {0, 0, 0};
   for (uint32_t t = 0; t < info->launch_count; ++t) {
     const mp_value_t* v = &args[info->arg_count + t];
     if (v->type_code != MP_TYPE_INT || v->v_int64 < 0)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: launch argument %u (%s) must be a non-negative int",
-                       info->name, info->arg_count + t, info->launch_tags[t]);
+      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                       "%s: launch argument %u (%s) must be a non-negative int", info->name,
+                       info->arg_count + t, info->launch_tags[t]);
     int8_t slot = m->launch_slots[f->kernel][t];
-    if (slot < 3) global[slot] = (size_t)v->v_int64;
-    else local[slot - 3] = (size_t)v->v_int64;
+    if (slot < 3)
+      global[slot] = (size_t)v->v_int64;
+    else
+      local[slot - 3] = (size_t)v->v_int64;
   }
   bool any_local = local[0] || local[1] || local[2];
   if (any_local && !(local[0] && local[1] && local[2]))
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                     "%s: local sizes must be all 0 (driver chooses) or all positive, got %zu %zu %zu",
-                     info->name, local[0], local[1], local[2]);
+    return mp_errorf(
+        MP_ERR_INVALID_ARGUMENT,
+        "%s: local sizes must be all 0 (driver chooses) or all positive, got %zu %zu %zu",
+        info->name, local[0], local[1], local[2]);
   if (!global[0] || !global[1] || !global[2]) return MP_OK; /* nothing to run */
 
   const mp_opencl_t* cl = mp_opencl();
@@ -239,7 +191,7 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "OpenCL device %d does not exist", (int)device);
 
   pthread_mutex_lock(&m->lock);
-  mp_status_t status = m->programs[device] ? MP_OK : build_locked(m, cl, device);
+  status = m->programs[device] ? MP_OK : build_locked(m, cl, device);
   cl_kernel kernel = status == MP_OK ? m->kernel_objects[device][f->kernel] : NULL;
   for (uint32_t i = 0; status == MP_OK && i < info->arg_count; ++i) {
     if (info->args[i].kind == MP_ARG_BUFFER) {
@@ -249,16 +201,21 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
         status = mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u rejected by OpenCL: %s (%d)",
                            info->name, i, mp_cl_error_name(err), (int)err);
     } else {
-      status = set_scalar(cl, kernel, i, &info->args[i], &args[i], info->name);
+      cl_int err = cl->cl.SetKernelArg(kernel, i, scalar_sizes[i], &scalars[i]);
+      if (err != CL_SUCCESS)
+        status = mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u rejected by OpenCL: %s (%d)",
+                           info->name, i, mp_cl_error_name(err), (int)err);
     }
   }
   if (status == MP_OK) {
     cl_int err = cl->cl.EnqueueNDRangeKernel(cl->queues[device], kernel, 3, NULL, global,
                                              any_local ? local : NULL, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-      status = mp_errorf(MP_ERR_RUNTIME, "%s: OpenCL launch (global %zu,%zu,%zu local %zu,%zu,%zu) "
-                         "failed: %s (%d)", info->name, global[0], global[1], global[2], local[0],
-                         local[1], local[2], mp_cl_error_name(err), (int)err);
+      status = mp_errorf(MP_ERR_RUNTIME,
+                         "%s: OpenCL launch (global %zu,%zu,%zu local %zu,%zu,%zu) "
+                         "failed: %s (%d)",
+                         info->name, global[0], global[1], global[2], local[0], local[1], local[2],
+                         mp_cl_error_name(err), (int)err);
   }
   pthread_mutex_unlock(&m->lock);
   return status;
@@ -289,8 +246,10 @@ static mp_status_t launch_slot(const char* tag, int8_t* out) {
       return MP_OK;
     }
   }
-  return mp_errorf(MP_ERR_FORMAT, "opencl payload: unknown launch tag '%s' (expected global.x|y|z "
-                   "or local.x|y|z)", tag);
+  return mp_errorf(MP_ERR_FORMAT,
+                   "opencl payload: unknown launch tag '%s' (expected global.x|y|z "
+                   "or local.x|y|z)",
+                   tag);
 }
 
 static mp_status_t parse(opencl_module_t* m, mp_const_byte_span_t payload) {
@@ -298,10 +257,13 @@ static mp_status_t parse(opencl_module_t* m, mp_const_byte_span_t payload) {
   uint32_t version, reserved, count;
   uint64_t source_size;
   const uint8_t* source;
-  if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved)) return mp_reader_error(&r, "header");
+  if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
+    return mp_reader_error(&r, "header");
   if (version != OPENCL_PAYLOAD_VERSION)
-    return mp_errorf(MP_ERR_INCOMPATIBLE, "opencl payload version %u is not supported (this runtime "
-                     "reads %d); upgrade modpack", version, OPENCL_PAYLOAD_VERSION);
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "opencl payload version %u is not supported (this runtime "
+                     "reads %d); upgrade modpack",
+                     version, OPENCL_PAYLOAD_VERSION);
   if (!mp_read_u64(&r, &source_size) || !mp_read_bytes(&r, source_size, &source))
     return mp_reader_error(&r, "source");
   m->source = malloc(source_size + 1);
@@ -359,8 +321,7 @@ static mp_status_t opencl_describe(mp_module_t* self, char* buffer, uint64_t cap
   opencl_module_t* m = mp_module_impl(self);
   mp_json_t j = {buffer, capacity, 0};
   mp_json_printf(&j, "\"source_bytes\": %" PRIu64 ", \"kernels\": [", m->source_size);
-  for (uint32_t k = 0; k < m->kernel_count; ++k)
-    mp_json_kernel_info(&j, &m->kernels[k], k > 0);
+  for (uint32_t k = 0; k < m->kernel_count; ++k) mp_json_kernel_info(&j, &m->kernels[k], k > 0);
   mp_json_printf(&j, "], \"binaries\": [");
   for (uint32_t b = 0; b < m->binary_count; ++b) {
     mp_json_printf(&j, "%s{\"device\": ", b ? ", " : "");
@@ -379,7 +340,8 @@ static const mp_module_vtable_t opencl_vtable = {
     .describe = opencl_describe,
 };
 
-mp_status_t mp_load_opencl(void* user_data, const mp_loader_args_t* args, mp_module_t** out_module) {
+mp_status_t mp_load_opencl(void* user_data, const mp_loader_args_t* args,
+                           mp_module_t** out_module) {
   (void)user_data;
   opencl_module_t* m = calloc(1, sizeof *m);
   if (!m) return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory");
@@ -416,7 +378,8 @@ mp_status_t mp_opencl_build_binary(const char* source, uint64_t source_size, int
   if (err != CL_SUCCESS) {
     status = build_failed(cl, program, device_id, err);
   } else if ((err = cl->cl.GetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size,
-                                          NULL)) != CL_SUCCESS || size == 0) {
+                                          NULL)) != CL_SUCCESS ||
+             size == 0) {
     status = mp_errorf(MP_ERR_UNAVAILABLE, "the OpenCL driver offers no program binary (%s)",
                        mp_cl_error_name(err));
   } else {

@@ -33,6 +33,7 @@ bool mp_read_u64(mp_reader_t* r, uint64_t* out) {
 }
 
 mp_status_t mp_reader_error(const mp_reader_t* r, const char* field) {
-  return mp_errorf(MP_ERR_FORMAT, "%s truncated or corrupt: cannot read %s at byte %" PRIu64
-                   " of %" PRIu64, r->what, field, r->pos, r->size);
+  return mp_errorf(MP_ERR_FORMAT,
+                   "%s truncated or corrupt: cannot read %s at byte %" PRIu64 " of %" PRIu64,
+                   r->what, field, r->pos, r->size);
 }

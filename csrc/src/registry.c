@@ -39,7 +39,8 @@ mp_status_t mp_loader_register(const char* type_key, mp_loader_fn_t fn, void* us
 }
 
 mp_status_t mp_loader_register_builtin(const char* type_key, mp_loader_fn_t fn, void* user_data) {
-  if (!type_key || !fn) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_loader_register: NULL argument");
+  if (!type_key || !fn)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_loader_register: NULL argument");
   if (!valid_type_key(type_key))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                      "invalid type key '%s': use 1-%d characters of [A-Za-z0-9_.-], not starting "
@@ -75,7 +76,9 @@ mp_status_t mp_loader_unregister(const char* type_key) {
     *e = entries[--entry_count];
   }
   pthread_mutex_unlock(&registry_lock);
-  if (!e) return mp_errorf(MP_ERR_NOT_FOUND, "no loader registered for type key '%s'", type_key ? type_key : "(null)");
+  if (!e)
+    return mp_errorf(MP_ERR_NOT_FOUND, "no loader registered for type key '%s'",
+                     type_key ? type_key : "(null)");
   return MP_OK;
 }
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import CompileError, ModpackError
 from .base import BinaryModule
-from .kernel_info import BUFFER, SCALAR, KernelArg, KernelInfo, kernel_infos
+from .kernel_info import BUFFER, SCALAR, UNTYPED_POINTER, KernelArg, KernelInfo, kernel_infos
 
 __all__ = [
     "DEFAULT_TARGETS",
@@ -60,34 +60,6 @@ _ARCH = re.compile(r"^(?P<kind>sm|compute)_(?P<number>\d{2,3})(?P<suffix>[af]?)$
 _ELF_MAGIC = b"\x7fELF"
 _FATBIN_MAGIC = b"\x50\xed\x55\xba"
 _EM_CUDA = 190
-_DL_OPAQUE_HANDLE = 3
-
-
-# ---- untyped pointers ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _UntypedPointer(KernelArg):
-    """A ``void*`` parameter: a buffer that accepts an array of any dtype. Stored with the
-    DLPack opaque-handle type code, which the runtime reads as "any dtype"."""
-
-    def __str__(self) -> str:
-        return "void*"
-
-
-UNTYPED_POINTER: KernelArg = _UntypedPointer(BUFFER, np.dtype("uint8"))
-
-
-def _encode(info: KernelInfo) -> bytes:
-    """The record bytes, with untyped pointers marked by the opaque-handle type code (each
-    argument is 4 bytes ``kind, code, bits, lanes`` after ``u32 name_size, name, u32
-    arg_count``; see csrc/src/kernel_info.c)."""
-    data = bytearray(info.encode())
-    first = 4 + len(info.name.encode()) + 4
-    for i, arg in enumerate(info.args):
-        if isinstance(arg, _UntypedPointer):
-            data[first + 4 * i + 1] = _DL_OPAQUE_HANDLE
-    return bytes(data)
 
 
 # ---- arch names and binary kinds ----------------------------------------------------------------
@@ -345,21 +317,7 @@ def _parse_cuda_param(kernel: str, param: str) -> KernelArg:
 # ---- functions= ---------------------------------------------------------------------------------
 
 
-def _normalise_spec(spec: Any) -> Any:
-    """``"void*"`` in argument lists becomes the untyped pointer (kernel_infos does the rest)."""
-    def arg(a: Any) -> Any:
-        return UNTYPED_POINTER if isinstance(a, str) and a.replace(" ", "") == "void*" else a
-
-    if isinstance(spec, Mapping):
-        return {**spec, "args": [arg(a) for a in spec.get("args", [])]}
-    if isinstance(spec, KernelInfo):
-        return spec
-    return [arg(a) for a in spec]
-
-
 def _records(functions: Mapping[str, Any] | Iterable[KernelInfo]) -> list[KernelInfo]:
-    if isinstance(functions, Mapping):
-        functions = {name: _normalise_spec(spec) for name, spec in functions.items()}
     infos = kernel_infos(functions, LAUNCH_TAGS)
     for info in infos:
         _check_launch_tags(info)
@@ -592,7 +550,7 @@ class CUDAModule(BinaryModule):
                 head += [struct.pack("<I", len(arch)), arch.encode()]
             head.append(struct.pack("<Q", len(v.data)))
         head.append(struct.pack("<I", len(self.functions)))
-        head += [_encode(f) for f in self.functions]
+        head += [f.encode() for f in self.functions]
         chunks = [b"".join(head)]
         offset = len(chunks[0])
         for v in self.variants:

@@ -16,22 +16,26 @@ import numpy as np
 
 from ..runtime.dtypes import dtype_to_dl
 
-__all__ = ["KernelArg", "KernelInfo", "kernel_infos"]
+__all__ = ["UNTYPED_POINTER", "KernelArg", "KernelInfo", "kernel_infos"]
 
 BUFFER, SCALAR = "buffer", "scalar"
+_DL_OPAQUE_HANDLE = 3  # the record's dtype code of an untyped pointer: any dtype is accepted
 
 
 @dataclass(frozen=True)
 class KernelArg:
     kind: str  # "buffer" or "scalar"
-    dtype: np.dtype
+    dtype: np.dtype | None  # None: an untyped pointer (``void*``) taking arrays of any dtype
 
     @classmethod
     def parse(cls, spec: str | KernelArg) -> KernelArg:
-        """``"float32*"`` is a buffer of float32, ``"int32"`` a scalar."""
+        """``"float32*"`` is a buffer of float32, ``"int32"`` a scalar, ``"void*"`` a buffer
+        of any dtype."""
         if isinstance(spec, KernelArg):
             return spec
         text = spec.strip()
+        if text.replace(" ", "") == "void*":
+            return UNTYPED_POINTER
         kind = BUFFER if text.endswith("*") else SCALAR
         try:
             dtype = np.dtype(text.rstrip("*").strip())
@@ -44,7 +48,12 @@ class KernelArg:
         return cls(kind, dtype)
 
     def __str__(self) -> str:
+        if self.dtype is None:
+            return "void*"
         return f"{self.dtype}{'*' if self.kind == BUFFER else ''}"
+
+
+UNTYPED_POINTER = KernelArg(BUFFER, None)
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,9 @@ class KernelInfo:
         name = self.name.encode()
         parts = [struct.pack("<I", len(name)), name, struct.pack("<I", len(self.args))]
         for arg in self.args:
-            code, bits, lanes = dtype_to_dl(arg.dtype)
+            code, bits, lanes = (
+                (_DL_OPAQUE_HANDLE, 8, 1) if arg.dtype is None else dtype_to_dl(arg.dtype)
+            )
             parts.append(struct.pack("<BBBB", 0 if arg.kind == BUFFER else 1, code, bits, lanes))
         parts.append(struct.pack("<I", len(self.launch_tags)))
         for tag in self.launch_tags:
