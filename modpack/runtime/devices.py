@@ -9,8 +9,8 @@ __all__ = ["device_count", "device_name", "synchronize"]
 
 
 def device_count(device_type: str) -> int:
-    """Number of devices of |device_type| (``"cpu"``, ``"opencl"``); raises UnavailableError
-    naming the fix when the driver is missing."""
+    """Number of devices of |device_type| (``"cpu"``, ``"opencl"``, ``"cuda"``); raises
+    UnavailableError naming the fix when the driver is missing."""
     dtype, _ = parse_device(device_type)
     out = ffi.new("int32_t*")
     check(lib.mp_device_count(dtype, out))
