@@ -5,7 +5,23 @@
 
 #include "internal.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+uint64_t mp_checksum_avx2(const uint8_t* data, uint64_t size); /* checksum_avx2.c */
+
+static bool cpu_has_avx2(void) {
+  static int cached = -1; /* benign race: every thread computes the same answer */
+  if (cached < 0) {
+    __builtin_cpu_init();
+    cached = __builtin_cpu_supports("avx2") ? 1 : 0;
+  }
+  return cached;
+}
+#endif
+
 uint64_t mp_checksum(mp_const_byte_span_t bytes) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (bytes.size >= 4096 && cpu_has_avx2()) return mp_checksum_avx2(bytes.data, bytes.size);
+#endif
   return (uint64_t)XXH3_64bits(bytes.data, (size_t)bytes.size);
 }
 

@@ -7,6 +7,8 @@
 #define _GNU_SOURCE /* dladdr1, dlinfo, pread */
 #endif
 #include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <link.h>
 #include <pthread.h>
@@ -355,6 +357,12 @@ static mp_status_t load_locked(const char* path, uint32_t flags, mp_module_t** o
 mp_status_t mp_module_load_from_file(const char* path, uint32_t flags, mp_module_t** out_module) {
   *out_module = NULL;
   if (!path) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_from_file: NULL path");
+  /* A path, never a library name: dlopen would search the library path for "deploy.so". */
+  char resolved[PATH_MAX];
+  if (!realpath(path, resolved))
+    return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
+                     strerror(errno));
+  path = resolved;
   mp_builtin_loaders_init();
   lock_libraries();
   mp_status_t status = load_locked(path, flags, out_module);

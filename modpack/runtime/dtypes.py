@@ -11,9 +11,19 @@ _CODE_TO_KIND = {0: "i", 1: "u", 2: "f", 5: "c"}
 _BFLOAT = 4
 
 
+_cache: dict[np.dtype, tuple[int, int, int]] = {}
+
+
 def dtype_to_dl(dtype: np.dtype) -> tuple[int, int, int]:
     """(code, bits, lanes) for a numpy dtype; bfloat16 and float8 types from ml_dtypes too."""
     dtype = np.dtype(dtype)
+    found = _cache.get(dtype)
+    if found is None:
+        found = _cache[dtype] = _dtype_to_dl(dtype)
+    return found
+
+
+def _dtype_to_dl(dtype: np.dtype) -> tuple[int, int, int]:
     if dtype.name == "bfloat16":
         return (_BFLOAT, 16, 1)
     if dtype.name.startswith("float8"):

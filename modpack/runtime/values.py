@@ -25,7 +25,6 @@ _capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _INT, _FLOAT, _STR = lib.MP_TYPE_INT, lib.MP_TYPE_FLOAT, lib.MP_TYPE_STR
 _NONE, _TENSOR = lib.MP_TYPE_NONE, lib.MP_TYPE_DLTENSOR
 _CPU = lib.kDLCPU
-_dl_dtypes: dict[np.dtype, tuple[int, int, int]] = {}
 
 
 def tensor_from_array(array: Any, keep: list) -> Any:
@@ -50,9 +49,7 @@ def tensor_from_array(array: Any, keep: list) -> Any:
 
 
 def _tensor_from_numpy(array: np.ndarray, keep: list) -> Any:
-    dl = _dl_dtypes.get(array.dtype)
-    if dl is None:
-        dl = _dl_dtypes[array.dtype] = dtype_to_dl(array.dtype)
+    dl = dtype_to_dl(array.dtype)
     shape = ffi.new("int64_t[]", array.shape or (1,))
     if array.flags.c_contiguous:
         data, strides = ffi.from_buffer(array, require_writable=False), ffi.NULL
