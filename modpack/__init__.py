@@ -34,7 +34,10 @@ from .modules import (
 from .runtime.array import Array, array, empty
 from .runtime.devices import device_count, device_name, synchronize
 from .runtime.function import Function
+from .runtime.function import warm_up as _warm_up
 from .serializer import ModuleSerializer
+
+_warm_up()
 
 __all__ = [
     "ArgumentError",

@@ -56,17 +56,17 @@ class Function:
         return f"<modpack.Function {self.name}>"
 
 
-def _warm_up() -> None:
-    """Run each kind of argument through the call path once, at import: a user's first call
-    then costs what later calls cost, not the interpreter's and cffi's first-use overheads
-    (measured: ~40 us -> ~10 us for a first lookup and call)."""
+def warm_up() -> None:
+    """Run a lookup and each kind of argument through the Python call path once, so that a
+    user's first lookup and call cost what later ones cost, not the interpreter's and cffi's
+    first-use overheads (measured: ~25 us -> ~10 us). Called once, when modpack is imported."""
     import numpy as np
 
-    out = ffi.new("mp_function_t**")
-    if lib.mp_function_create(lib.modpack_count_args, ffi.NULL, ffi.NULL, ffi.NULL, out) != 0:
+    from ..modules.loaded import LoadedModule
+
+    out = ffi.new("mp_module_t**")
+    if lib.modpack_probe_module(out) != 0:
         return
-    probe = Function._adopt(out[0], "<warm-up>")
-    probe(1, 2.5, None, "s", np.zeros(2, np.float32), np.zeros((2, 2), np.float64)[:, ::2])
-
-
-_warm_up()
+    probe = LoadedModule._adopt(out[0])
+    probe["count"](1, 2.5, None, "s", np.zeros(2, np.float32))
+    probe.get_function("strided")(np.zeros((2, 2), np.float64)[:, ::2])
