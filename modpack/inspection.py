@@ -338,9 +338,9 @@ def _contents(type_key: str, payload: Any, size: int) -> dict[str, Any]:
 
 
 def _dl_dtype(dtype: Any) -> str:
-    names = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex", 6: "bool"}
-    base = f"{names.get(dtype.code, 'code' + str(dtype.code))}{dtype.bits}"
-    return base if dtype.lanes == 1 else f"{base}x{dtype.lanes}"
+    """The runtime's name for a DLPack dtype ("float32", "bfloat16", "float8_e4m3fn")."""
+    buffer = ffi.new("char[64]")
+    return ffi.string(lib.mp_dtype_string(dtype, buffer, 64)).decode()
 
 
 def _module(index: int, type_key: str, offset: int, size: int, checksum: int | None,

@@ -102,3 +102,40 @@ MP_EXPORT_FUNC(stride0, int64_t, DLTensor*)
     root = modpack.load_module(host.export_library(tmp_path / "s.so"))
     assert root["stride0"](np.arange(10, dtype=np.int64)[::3]) == 3
     assert root["stride0"](np.arange(10, dtype=np.int64)) == 0
+
+
+def test_loading_log_names_each_phase(tmp_path):
+    host = modpack.csource_module(VADD_C)
+    host.import_module(consts(1))
+    path = host.export_library(tmp_path / "log.so")
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys, modpack; modpack.load_module(sys.argv[1])"
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                          check=True, env={**os.environ, "MODPACK_LOG_LOADING": "1"})
+    phases = [line.split(": ")[2].split()[0] for line in proc.stderr.splitlines()
+              if line.startswith("modpack: load ")]
+    assert phases == ["file", "dlopen", "index", "checksums", "loaders"], proc.stderr
+    assert "GB/s" in proc.stderr
+
+
+def test_progress_bar_only_on_terminals(monkeypatch):
+    from modpack import serializer
+
+    class Terminal:
+        def isatty(self) -> bool:
+            return True
+
+        def write(self, text: str) -> int:
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    assert serializer._progress(1 << 40).__class__.__name__ == "_NoProgress"  # not a terminal
+    monkeypatch.setattr(serializer.sys, "stderr", Terminal())
+    assert serializer._progress(1 << 10).__class__.__name__ == "_NoProgress"  # too small
+    with serializer._progress(1 << 40) as bar:
+        assert bar is not None and bar.total == 1 << 40

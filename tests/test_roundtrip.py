@@ -284,3 +284,20 @@ def test_identical_payloads_are_stored_once(host, tmp):
     la, lb, lc = modpack.load_module(path).imported_modules
     assert la is not lb  # still two modules, sharing bytes
     assert np.array_equal(lb.arrays["w"], weights) and np.array_equal(lc.arrays["w"], weights[::-1])
+
+
+def test_ml_dtypes_round_trip(host, tmp):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16/float8 need ml_dtypes")
+    names = ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e8m0fnu"]
+    values = np.linspace(-2, 2, 17, dtype=np.float32)
+    arrays = {n: values.astype(getattr(ml_dtypes, n)) for n in names}
+    host.import_module(modpack.const_module(arrays))
+    path = host.export_library(tmp / "ml.so")
+    loaded = modpack.load_module(path).imported_modules[0].arrays
+    for n, expected in arrays.items():
+        assert loaded[n].dtype == expected.dtype, n
+        assert loaded[n].tobytes() == expected.tobytes(), n
+    from modpack.inspection import inspect_library
+
+    (const,) = [m for m in inspect_library(path)["modules"] if m["type_key"] == "const"]
+    assert [a["dtype"] for a in const["contents"]["arrays"]] == names

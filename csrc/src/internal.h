@@ -206,8 +206,6 @@ mp_status_t mp_kernel_pack_scalar(const mp_kernel_info_t* info, uint32_t index,
                                   const mp_value_t* value, mp_kernel_scalar_t* out,
                                   size_t* out_size);
 
-/* "float32", "int64", ... into |buffer|. */
-const char* mp_dtype_string(DLDataType dtype, char* buffer, size_t capacity);
 const char* mp_type_code_name(int32_t type_code);
 
 /* ---- JSON text for describe() (always NUL-terminated, truncates silently) ---- */

@@ -87,37 +87,34 @@ mp_status_t mp_kernel_info_read(mp_reader_t* r, mp_kernel_info_t* out) {
   return MP_OK;
 }
 
-const char* mp_dtype_string(DLDataType dtype, char* buffer, size_t capacity) {
-  const char* base = "unknown";
-  switch (dtype.code) {
-    case kDLInt:
-      base = "int";
-      break;
-    case kDLUInt:
-      base = "uint";
-      break;
-    case kDLFloat:
-      base = "float";
-      break;
-    case kDLBfloat:
-      base = "bfloat";
-      break;
-    case kDLComplex:
-      base = "complex";
-      break;
-    case kDLBool:
-      base = "bool";
-      break;
-    case kDLOpaqueHandle:
-      base = "handle";
-      break;
-    default:
-      break;
-  }
+MP_API const char* mp_dtype_string(DLDataType dtype, char* buffer, size_t capacity) {
+  /* Indexed by DLPack type code; codes from 7 on are float8 formats whose name says it all. */
+  static const char* const names[] = {
+      "int",
+      "uint",
+      "float",
+      "handle",
+      "bfloat",
+      "complex",
+      "bool",
+      "float8_e3m4",
+      "float8_e4m3",
+      "float8_e4m3b11fnuz",
+      "float8_e4m3fn",
+      "float8_e4m3fnuz",
+      "float8_e5m2",
+      "float8_e5m2fnuz",
+      "float8_e8m0fnu",
+  };
+  enum { NAMED = sizeof names / sizeof names[0], FIRST_FLOAT8 = 7 };
+  const char* base = dtype.code < NAMED ? names[dtype.code] : "unknown";
+  char bits[8] = "";
+  if (dtype.code < FIRST_FLOAT8 || dtype.code >= NAMED)
+    snprintf(bits, sizeof bits, "%u", dtype.bits);
   if (dtype.lanes == 1)
-    snprintf(buffer, capacity, "%s%u", base, dtype.bits);
+    snprintf(buffer, capacity, "%s%s", base, bits);
   else
-    snprintf(buffer, capacity, "%s%ux%u", base, dtype.bits, dtype.lanes);
+    snprintf(buffer, capacity, "%s%sx%u", base, bits, dtype.lanes);
   return buffer;
 }
 

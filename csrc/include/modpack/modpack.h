@@ -77,6 +77,10 @@ MP_API mp_status_t mp_error_code(void);
 MP_API mp_status_t mp_error_set(mp_status_t code, const char* message);
 MP_API void mp_error_clear(void);
 
+/* A dtype's name ("float32", "int64", "bfloat16", "float8_e4m3fn", ...) written into
+ * |buffer|; returns |buffer|. */
+MP_API const char* mp_dtype_string(DLDataType dtype, char* buffer, size_t capacity);
+
 /* ---- loading ----------------------------------------------------------------------------- */
 
 enum {
