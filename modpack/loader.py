@@ -27,9 +27,21 @@ __all__ = ["load_module", "register_loader"]
 Loader = TypeVar("Loader", bound=Callable[[memoryview], Module])
 
 _lock = threading.Lock()
-_loader_handles: dict[str, Any] = {}   # type key -> ffi handle of the Python loader
-_module_handles: dict[int, Any] = {}   # runtime module address -> ffi handle of its module
-_function_handles: dict[int, Any] = {}
+_loader_handles: dict[str, Any] = {}  # type key -> ffi handle of the Python loader
+# Python objects the runtime holds (modules from Python loaders, their functions), by the
+# address of their ffi handle; released by _mp_py_release when the runtime lets go.
+_handles: dict[int, Any] = {}
+_module_of_handle: dict[int, int] = {}  # handle address -> runtime module address
+
+
+def _address(pointer: Any) -> int:
+    return int(ffi.cast("uintptr_t", pointer))
+
+
+def _hold(obj: Any) -> Any:
+    handle = ffi.new_handle(obj)
+    _handles[_address(handle)] = handle
+    return handle
 
 
 def load_module(path: str | os.PathLike, *, verify_checksums: bool = True) -> Module:
@@ -131,25 +143,23 @@ def _mp_py_loader(user_data: Any, args: Any, out_module: Any) -> int:
                 f"the loader for {type_key!r} returned {type(module).__name__}, not a "
                 "modpack.Module"
             )
-        handle = ffi.new_handle(module)
+        handle = _hold(module)
         status = lib.mp_module_create(args.type_key, _PYTHON_VTABLE, handle, out_module)
-        if status != 0:
-            return status
-        address = int(ffi.cast("uintptr_t", out_module[0]))
-        _module_handles[address] = handle
-        python_modules[address] = module
-        return 0
+        if status == 0:
+            _module_of_handle[_address(handle)] = _address(out_module[0])
+            python_modules[_address(out_module[0])] = module
+        return status
     except BaseException as exc:
         return _fail(exc)
 
 
 @ffi.def_extern()
-def _mp_py_destroy(impl: Any) -> None:
-    module = ffi.from_handle(impl)
-    for address, m in list(python_modules.items()):
-        if m is module:
-            python_modules.pop(address, None)
-            _module_handles.pop(address, None)
+def _mp_py_release(handle: Any) -> None:
+    """The runtime dropped a Python module or function it held."""
+    _handles.pop(_address(handle), None)
+    module_address = _module_of_handle.pop(_address(handle), None)
+    if module_address is not None:
+        python_modules.pop(module_address, None)
 
 
 @ffi.def_extern()
@@ -161,11 +171,9 @@ def _mp_py_get_function(self: Any, name: Any, out_function: Any) -> int:
             fn = module.get_function(ffi.string(name).decode())
         except (KeyError, AttributeError, ModpackError):
             return 0  # absent
-        handle = ffi.new_handle(fn)
-        status = lib.mp_function_create(lib._mp_py_call, handle, ffi.NULL, self, out_function)
-        if status == 0:
-            _function_handles[int(ffi.cast("uintptr_t", out_function[0]))] = handle
-        return status
+        # On failure mp_function_create has already released the handle.
+        return lib.mp_function_create(lib._mp_py_call, _hold(fn), lib._mp_py_release, self,
+                                      out_function)
     except BaseException as exc:
         return _fail(exc)
 
@@ -189,4 +197,4 @@ def _mp_py_call(self: Any, args: Any, num_args: int, out_ret: Any) -> int:
 
 _PYTHON_VTABLE = ffi.new("mp_module_vtable_t*")
 _PYTHON_VTABLE.get_function = lib._mp_py_get_function
-_PYTHON_VTABLE.destroy = lib._mp_py_destroy
+_PYTHON_VTABLE.destroy = lib._mp_py_release

@@ -21,7 +21,7 @@ HEADERS = ["dltensor.h", "abi.h", "format.h", "modpack.h", "opencl.h", "cuda.h"]
 PYTHON_CALLBACKS = """
 extern "Python" mp_status_t _mp_py_loader(void*, const mp_loader_args_t*, mp_module_t**);
 extern "Python" mp_status_t _mp_py_get_function(mp_module_t*, const char*, mp_function_t**);
-extern "Python" void _mp_py_destroy(void*);
+extern "Python" void _mp_py_release(void*);
 extern "Python" mp_status_t _mp_py_call(void*, const mp_value_t*, int32_t, mp_value_t*);
 void* modpack_capsule_destructor(void);
 mp_status_t modpack_count_args(void*, const mp_value_t*, int32_t, mp_value_t*);
