@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ModpackError
 from ..runtime.binding import check, error_from_status, ffi, lib
 from ..runtime.dtypes import dtype_from_dl
-from ..runtime.function import Function
+from ..runtime.function import FAILED, Function, fast_lookup
 from .base import Module
 
 __all__ = ["LoadedModule", "wrap_module"]
@@ -56,6 +56,7 @@ class LoadedModule(Module):
     def _adopt(cls, handle: Any) -> LoadedModule:
         self = object.__new__(cls)
         self._handle = ffi.gc(handle, lib.mp_module_release)
+        self._address = int(ffi.cast("uintptr_t", handle))
         self._imports_cache: list[Module] | None = None
         self._functions: dict[tuple[str, bool], Function] = {}
         self._arrays_cache: Mapping[str, np.ndarray] | None = None
@@ -90,19 +91,21 @@ class LoadedModule(Module):
     def get_function(self, name: str, query_imports: bool = False) -> Callable[..., Any]:
         """The function |name|, from this module or (if |query_imports|) its imports.
         Raises ``NotFoundError`` (a ``KeyError``) naming the function when it is absent."""
-        cached = self._functions.get((name, query_imports))
+        key = (name, bool(query_imports))
+        cached = self._functions.get(key)
         if cached is not None:
             return cached
-        out = ffi.new("mp_function_t**")
-        status = lib.mp_module_get_function(self._handle, name.encode(), int(query_imports), out)
-        if status != 0:
-            raise error_from_status(status)
-        function = self._functions[(name, query_imports)] = Function._adopt(out[0], name)
+        if not isinstance(name, str):
+            raise TypeError(f"function names are str, not {type(name).__name__}")
+        address = fast_lookup(self._address, name, key[1])
+        if address is FAILED:
+            raise error_from_status(lib.mp_error_code())
+        function = self._functions[key] = Function._from_address(address, name)
         return function
 
     def __getitem__(self, name: str) -> Callable[..., Any]:
         cached = self._functions.get((name, False))
-        return cached if cached is not None else super().__getitem__(name)
+        return cached if cached is not None else self.get_function(name)
 
     @property
     def arrays(self) -> Mapping[str, np.ndarray]:

@@ -43,7 +43,7 @@ def parse_device(device: str | tuple[int, int]) -> tuple[int, int]:
 class Array:
     """An array in device memory, owned by the runtime (freed when the last user drops it)."""
 
-    __slots__ = ("__weakref__", "_dtype", "_tensor")
+    __slots__ = ("__weakref__", "_address", "_dtype", "_tensor")
 
     def __init__(self) -> None:
         raise TypeError("create arrays with modpack.array() or modpack.empty()")
@@ -52,6 +52,7 @@ class Array:
     def _adopt(cls, tensor: Any, dtype: np.dtype) -> Array:
         self = object.__new__(cls)
         self._tensor = ffi.gc(tensor, lib.mp_array_release)
+        self._address = int(ffi.cast("uintptr_t", tensor))  # read by the C fast call path
         self._dtype = dtype
         return self
 

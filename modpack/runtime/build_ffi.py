@@ -26,48 +26,11 @@ extern "Python" mp_status_t _mp_py_call(void*, const mp_value_t*, int32_t, mp_va
 void* modpack_capsule_destructor(void);
 mp_status_t modpack_count_args(void*, const mp_value_t*, int32_t, mp_value_t*);
 mp_status_t modpack_probe_module(mp_module_t**);
+uintptr_t modpack_fast_call_init(uintptr_t, uintptr_t, uintptr_t, uintptr_t);
 """
 
-# Binding-only C (compiled with Python.h, unlike csrc/): the destructor of the DLPack capsules
-# modpack arrays hand out. A capsule still named "dltensor" was never consumed, so its managed
-# tensor is released here; a consumer renames it "used_dltensor" and owns it instead.
-BINDING_SOURCE = """
-#include "modpack/modpack.h"
-#include "modpack/opencl.h"
-
-static void modpack_capsule_destructor_impl(PyObject* capsule) {
-  if (PyCapsule_IsValid(capsule, "used_dltensor")) return;
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  DLManagedTensor* managed = (DLManagedTensor*)PyCapsule_GetPointer(capsule, "dltensor");
-  if (managed && managed->deleter) managed->deleter(managed);
-  PyErr_Clear();
-  PyErr_Restore(type, value, traceback);
-}
-
-void* modpack_capsule_destructor(void) { return (void*)modpack_capsule_destructor_impl; }
-
-/* A packed function returning its argument count: the binding calls it at import so that a
- * user's first call runs through warm code (see modpack/runtime/function.py). */
-mp_status_t modpack_count_args(void* self, const mp_value_t* args, int32_t n, mp_value_t* ret) {
-  (void)self;
-  (void)args;
-  *ret = mp_int(n);
-  return MP_OK;
-}
-
-/* A module offering modpack_count_args under any name, for the same warm-up. */
-static mp_status_t probe_get_function(mp_module_t* self, const char* name, mp_function_t** out) {
-  (void)name;
-  return mp_function_create(modpack_count_args, NULL, NULL, self, out);
-}
-
-static const mp_module_vtable_t probe_vtable = {.get_function = probe_get_function};
-
-mp_status_t modpack_probe_module(mp_module_t** out) {
-  return mp_module_create("modpack.probe", &probe_vtable, NULL, out);
-}
-"""
+# The binding's own C (it may use Python's C API, unlike csrc/): see binding.c.
+BINDING_SOURCE = (Path(__file__).parent / "binding.c").read_text()
 
 
 def api_declarations() -> str:
@@ -103,6 +66,9 @@ ffibuilder.set_source(
     include_dirs=["csrc/include"],
     extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra"],
     libraries=["dl", "pthread"],
+    # The fast call path (binding.c) uses the buffer protocol and vectorcall, outside the
+    # limited API: the extension is built for the running Python version.
+    py_limited_api=False,
 )
 
 if __name__ == "__main__":
