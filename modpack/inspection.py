@@ -15,6 +15,8 @@ import json
 import mmap
 import os
 import struct
+import tarfile
+import tempfile
 from typing import Any
 
 from elftools.common.exceptions import ELFError
@@ -55,6 +57,8 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
     shown = os.fspath(path)
     if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block open()
         raise FormatError(f"{shown} is not a regular file")
+    if shown.endswith(".tar"):
+        return _inspect_tar(shown)
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -101,6 +105,28 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             result["blob"] = {"symbol": BLOB_SYMBOL, "section": section, "file_offset": offset,
                               **result["blob"]}
         return result
+
+
+def _inspect_tar(shown: str) -> dict[str, Any]:
+    """A ``.tar`` export holds the objects to link: the blob is in one of them (``devc.o``),
+    the host functions in the others. Nothing is linked or run."""
+    try:
+        tar = tarfile.open(shown)
+    except FileNotFoundError:
+        raise NotFoundError(f"no such library: {shown}") from None
+    except tarfile.TarError as exc:
+        raise FormatError(f"{shown} is not a readable tar archive: {exc}") from None
+    with tar, tempfile.TemporaryDirectory(prefix="modpack-inspect-") as scratch:
+        members = [m for m in tar.getmembers() if m.isfile() and m.name.endswith(".o")]
+        if not members:
+            raise FormatError(f"{shown} holds no object files; it is not a modpack .tar export")
+        tar.extractall(scratch, members=members, filter="data")
+        reports = [inspect_library(os.path.join(scratch, m.name)) for m in members]
+    with_blob = [r for r in reports if r["blob"] is not None]
+    result = dict(with_blob[0] if with_blob else reports[0])
+    result["path"] = shown
+    result["functions"] = sorted({f for r in reports for f in r["functions"]})
+    return result
 
 
 def _section_headers(elf: ELFFile, shown: str, file_size: int) -> list[Any]:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import xxhash
 from conftest import VADD_C, consts, run_python
@@ -258,3 +259,16 @@ def test_inspect_runs_no_code_from_the_library(tmp):
     # The control: loading the library does run it, so the check above can fail.
     run_python("import sys, modpack; modpack.load_module(sys.argv[1])", str(path))
     assert marker.read_text() == "constructor ran\n"
+
+
+def test_inspect_a_tar_export(tmp_path):
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({"w": np.arange(5, dtype=np.int32)}))
+    tar = host.export_library(tmp_path / "deploy.tar")
+    so = host.export_library(tmp_path / "deploy.so")
+    from_tar = json.loads(run_cli("inspect", str(tar), "--json").stdout)
+    from_so = json.loads(run_cli("inspect", str(so), "--json").stdout)
+    assert from_tar["path"] == str(tar)
+    for key in ("format_version", "modules", "import_tree", "functions"):
+        assert from_tar[key] == from_so[key], key
+    assert from_tar["functions"] == ["add_int", "vadd"]
