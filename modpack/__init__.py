@@ -32,7 +32,7 @@ from .modules import (
     opencl_module,
 )
 from .runtime.array import Array, array, empty
-from .runtime.devices import device_count, device_name, synchronize
+from .runtime.devices import device_count, device_name, get_stream, set_stream, synchronize
 from .runtime.function import Function
 from .runtime.function import warm_up as _warm_up
 from .serializer import ModuleSerializer
@@ -62,11 +62,13 @@ __all__ = [
     "device_count",
     "device_name",
     "empty",
+    "get_stream",
     "llvm_module",
     "load_module",
     "opencl_binaries",
     "opencl_module",
     "register_loader",
+    "set_stream",
     "synchronize",
     "unregister_loader",
 ]

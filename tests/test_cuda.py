@@ -980,3 +980,20 @@ def test_concurrent_first_launches(tmp):
 
 def test_variant_dataclass_joins_fatbin_arches():
     assert CUDAVariant("fatbin", ("sm_80", "compute_90"), b"").arch == "sm_80+compute_90"
+
+
+def test_current_stream_is_per_thread_and_per_device():
+    """Kernels launch on the calling thread's current stream (set like tvm-ffi's env stream);
+    the bookkeeping needs no driver, the launch on it needs a GPU."""
+    import threading
+
+    assert modpack.get_stream("cuda:0") is None
+    assert modpack.set_stream("cuda:0", 0x1234) is None
+    assert modpack.get_stream("cuda:0") == 0x1234 and modpack.get_stream("cuda:1") is None
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(modpack.get_stream("cuda:0")))
+    thread.start()
+    thread.join()
+    assert seen == [None]
+    assert modpack.set_stream("cuda:0", None) == 0x1234
+    assert modpack.get_stream("cuda:0") is None

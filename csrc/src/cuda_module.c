@@ -486,7 +486,8 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
     CUresult result = cuda->cu.LaunchKernel(
         function, (unsigned)launch[0], (unsigned)launch[1], (unsigned)launch[2],
         (unsigned)launch[3], (unsigned)launch[4], (unsigned)launch[5],
-        (unsigned)launch[SLOT_SHARED], NULL, info->arg_count ? params : NULL, NULL);
+        (unsigned)launch[SLOT_SHARED], mp_device_get_stream((DLDevice){kDLCUDA, device}),
+        info->arg_count ? params : NULL, NULL);
     if (result != CUDA_SUCCESS) {
       char what[256];
       snprintf(what, sizeof what,

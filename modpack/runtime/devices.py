@@ -5,7 +5,7 @@ from __future__ import annotations
 from .array import parse_device
 from .binding import check, ffi, lib
 
-__all__ = ["device_count", "device_name", "synchronize"]
+__all__ = ["device_count", "device_name", "get_stream", "set_stream", "synchronize"]
 
 
 def device_count(device_type: str) -> int:
@@ -32,3 +32,22 @@ def synchronize(device: str) -> None:
     dtype, did = parse_device(device)
     dev = ffi.new("DLDevice*", {"device_type": dtype, "device_id": did})
     check(lib.mp_device_synchronize(dev[0]))
+
+
+def set_stream(device: str, stream: int | None) -> int | None:
+    """Make |stream| (a CUstream as an integer, e.g. ``torch.cuda.current_stream().cuda_stream``
+    or ``cupy.cuda.Stream().ptr``; None for the default stream) the calling thread's current
+    stream on |device|: CUDA kernels launched from this thread on it go there. Returns the
+    stream it replaces."""
+    dtype, did = parse_device(device)
+    dev = ffi.new("DLDevice*", {"device_type": dtype, "device_id": did})
+    previous = ffi.new("void**")
+    check(lib.mp_device_set_stream(dev[0], ffi.cast("void*", stream or 0), previous))
+    return int(ffi.cast("uintptr_t", previous[0])) or None
+
+
+def get_stream(device: str) -> int | None:
+    """The calling thread's current stream on |device| (None: the default stream)."""
+    dtype, did = parse_device(device)
+    dev = ffi.new("DLDevice*", {"device_type": dtype, "device_id": did})
+    return int(ffi.cast("uintptr_t", lib.mp_device_get_stream(dev[0]))) or None

@@ -213,6 +213,11 @@ MP_API mp_status_t mp_device_copy(const void* from, uint64_t from_offset, DLDevi
                                   void* to, uint64_t to_offset, DLDevice to_device,
                                   uint64_t nbytes);
 MP_API mp_status_t mp_device_synchronize(DLDevice device);
+/* The calling thread's current stream for |device| (a CUstream for CUDA; NULL, the default,
+ * until set): kernels launched from this thread on that device go to it. |out_previous|
+ * (may be NULL) receives the stream it replaces. */
+MP_API mp_status_t mp_device_set_stream(DLDevice device, void* stream, void** out_previous);
+MP_API void* mp_device_get_stream(DLDevice device);
 
 /* A compact array owned by the runtime, reference counted. */
 MP_API mp_status_t mp_array_empty(const int64_t* shape, int32_t ndim, DLDataType dtype,
