@@ -63,6 +63,26 @@ static bool in_bounds(uint64_t offset, uint64_t size, uint64_t total) {
   return offset <= total && size <= total - offset;
 }
 
+/* The element widths each DLPack type code allows (so a reader sizing a view by its dtype
+ * agrees with the byte count checked here). */
+static bool dtype_is_valid(DLDataType dtype) {
+  switch (dtype.code) {
+    case kDLInt:
+    case kDLUInt:
+      return dtype.bits == 8 || dtype.bits == 16 || dtype.bits == 32 || dtype.bits == 64;
+    case kDLFloat:
+      return dtype.bits == 16 || dtype.bits == 32 || dtype.bits == 64;
+    case kDLBfloat:
+      return dtype.bits == 16;
+    case kDLComplex:
+      return dtype.bits == 64 || dtype.bits == 128;
+    case kDLBool:
+      return dtype.bits == 8;
+    default: /* the float8 formats, DLPack codes 7-14 */
+      return dtype.code >= 7 && dtype.code <= 14 && dtype.bits == 8;
+  }
+}
+
 static mp_status_t read_array(const uint8_t* p, uint64_t payload_size, uint64_t i,
                               const_array_t** out) {
   const uint8_t* r = p + CONST_HEADER_SIZE + i * CONST_RECORD_SIZE;
@@ -88,7 +108,7 @@ static mp_status_t read_array(const uint8_t* p, uint64_t payload_size, uint64_t 
                      "const array[%" PRIu64 "]: data [%" PRIu64 ", +%" PRIu64
                      ") is misaligned or outside the %" PRIu64 "-byte payload",
                      i, data_offset, data_size, payload_size);
-  if (dtype.bits == 0 || dtype.lanes == 0 || (dtype.bits * dtype.lanes) % 8 != 0)
+  if (dtype.lanes == 0 || !dtype_is_valid(dtype))
     return mp_errorf(MP_ERR_FORMAT,
                      "const array[%" PRIu64 "]: invalid dtype (code %u, bits %u, lanes %u)", i,
                      dtype.code, dtype.bits, dtype.lanes);

@@ -22,6 +22,8 @@ static mp_status_t cpu_describe(int32_t device_id, char* buffer, uint64_t capaci
 static mp_status_t cpu_alloc(int32_t device_id, uint64_t nbytes, void** out_data) {
   (void)device_id;
   /* 64-byte alignment, as DLPack recommends for vectorised kernels. */
+  if (nbytes > UINT64_MAX - 63)
+    return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "cannot allocate %" PRIu64 " bytes", nbytes);
   uint64_t rounded = (nbytes + 63) / 64 * 64;
   *out_data = aligned_alloc(64, rounded ? rounded : 64);
   if (!*out_data)
@@ -163,7 +165,7 @@ mp_status_t mp_device_synchronize(DLDevice device) {
 
 /* ---- streams: per thread, per device ----------------------------------------------------- */
 
-enum { STREAM_DEVICE_TYPES = 16, STREAM_DEVICES = 32 };
+enum { STREAM_DEVICE_TYPES = 16, STREAM_DEVICES = 64 };
 static _Thread_local void* current_streams[STREAM_DEVICE_TYPES][STREAM_DEVICES];
 
 static bool stream_slot(DLDevice device) {
@@ -208,7 +210,8 @@ mp_status_t mp_array_empty(const int64_t* shape, int32_t ndim, DLDataType dtype,
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array dtype has 0 bits or lanes");
   uint64_t nbytes = ((uint64_t)dtype.bits * dtype.lanes + 7) / 8;
   for (int32_t d = 0; d < ndim; ++d) {
-    if (shape[d] < 0 || !mp_mul_u64(nbytes, (uint64_t)shape[d], &nbytes))
+    if (shape[d] < 0 || !mp_mul_u64(nbytes, (uint64_t)shape[d], &nbytes) ||
+        nbytes > (uint64_t)INT64_MAX)
       return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array shape[%d] = %lld is negative or too large",
                        (int)d, (long long)shape[d]);
   }

@@ -52,7 +52,7 @@ mp_status_t mp_function_call(mp_function_t* function, const mp_value_t* args, in
   if (!function || !out_ret)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_function_call: NULL function or out_ret");
   out_ret->type_code = MP_TYPE_NONE;
-  out_ret->reserved = 0;
+  out_ret->flags = 0;
   out_ret->v_int64 = 0;
   if (num_args < 0 || (num_args > 0 && !args))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_function_call: bad argument array");

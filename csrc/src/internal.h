@@ -39,17 +39,25 @@ static inline uint64_t mp_load_le64(const uint8_t* p) {
 }
 
 /* ---- objects ---- */
+
+/* A function host code looked up through its context. Host code keeps the pointer (in a
+ * static) for as long as the library is loaded, so entries belong to the library, not to
+ * its "library" node: the resolved function is dropped when that node dies and resolved
+ * again against the next one. */
+typedef struct mp_context_entry {
+  char* name;
+  mp_function_t* function; /* NULL until resolved, and after the "library" node dies */
+  mp_library_t* library;
+  struct mp_context_entry* next;
+} mp_context_entry_t;
+
 struct mp_library {
   atomic_long refcount;
   void* handle; /* from dlopen */
   char* path;
   mp_module_t* lib_module; /* the "library" node (not owned) while it lives */
+  mp_context_entry_t* context_entries;
 };
-
-typedef struct {
-  char* name;
-  mp_function_t* function;
-} mp_function_cache_entry_t;
 
 struct mp_module {
   atomic_long refcount;
@@ -60,11 +68,12 @@ struct mp_module {
   mp_module_t** imports; /* retained */
   uint64_t import_count;
   uint64_t import_capacity;
-  /* Functions handed to host code through the context: kept until the module dies. */
-  mp_function_cache_entry_t* context_functions;
-  uint64_t context_function_count;
 };
 
+/* |name| in |root| and then, if |query_imports|, its imports (each module once); sets
+ * *out_function or leaves it NULL without an error. */
+mp_status_t mp_module_find_function(mp_module_t* root, const char* name, int32_t query_imports,
+                                    mp_function_t** out_function);
 /* Append |child| to |parent|'s imports without a cycle check (the blob reader proved the
  * tree acyclic). */
 mp_status_t mp_module_append_import(mp_module_t* parent, mp_module_t* child);
@@ -74,7 +83,9 @@ mp_status_t mp_module_append_import(mp_module_t* parent, mp_module_t* child);
 void mp_library_forget_module(mp_library_t* library, mp_module_t* module);
 
 /* The "library" module kind: functions looked up with dlsym. */
-mp_status_t mp_library_module_create(mp_library_t* library, mp_module_t** out_module);
+/* |out_reused|: the library's surviving node was returned (its imports already wired). */
+mp_status_t mp_library_module_create(mp_library_t* library, mp_module_t** out_module,
+                                     bool* out_reused);
 /* Registers the built-in loaders (const) once. */
 void mp_builtin_loaders_init(void);
 /* mp_loader_register without triggering the built-ins (used by them). */

@@ -8,8 +8,8 @@
 #endif
 #include <dlfcn.h>
 #include <errno.h>
-#include <limits.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -44,6 +44,9 @@ static void log_phase(const char* path, const char* phase, double* since, const 
           detail[0] ? "  " : "", detail);
   *since = t;
 }
+
+/* Guards the libraries' context entries (library_lock, if both, is taken first). */
+static pthread_mutex_t context_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Loads are serialised (loaders may load recursively, hence recursive). */
 static pthread_mutex_t library_lock;
@@ -95,6 +98,14 @@ void mp_library_release(mp_library_t* library) {
     }
   }
   pthread_mutex_unlock(&library_lock);
+  /* Every entry's function went with the "library" node (see forget below). */
+  for (mp_context_entry_t* e = library->context_entries; e;) {
+    mp_context_entry_t* next = e->next;
+    mp_function_release(e->function);
+    free(e->name);
+    free(e);
+    e = next;
+  }
   dlclose(library->handle);
   free(library->path);
   free(library);
@@ -113,8 +124,111 @@ void mp_library_forget_module(mp_library_t* library, mp_module_t* module) {
     /* The context must not point at a dead module. */
     void** ctx = dlsym(library->handle, MP_CTX_LIBRARY_SYMBOL);
     if (ctx && *ctx == module) *ctx = NULL;
+    /* No host code of this tree can be running (nothing holds a function of the node), so
+     * the entries host code keeps drop their functions, to be resolved again against the
+     * next node. Holding them would keep the device modules, and so the library, alive. */
+    pthread_mutex_lock(&context_lock);
+    for (mp_context_entry_t* e = library->context_entries; e; e = e->next) {
+      if (!e->function) continue;
+      mp_function_t* f = e->function;
+      e->function = NULL;
+      pthread_mutex_unlock(&context_lock);
+      pthread_mutex_unlock(&library_lock);
+      mp_function_release(f);
+      lock_libraries();
+      pthread_mutex_lock(&context_lock);
+    }
+    pthread_mutex_unlock(&context_lock);
   }
   pthread_mutex_unlock(&library_lock);
+}
+
+/* ---- the context functions patched into libraries ------------------------------------------ */
+
+/* Resolves |entry| against the library's current "library" node: its imports, depth-first.
+ * Returns a new reference in *out_function. */
+static mp_status_t resolve_entry(mp_context_entry_t* entry, mp_function_t** out_function) {
+  *out_function = NULL;
+  lock_libraries();
+  mp_module_t* node = entry->library->lib_module;
+  if (node && !try_retain(&node->refcount)) node = NULL;
+  pthread_mutex_unlock(&library_lock);
+  if (!node)
+    return mp_errorf(MP_ERR_UNAVAILABLE, "host code called '%s' after its library was unloaded",
+                     entry->name);
+  mp_function_t* found = NULL;
+  mp_status_t status = MP_OK;
+  /* Imports only: the library's own functions are plain C calls for its code. */
+  for (uint64_t i = 0; i < mp_module_import_count(node) && !found && status == MP_OK; ++i)
+    status = mp_module_find_function(mp_module_import_at(node, i), entry->name, 1, &found);
+  mp_module_release(node);
+  if (status != MP_OK) return status;
+  if (!found)
+    return mp_errorf(MP_ERR_NOT_FOUND,
+                     "host code asked for function '%s', which no module imported by the library "
+                     "provides",
+                     entry->name);
+  pthread_mutex_lock(&context_lock);
+  if (!entry->function) { /* keep the first of racing resolutions */
+    entry->function = found;
+    mp_function_retain(found);
+  }
+  pthread_mutex_unlock(&context_lock);
+  *out_function = found;
+  return MP_OK;
+}
+
+/* Hands host code a pointer it may keep while the library is loaded (an entry owned by the
+ * library); a second lookup of the same name returns the same pointer. */
+mp_status_t mp_context_get_function(void* ctx, const char* name, void** out_function) {
+  *out_function = NULL;
+  mp_module_t* node = ctx;
+  if (!node || !node->library)
+    return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up '%s' before load", name);
+  mp_library_t* library = node->library;
+  pthread_mutex_lock(&context_lock);
+  mp_context_entry_t* entry = library->context_entries;
+  while (entry && strcmp(entry->name, name) != 0) entry = entry->next;
+  if (!entry) {
+    entry = calloc(1, sizeof *entry);
+    char* copy = entry ? strdup(name) : NULL;
+    if (!copy) {
+      free(entry);
+      pthread_mutex_unlock(&context_lock);
+      return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    entry->name = copy;
+    entry->library = library;
+    entry->next = library->context_entries;
+    library->context_entries = entry;
+  }
+  bool resolved = entry->function != NULL;
+  pthread_mutex_unlock(&context_lock);
+  if (!resolved) { /* fail now, not at the first call, when the function does not exist */
+    mp_function_t* function;
+    mp_status_t status = resolve_entry(entry, &function);
+    if (status != MP_OK) return status;
+    mp_function_release(function);
+  }
+  *out_function = entry;
+  return MP_OK;
+}
+
+mp_status_t mp_context_call(void* function, const mp_value_t* args, int32_t num_args,
+                            mp_value_t* out_ret) {
+  mp_context_entry_t* entry = function;
+  if (!entry) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "host code called a NULL function");
+  pthread_mutex_lock(&context_lock);
+  mp_function_t* f = entry->function;
+  if (f) mp_function_retain(f);
+  pthread_mutex_unlock(&context_lock);
+  if (!f) {
+    mp_status_t status = resolve_entry(entry, &f);
+    if (status != MP_OK) return status;
+  }
+  mp_status_t status = mp_function_call(f, args, num_args, out_ret);
+  mp_function_release(f);
+  return status;
 }
 
 /* ---- the "library" module kind ------------------------------------------------------------ */
@@ -142,9 +256,12 @@ static void patch_slot(mp_library_t* library, const char* symbol, const void* va
   if (slot) memcpy(slot, value, size);
 }
 
-mp_status_t mp_library_module_create(mp_library_t* library, mp_module_t** out_module) {
+mp_status_t mp_library_module_create(mp_library_t* library, mp_module_t** out_module,
+                                     bool* out_reused) {
+  *out_reused = false;
   if (library->lib_module && try_retain(&library->lib_module->refcount)) {
-    *out_module = library->lib_module;
+    *out_module = library->lib_module; /* it survived its tree: reuse it, imports and all */
+    *out_reused = true;
     return MP_OK;
   }
   mp_status_t status = mp_module_create("library", &library_vtable, library, out_module);
@@ -175,6 +292,22 @@ mp_status_t mp_library_module_create(mp_library_t* library, mp_module_t** out_mo
 
 /* The blob's bytes: from the symbol to its ELF st_size, which must lie inside a file-backed
  * part of a loaded segment (so no read can run past the file). */
+/* The program headers the dynamic loader keeps for one loaded object. */
+typedef struct {
+  ElfW(Addr) base;
+  const ElfW(Phdr) * phdr;
+  ElfW(Half) phnum;
+} phdr_query_t;
+
+static int find_phdrs(struct dl_phdr_info* info, size_t size, void* data) {
+  (void)size;
+  phdr_query_t* q = data;
+  if (info->dlpi_addr != q->base) return 0;
+  q->phdr = info->dlpi_phdr;
+  q->phnum = info->dlpi_phnum;
+  return 1;
+}
+
 static mp_status_t locate_blob(mp_library_t* library, const uint8_t* blob,
                                mp_const_byte_span_t* out_span) {
   Dl_info info;
@@ -187,12 +320,14 @@ static mp_status_t locate_blob(mp_library_t* library, const uint8_t* blob,
     return mp_errorf(MP_ERR_IO, "'%s': dlinfo failed: %s", library->path, dlerror());
   uint64_t size = sym->st_size;
   uint64_t vaddr = (uint64_t)(uintptr_t)blob - (uint64_t)map->l_addr;
-  /* Find the segment holding the symbol, from the program headers the loader mapped. */
-  const ElfW(Ehdr)* eh = (const ElfW(Ehdr)*)info.dli_fbase;
-  const ElfW(Phdr)* ph = (const ElfW(Phdr)*)((const uint8_t*)info.dli_fbase + eh->e_phoff);
+  /* Find the segment holding the symbol, from the loader's own program headers (the file's
+   * copy need not be mapped). */
+  phdr_query_t query = {map->l_addr, NULL, 0};
+  dl_iterate_phdr(find_phdrs, &query);
+  const ElfW(Phdr)* ph = query.phdr;
   uint64_t segment_room = 0;
   bool found = false;
-  for (uint64_t i = 0; i < eh->e_phnum; ++i) {
+  for (uint64_t i = 0; ph && i < query.phnum; ++i) {
     if (ph[i].p_type != PT_LOAD) continue;
     if (vaddr >= ph[i].p_vaddr && vaddr - ph[i].p_vaddr < ph[i].p_filesz) {
       segment_room = ph[i].p_filesz - (vaddr - ph[i].p_vaddr);
@@ -237,7 +372,9 @@ static mp_status_t build_tree(mp_library_t* library, mp_const_byte_span_t bytes,
     log_phase(library->path, "checksums", &clock, "skipped (MP_LOAD_SKIP_PAYLOAD_CHECKSUMS)");
   }
   mp_module_t** modules = calloc(info.module_count, sizeof *modules);
-  if (!modules) {
+  bool* reused = calloc(info.module_count, sizeof *reused);
+  if (!modules || !reused) {
+    free(modules), free(reused);
     mp_blob_free(blob);
     return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory loading %" PRIu64 " modules",
                      info.module_count);
@@ -246,7 +383,7 @@ static mp_status_t build_tree(mp_library_t* library, mp_const_byte_span_t bytes,
     mp_blob_module_t entry;
     mp_blob_module(blob, i, &entry);
     if (strcmp(entry.type_key, MP_LIB_TYPE_KEY) == 0) {
-      status = mp_library_module_create(library, &modules[i]);
+      status = mp_library_module_create(library, &modules[i], &reused[i]);
       continue;
     }
     mp_loader_fn_t loader;
@@ -280,6 +417,7 @@ static mp_status_t build_tree(mp_library_t* library, mp_const_byte_span_t bytes,
   for (uint64_t i = 0; i < info.module_count && status == MP_OK; ++i) {
     mp_blob_module_t entry;
     mp_blob_module(blob, i, &entry);
+    if (reused[i]) continue; /* a surviving "library" node keeps the imports it has */
     for (uint64_t k = 0; k < entry.child_count && status == MP_OK; ++k)
       status =
           mp_module_append_import(modules[i], modules[mp_blob_child(blob, entry.first_edge + k)]);
@@ -293,6 +431,7 @@ static mp_status_t build_tree(mp_library_t* library, mp_const_byte_span_t bytes,
     mp_module_release(modules[0]);
   }
   free(modules);
+  free(reused);
   mp_blob_free(blob);
   return status;
 }
@@ -319,9 +458,10 @@ static mp_status_t load_locked(const char* path, uint32_t flags, mp_module_t** o
     /* Parts of the old tree live on but its root is gone: build a new tree over the same
      * library (the "library" node is reused if it survives). */
     mp_const_byte_span_t bytes;
+    bool reused;
     const uint8_t* blob = dlsym(library->handle, MP_BLOB_SYMBOL);
     if (!blob) {
-      status = mp_library_module_create(library, out_module);
+      status = mp_library_module_create(library, out_module, &reused);
     } else if ((status = locate_blob(library, blob, &bytes)) == MP_OK) {
       status = build_tree(library, bytes, flags, out_module);
     }
@@ -346,8 +486,9 @@ static mp_status_t load_locked(const char* path, uint32_t flags, mp_module_t** o
   live_libraries = live;
 
   const uint8_t* blob = dlsym(handle, MP_BLOB_SYMBOL);
+  bool reused;
   if (!blob) {
-    status = mp_library_module_create(library, out_module);
+    status = mp_library_module_create(library, out_module, &reused);
   } else {
     mp_const_byte_span_t bytes;
     status = locate_blob(library, blob, &bytes);

@@ -6,7 +6,7 @@
 
 #include "internal.h"
 
-/* Guards import lists and the context-function caches (both change rarely). */
+/* Guards import lists, which change rarely (a load builds them; mp_module_import adds). */
 static pthread_mutex_t module_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static char* copy_string(const char* s) {
@@ -42,18 +42,32 @@ void mp_module_retain(mp_module_t* module) {
   if (module) atomic_fetch_add_explicit(&module->refcount, 1, memory_order_relaxed);
 }
 
-void mp_module_release(mp_module_t* module) {
-  if (!module) return;
-  if (atomic_fetch_sub_explicit(&module->refcount, 1, memory_order_acq_rel) != 1) return;
+/* Frees |module|, whose count reached zero, and queues its imports for release. */
+static void destroy_one(mp_module_t* module, mp_module_t*** worklist, uint64_t* count,
+                        uint64_t* capacity) {
   /* A concurrent load may be about to reuse this module as a library's root or "library"
    * node; unlink it under the load lock before the memory goes. */
   if (module->library) mp_library_forget_module(module->library, module);
-  for (uint64_t i = 0; i < module->context_function_count; ++i) {
-    free(module->context_functions[i].name);
-    mp_function_release(module->context_functions[i].function);
+  for (uint64_t i = 0; i < module->import_count; ++i) {
+    mp_module_t* child = module->imports[i];
+    if (atomic_fetch_sub_explicit(&child->refcount, 1, memory_order_acq_rel) != 1) continue;
+    if (*count == *capacity) {
+      uint64_t grown_capacity = *capacity ? *capacity * 2 : 16;
+      mp_module_t** grown = realloc(*worklist, grown_capacity * sizeof *grown);
+      if (!grown) { /* cannot queue: recurse instead (rare, and bounded by memory anyway) */
+        uint64_t inner_count = 0, inner_capacity = 0;
+        mp_module_t** inner = NULL;
+        destroy_one(child, &inner, &inner_count, &inner_capacity);
+        while (inner_count)
+          destroy_one(inner[--inner_count], &inner, &inner_count, &inner_capacity);
+        free(inner);
+        continue;
+      }
+      *worklist = grown;
+      *capacity = grown_capacity;
+    }
+    (*worklist)[(*count)++] = child;
   }
-  free(module->context_functions);
-  for (uint64_t i = 0; i < module->import_count; ++i) mp_module_release(module->imports[i]);
   free(module->imports);
   if (module->vtable->destroy && module->impl) module->vtable->destroy(module->impl);
   mp_library_t* library = module->library;
@@ -61,6 +75,17 @@ void mp_module_release(mp_module_t* module) {
   free(module);
   /* Last: the library's code may be what the destroyed state pointed into. */
   mp_library_release(library);
+}
+
+void mp_module_release(mp_module_t* module) {
+  if (!module) return;
+  if (atomic_fetch_sub_explicit(&module->refcount, 1, memory_order_acq_rel) != 1) return;
+  /* Iterative, so releasing the root of a long chain cannot overflow the C stack. */
+  uint64_t count = 0, capacity = 0;
+  mp_module_t** worklist = NULL;
+  destroy_one(module, &worklist, &count, &capacity);
+  while (count) destroy_one(worklist[--count], &worklist, &count, &capacity);
+  free(worklist);
 }
 
 const char* mp_module_type_key(const mp_module_t* module) {
@@ -80,13 +105,114 @@ mp_module_t* mp_module_import_at(const mp_module_t* module, uint64_t index) {
   return index < module->import_count ? module->imports[index] : NULL;
 }
 
-/* True if |target| is reachable from |from| through imports. Caller holds module_lock. */
-static bool reaches(mp_module_t* from, mp_module_t* target, uint64_t depth) {
-  if (from == target) return true;
-  if (depth > 100000) return true; /* refuse absurd depth as if it were a cycle */
-  for (uint64_t i = 0; i < from->import_count; ++i)
-    if (reaches(from->imports[i], target, depth + 1)) return true;
-  return false;
+/* ---- walking the import graph: iterative, each module once ----------------------------- */
+
+/* An open-addressing set of module pointers, so walks over DAGs stay linear. */
+typedef struct {
+  mp_module_t** slots;
+  uint64_t capacity; /* a power of two */
+  uint64_t count;
+} module_set_t;
+
+static uint64_t hash_pointer(const void* p) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  return x ^ (x >> 33);
+}
+
+/* Adds |m|; returns 1 if new, 0 if present, -1 when out of memory. */
+static int set_add(module_set_t* set, mp_module_t* m) {
+  if (2 * (set->count + 1) > set->capacity) {
+    uint64_t capacity = set->capacity ? set->capacity * 2 : 64;
+    mp_module_t** slots = calloc(capacity, sizeof *slots);
+    if (!slots) return -1;
+    for (uint64_t i = 0; i < set->capacity; ++i) {
+      if (!set->slots[i]) continue;
+      uint64_t j = hash_pointer(set->slots[i]) & (capacity - 1);
+      while (slots[j]) j = (j + 1) & (capacity - 1);
+      slots[j] = set->slots[i];
+    }
+    free(set->slots);
+    set->slots = slots;
+    set->capacity = capacity;
+  }
+  uint64_t j = hash_pointer(m) & (set->capacity - 1);
+  while (set->slots[j]) {
+    if (set->slots[j] == m) return 0;
+    j = (j + 1) & (set->capacity - 1);
+  }
+  set->slots[j] = m;
+  set->count++;
+  return 1;
+}
+
+/* A depth-first walk from |root| visiting each reachable module once, imports in order. */
+typedef struct {
+  mp_module_t** stack;
+  uint64_t depth, capacity;
+  module_set_t seen;
+  bool out_of_memory;
+} walk_t;
+
+static void walk_push_imports(walk_t* w, mp_module_t* m) {
+  /* Snapshot the import list under the lock: another thread may be importing into it. */
+  pthread_mutex_lock(&module_lock);
+  uint64_t n = m->import_count;
+  if (n > w->capacity - w->depth) {
+    uint64_t capacity = (w->capacity + n) * 2;
+    mp_module_t** grown = realloc(w->stack, capacity * sizeof *grown);
+    if (!grown) {
+      w->out_of_memory = true;
+      pthread_mutex_unlock(&module_lock);
+      return;
+    }
+    w->stack = grown;
+    w->capacity = capacity;
+  }
+  for (uint64_t i = n; i > 0; --i) w->stack[w->depth++] = m->imports[i - 1];
+  pthread_mutex_unlock(&module_lock);
+}
+
+static void walk_begin(walk_t* w, mp_module_t* root) {
+  memset(w, 0, sizeof *w);
+  w->capacity = 16;
+  w->stack = malloc(w->capacity * sizeof *w->stack);
+  if (!w->stack) {
+    w->out_of_memory = true;
+    return;
+  }
+  w->stack[w->depth++] = root;
+}
+
+/* The next unvisited module, or NULL when done (or out of memory). */
+static mp_module_t* walk_next(walk_t* w) {
+  while (w->depth > 0 && !w->out_of_memory) {
+    mp_module_t* m = w->stack[--w->depth];
+    int added = set_add(&w->seen, m);
+    if (added < 0) w->out_of_memory = true;
+    if (added > 0) return m;
+  }
+  return NULL;
+}
+
+static void walk_end(walk_t* w) {
+  free(w->stack);
+  free(w->seen.slots);
+}
+
+/* True if |target| is reachable from |from| through imports. */
+static bool reaches(mp_module_t* from, mp_module_t* target, bool* out_of_memory) {
+  walk_t w;
+  walk_begin(&w, from);
+  bool found = false;
+  for (mp_module_t* m; !found && (m = walk_next(&w));) {
+    found = m == target;
+    if (!found) walk_push_imports(&w, m);
+  }
+  *out_of_memory = w.out_of_memory;
+  walk_end(&w);
+  return found;
 }
 
 /* Appends without the cycle check; the blob reader has already proven the tree acyclic. */
@@ -105,44 +231,33 @@ mp_status_t mp_module_append_import(mp_module_t* parent, mp_module_t* child) {
 
 mp_status_t mp_module_import(mp_module_t* parent, mp_module_t* child) {
   if (!parent || !child) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_import: NULL module");
+  bool out_of_memory = false;
+  if (reaches(child, parent, &out_of_memory))
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "cannot import a %s module into a %s module: it would create a cycle",
+                     child->type_key, parent->type_key);
+  if (out_of_memory) return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory");
   pthread_mutex_lock(&module_lock);
-  mp_status_t status;
-  if (reaches(child, parent, 0))
-    status = mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                       "cannot import a %s module into a %s module: it would create a cycle",
-                       child->type_key, parent->type_key);
-  else
-    status = mp_module_append_import(parent, child);
+  mp_status_t status = mp_module_append_import(parent, child);
   pthread_mutex_unlock(&module_lock);
   return status;
 }
 
-/* Depth-first search: the module itself, then each import in order. Iterative so a deep
- * chain cannot overflow the C stack. */
-static mp_status_t find_function(mp_module_t* root, const char* name, int32_t query_imports,
-                                 mp_function_t** out_function) {
-  uint64_t capacity = 16, depth = 0;
-  mp_module_t** stack = malloc(capacity * sizeof *stack);
-  if (!stack) return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  stack[depth++] = root;
+/* Depth-first search: the module itself, then (if |query_imports|) each import in order,
+ * each module once. Sets *out_function or leaves it NULL. */
+mp_status_t mp_module_find_function(mp_module_t* root, const char* name, int32_t query_imports,
+                                    mp_function_t** out_function) {
+  *out_function = NULL;
+  walk_t w;
+  walk_begin(&w, root);
   mp_status_t status = MP_OK;
-  while (depth > 0 && !*out_function && status == MP_OK) {
-    mp_module_t* m = stack[--depth];
+  for (mp_module_t* m; !*out_function && status == MP_OK && (m = walk_next(&w));) {
     if (m->vtable->get_function) status = m->vtable->get_function(m, name, out_function);
-    if (!query_imports || *out_function || status != MP_OK) continue;
-    if (m->import_count > capacity - depth) {
-      uint64_t grown_capacity = (capacity + m->import_count) * 2;
-      mp_module_t** grown = realloc(stack, grown_capacity * sizeof *grown);
-      if (!grown) {
-        status = mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory");
-        break;
-      }
-      stack = grown;
-      capacity = grown_capacity;
-    }
-    for (uint64_t i = m->import_count; i > 0; --i) stack[depth++] = m->imports[i - 1];
+    if (query_imports && !*out_function && status == MP_OK) walk_push_imports(&w, m);
   }
-  free(stack);
+  if (status == MP_OK && w.out_of_memory)
+    status = mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory looking up '%s'", name);
+  walk_end(&w);
   return status;
 }
 
@@ -151,7 +266,7 @@ mp_status_t mp_module_get_function(mp_module_t* module, const char* name, int32_
   *out_function = NULL;
   if (!module || !name)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_get_function: NULL module or name");
-  mp_status_t status = find_function(module, name, query_imports, out_function);
+  mp_status_t status = mp_module_find_function(module, name, query_imports, out_function);
   if (status != MP_OK) return status;
   if (!*out_function)
     return mp_errorf(MP_ERR_NOT_FOUND, "no function named '%s' in the %s module%s", name,
@@ -204,8 +319,8 @@ mp_status_t mp_module_array_at(mp_module_t* module, uint64_t index, const char**
   return module->vtable->array_at(module, index, out_name, out_array);
 }
 
-static mp_status_t find_array(mp_module_t* m, const char* name, int32_t query_imports,
-                              uint64_t depth, const DLTensor** out_array) {
+/* The array |name| in |module| alone; *out_array stays NULL when absent. */
+static mp_status_t find_own_array(mp_module_t* m, const char* name, const DLTensor** out_array) {
   uint64_t count = mp_module_array_count(m);
   for (uint64_t i = 0; i < count; ++i) {
     const char* array_name;
@@ -217,18 +332,28 @@ static mp_status_t find_array(mp_module_t* m, const char* name, int32_t query_im
       return MP_OK;
     }
   }
-  if (!query_imports || depth > 100000) return MP_OK;
-  for (uint64_t i = 0; i < m->import_count && !*out_array; ++i) {
-    mp_status_t status = find_array(m->imports[i], name, query_imports, depth + 1, out_array);
-    if (status != MP_OK) return status;
-  }
   return MP_OK;
+}
+
+static mp_status_t find_array(mp_module_t* root, const char* name, int32_t query_imports,
+                              const DLTensor** out_array) {
+  walk_t w;
+  walk_begin(&w, root);
+  mp_status_t status = MP_OK;
+  for (mp_module_t* m; !*out_array && status == MP_OK && (m = walk_next(&w));) {
+    status = find_own_array(m, name, out_array);
+    if (query_imports && !*out_array && status == MP_OK) walk_push_imports(&w, m);
+  }
+  if (status == MP_OK && w.out_of_memory)
+    status = mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory looking up '%s'", name);
+  walk_end(&w);
+  return status;
 }
 
 mp_status_t mp_module_get_array(mp_module_t* module, const char* name, int32_t query_imports,
                                 const DLTensor** out_array) {
   *out_array = NULL;
-  mp_status_t status = find_array(module, name, query_imports, 0, out_array);
+  mp_status_t status = find_array(module, name, query_imports, out_array);
   if (status != MP_OK) return status;
   if (!*out_array)
     return mp_errorf(MP_ERR_NOT_FOUND, "no array named '%s' in the %s module%s", name,
@@ -236,69 +361,7 @@ mp_status_t mp_module_get_array(mp_module_t* module, const char* name, int32_t q
   return MP_OK;
 }
 
-/* ---- the context functions patched into libraries ---------------------------------------- */
-
-/* Host code caches what this returns in a static, so the module keeps each function it hands
- * out until the module itself goes (and a second lookup returns the same handle). */
-mp_status_t mp_context_get_function(void* ctx, const char* name, void** out_function) {
-  *out_function = NULL;
-  mp_module_t* module = ctx;
-  if (!module) return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up '%s' before load", name);
-  pthread_mutex_lock(&module_lock);
-  for (uint64_t i = 0; i < module->context_function_count; ++i) {
-    if (strcmp(module->context_functions[i].name, name) == 0) {
-      *out_function = module->context_functions[i].function;
-      pthread_mutex_unlock(&module_lock);
-      return MP_OK;
-    }
-  }
-  pthread_mutex_unlock(&module_lock);
-
-  /* Imports only: the library's own functions are plain C calls for its code. */
-  mp_function_t* function = NULL;
-  mp_status_t status = MP_OK;
-  for (uint64_t i = 0; i < module->import_count && !function && status == MP_OK; ++i)
-    status = find_function(module->imports[i], name, 1, &function);
-  if (status != MP_OK) return status;
-  if (!function)
-    return mp_errorf(MP_ERR_NOT_FOUND,
-                     "host code asked for function '%s', which no module imported by the library "
-                     "provides",
-                     name);
-
-  pthread_mutex_lock(&module_lock);
-  /* Another thread may have raced us here; keep the first. */
-  for (uint64_t i = 0; i < module->context_function_count; ++i) {
-    if (strcmp(module->context_functions[i].name, name) == 0) {
-      *out_function = module->context_functions[i].function;
-      pthread_mutex_unlock(&module_lock);
-      mp_function_release(function);
-      return MP_OK;
-    }
-  }
-  mp_function_cache_entry_t* grown =
-      realloc(module->context_functions, (module->context_function_count + 1) * sizeof *grown);
-  char* key = copy_string(name);
-  if (!grown || !key) {
-    if (grown) module->context_functions = grown;
-    free(key);
-    pthread_mutex_unlock(&module_lock);
-    mp_function_release(function);
-    return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  module->context_functions = grown;
-  grown[module->context_function_count].name = key;
-  grown[module->context_function_count].function = function;
-  module->context_function_count++;
-  pthread_mutex_unlock(&module_lock);
-  *out_function = function;
-  return MP_OK;
-}
-
-mp_status_t mp_context_call(void* function, const mp_value_t* args, int32_t num_args,
-                            mp_value_t* out_ret) {
-  return mp_function_call(function, args, num_args, out_ret);
-}
+/* ---- the context functions patched into libraries (lookups: library.c) ---------------- */
 
 void mp_context_set_error(mp_status_t code, const char* message) {
   mp_error_set(code == MP_OK ? MP_ERR_RUNTIME : code, message);

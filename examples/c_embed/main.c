@@ -93,13 +93,7 @@ int main(int argc, char** argv) {
   int64_t shape[1] = {N};
   DLTensor x_tensor = float_vector(x, shape);
   DLTensor out_tensor = float_vector(out, shape);
-  mp_value_t args[2];
-  args[0].type_code = MP_TYPE_DLTENSOR;
-  args[0].reserved = 0;
-  args[0].v_tensor = &x_tensor;
-  args[1].type_code = MP_TYPE_DLTENSOR;
-  args[1].reserved = 0;
-  args[1].v_tensor = &out_tensor;
+  mp_value_t args[2] = {mp_tensor(&x_tensor), mp_tensor(&out_tensor)};
   mp_value_t ret;
   if (mp_function_call(affine, args, 2, &ret) != MP_OK) {
     fail("calling 'affine'");

@@ -18,7 +18,7 @@ HOST_CODE = r"""
 
 /* out = x * weights + bias, with the weights and bias fetched from the const module
  * through the module context (no copies: they live in the mapped library). */
-static void affine(DLTensor* x, DLTensor* out) {
+static void affine(const DLTensor* x, DLTensor* out) {
   const DLTensor* w; const DLTensor* b;
   if (mp_backend_get_array("weights", &w) != MP_OK || mp_backend_get_array("bias", &b) != MP_OK) {
     mp_backend_errorf(MP_ERR_NOT_FOUND, "affine: no const module with weights and bias");
@@ -28,7 +28,7 @@ static void affine(DLTensor* x, DLTensor* out) {
   float* ov = out->data;
   for (int64_t i = 0; i < x->shape[0]; ++i) ov[i] = xv[i] * wv[i] + bv[i];
 }
-MP_EXPORT_VOID_FUNC(affine, DLTensor*, DLTensor*)
+MP_EXPORT_VOID_FUNC(affine, const DLTensor*, DLTensor*)
 """
 
 LOAD_AND_RUN = r"""

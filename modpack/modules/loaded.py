@@ -123,8 +123,10 @@ class LoadedModule(Module):
 
     def _view(self, tensor: Any) -> np.ndarray:
         dtype = dtype_from_dl(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
+        if dtype.itemsize * 8 != tensor.dtype.bits * tensor.dtype.lanes:
+            raise TypeError(f"dtype {dtype} does not match the {tensor.dtype.bits}-bit record")
         shape = tuple(tensor.shape[d] for d in range(tensor.ndim))
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = int(lib.mp_array_nbytes(tensor))  # the size the runtime checked
         holder = _ArrayHolder(self, int(ffi.cast("uintptr_t", tensor.data)), nbytes)
         # View the bytes as the dtype (ml_dtypes too); the base chain ends at the holder.
         return np.asarray(holder).view(dtype).reshape(shape)

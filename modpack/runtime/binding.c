@@ -81,7 +81,7 @@ static DLDataType fast_dtype(const char* format, Py_ssize_t itemsize) {
 /* 1: converted; 0: not something the fast path handles; -1: a Python error is set. */
 static int fast_value(PyObject* obj, mp_value_t* out, fast_array_t* array) {
   PyTypeObject* type = Py_TYPE(obj);
-  out->reserved = 0;
+  out->flags = 0;
   if (type == &PyLong_Type || type == &PyBool_Type) {
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
@@ -139,6 +139,7 @@ static int fast_value(PyObject* obj, mp_value_t* out, fast_array_t* array) {
                              compact ? NULL : array->strides, 0};
   if (v->ndim == 0) array->shape[0] = 1;
   out->type_code = MP_TYPE_DLTENSOR;
+  out->flags = v->readonly ? MP_VALUE_READ_ONLY : 0;
   out->v_tensor = &array->tensor;
   return 1;
 }

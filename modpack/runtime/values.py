@@ -96,6 +96,8 @@ def fill_value(slot: Any, value: Any, keep: list) -> None:
     else:
         slot.type_code = _TENSOR
         slot.v_tensor = tensor_from_array(value, keep)
+        if isinstance(value, np.ndarray) and not value.flags.writeable:
+            slot.flags = lib.MP_VALUE_READ_ONLY
 
 
 def value_to_python(value: Any) -> Any:

@@ -46,10 +46,18 @@ typedef enum {
   MP_TYPE_FUNCTION = 6, /* v_handle: an mp_function_t*, borrowed for the call */
 } mp_type_code_t;
 
+/* mp_value_t.flags */
+enum {
+  /* The array must not be written (a read-only numpy array, a const module's weights, which
+   * live in read-only memory). Host functions whose parameter is `DLTensor*` refuse it;
+   * `const DLTensor*` parameters accept it. */
+  MP_VALUE_READ_ONLY = 1,
+};
+
 /* A tagged value: 16 bytes. */
 typedef struct {
   int32_t type_code; /* an mp_type_code_t value */
-  int32_t reserved;  /* 0 */
+  int32_t flags;     /* MP_VALUE_* bits, 0 by default */
   union {
     int64_t v_int64;
     double v_float64;
@@ -70,21 +78,21 @@ typedef mp_status_t (*mp_packed_cfunc_t)(void* self, const mp_value_t* args, int
 static inline mp_value_t mp_int(int64_t v) {
   mp_value_t x;
   x.type_code = MP_TYPE_INT;
-  x.reserved = 0;
+  x.flags = 0;
   x.v_int64 = v;
   return x;
 }
 static inline mp_value_t mp_float(double v) {
   mp_value_t x;
   x.type_code = MP_TYPE_FLOAT;
-  x.reserved = 0;
+  x.flags = 0;
   x.v_float64 = v;
   return x;
 }
 static inline mp_value_t mp_tensor(DLTensor* v) {
   mp_value_t x;
   x.type_code = MP_TYPE_DLTENSOR;
-  x.reserved = 0;
+  x.flags = 0;
   x.v_tensor = v;
   return x;
 }

@@ -162,12 +162,22 @@ static inline mp_status_t mp_backend__arg_float(const mp_value_t* v, void* out, 
   if (s == MP_OK) *(float*)out = (float)d;
   return s;
 }
-static inline mp_status_t mp_backend__arg_tensor(const mp_value_t* v, void* out, const char* fn,
-                                                 int32_t i) {
+static inline mp_status_t mp_backend__arg_const_tensor(const mp_value_t* v, void* out,
+                                                       const char* fn, int32_t i) {
   if (v->type_code != MP_TYPE_DLTENSOR || !v->v_tensor)
     return mp_backend__arg_type_error(fn, i, "DLTensor*", v);
   *(DLTensor**)out = v->v_tensor;
   return MP_OK;
+}
+/* A `DLTensor*` parameter may be written, so read-only arrays are refused. */
+static inline mp_status_t mp_backend__arg_tensor(const mp_value_t* v, void* out, const char* fn,
+                                                 int32_t i) {
+  if (v->type_code == MP_TYPE_DLTENSOR && (v->flags & MP_VALUE_READ_ONLY))
+    return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT,
+                             "%s: argument %d is a read-only array; declare the parameter "
+                             "`const DLTensor*` if the function only reads it",
+                             fn, (int)i);
+  return mp_backend__arg_const_tensor(v, out, fn, i);
 }
 static inline mp_status_t mp_backend__arg_str(const mp_value_t* v, void* out, const char* fn,
                                               int32_t i) {
@@ -194,7 +204,7 @@ static inline mp_status_t mp_backend__arg_handle(const mp_value_t* v, void* out,
       unsigned long*: mp_backend__arg_ulong, unsigned long long*: mp_backend__arg_ullong,      \
       bool*: mp_backend__arg_bool, float*: mp_backend__arg_float,                              \
       double*: mp_backend__arg_double, DLTensor**: mp_backend__arg_tensor,                     \
-      const DLTensor**: mp_backend__arg_tensor, const char**: mp_backend__arg_str,             \
+      const DLTensor**: mp_backend__arg_const_tensor, const char**: mp_backend__arg_str,             \
       char**: mp_backend__arg_str, void**: mp_backend__arg_handle)
 
 static inline void mp_backend__ret_int(mp_value_t* r, int64_t v) { *r = mp_int(v); }
@@ -202,7 +212,7 @@ static inline void mp_backend__ret_uint(mp_value_t* r, uint64_t v) { *r = mp_int
 static inline void mp_backend__ret_float(mp_value_t* r, double v) { *r = mp_float(v); }
 static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
   r->type_code = MP_TYPE_HANDLE;
-  r->reserved = 0;
+  r->flags = 0;
   r->v_handle = (void*)v;
 }
 

@@ -219,7 +219,8 @@ MP_API mp_status_t mp_device_synchronize(DLDevice device);
 MP_API mp_status_t mp_device_set_stream(DLDevice device, void* stream, void** out_previous);
 MP_API void* mp_device_get_stream(DLDevice device);
 
-/* A compact array owned by the runtime, reference counted. */
+/* A compact array owned by the runtime, reference counted. mp_array_retain, _release and
+ * _to_dlpack take only arrays made by mp_array_empty. */
 MP_API mp_status_t mp_array_empty(const int64_t* shape, int32_t ndim, DLDataType dtype,
                                   DLDevice device, DLTensor** out_array);
 MP_API void mp_array_retain(DLTensor* array);
