@@ -117,16 +117,43 @@ def _inspect_tar(shown: str) -> dict[str, Any]:
     except tarfile.TarError as exc:
         raise FormatError(f"{shown} is not a readable tar archive: {exc}") from None
     with tar, tempfile.TemporaryDirectory(prefix="modpack-inspect-") as scratch:
-        members = [m for m in tar.getmembers() if m.isfile() and m.name.endswith(".o")]
+        try:
+            members = [m for m in tar.getmembers() if m.isfile() and m.name.endswith(".o")]
+        except tarfile.TarError as exc:
+            raise FormatError(f"{shown} is not a readable tar archive: {exc}") from None
         if not members:
             raise FormatError(f"{shown} holds no object files; it is not a modpack .tar export")
-        tar.extractall(scratch, members=members, filter="data")
-        reports = [inspect_library(os.path.join(scratch, m.name)) for m in members]
+        paths = [_safe_member_path(shown, scratch, m) for m in members]
+        try:
+            tar.extractall(scratch, members=members, filter="data")
+        except tarfile.FilterError as exc:  # what the checks above missed
+            raise FormatError(f"{shown} has an unsafe member name: {exc}") from None
+        except (tarfile.TarError, OSError, ValueError) as exc:
+            raise FormatError(
+                f"{shown}: cannot extract its object files: {exc or type(exc).__name__}"
+            ) from None
+        reports = [inspect_library(path) for path in paths]
     with_blob = [r for r in reports if r["blob"] is not None]
     result = dict(with_blob[0] if with_blob else reports[0])
     result["path"] = shown
     result["functions"] = sorted({f for r in reports for f in r["functions"]})
     return result
+
+
+def _safe_member_path(shown: str, scratch: str, member: tarfile.TarInfo) -> str:
+    """Where |member| lands in |scratch|; a name that would land elsewhere (absolute, with
+    ``..``, with a NUL) is a FormatError. A ``.tar`` export only holds plain object names."""
+    name = member.name
+    parts = name.replace(os.sep, "/").split("/")
+    target = os.path.realpath(os.path.join(scratch, name)) if "\0" not in name else ""
+    root = os.path.realpath(scratch)
+    if (os.path.isabs(name) or ".." in parts or not target
+            or os.path.commonpath([root, target]) != root or target == root):
+        raise FormatError(
+            f"{shown} has an unsafe member name {name!r}: it would be extracted outside the "
+            "destination directory; a modpack .tar export holds only plain object file names"
+        )
+    return target
 
 
 def _section_headers(elf: ELFFile, shown: str, file_size: int) -> list[Any]:

@@ -91,7 +91,8 @@ def _load_relinked(path: Path, verify_checksums: bool) -> Module:
 
 def register_loader(type_key: str) -> Callable[[Loader], Loader]:
     """Decorator registering ``loadbinary_<type_key>``: a function receiving the payload as a
-    read-only memoryview (in place in the loaded library) and returning a ``Module``.
+    read-only memoryview (in place in the loaded library; a copy when ``modpack inspect`` runs
+    the loader without loading the library) and returning a ``Module``.
 
     >>> @modpack.register_loader("mykind")
     ... def load_mykind(payload: memoryview) -> modpack.Module:
@@ -124,8 +125,15 @@ def _fail(exc: BaseException) -> int:
 
 
 def _payload_view(args: Any) -> memoryview:
-    """A read-only view of the payload that keeps the library mapped while it exists."""
+    """A read-only view of the payload that keeps the library mapped while it exists.
+
+    Without a library (``modpack inspect``: mp_module_load_from_payload over a mapping that
+    inspection closes once the loader returns) there is nothing to keep alive, so the loader
+    gets a view of a copy: one it keeps stays valid instead of pointing into unmapped memory.
+    """
     library = args.library
+    if library == ffi.NULL:
+        return memoryview(ffi.buffer(args.payload.data, args.payload.size)[:]).toreadonly()
     lib.mp_library_retain(library)
     data = ffi.gc(ffi.cast("uint8_t*", args.payload.data),
                   lambda _, library=library: lib.mp_library_release(library))

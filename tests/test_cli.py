@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -272,3 +274,21 @@ def test_inspect_a_tar_export(tmp_path):
     for key in ("format_version", "modules", "import_tree", "functions"):
         assert from_tar[key] == from_so[key], key
     assert from_tar["functions"] == ["add_int", "vadd"]
+
+
+@pytest.mark.parametrize("name", ["../escape.o", "/abs/escape.o", "sub/../../escape.o"])
+def test_inspect_a_tar_with_unsafe_member_names(tmp_path, name):
+    """A tar whose object names would land outside the scratch directory is a clean
+    FormatError, never a traceback."""
+    host = modpack.csource_module(VADD_C)
+    so = host.export_library(tmp_path / "deploy.so")
+    data = so.read_bytes()
+    tar = tmp_path / "evil.tar"
+    with tarfile.open(tar, "w") as out:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        out.addfile(info, io.BytesIO(data))
+    with pytest.raises(modpack.FormatError, match="unsafe member name"):
+        inspect_library(tar)
+    proc = run_cli("inspect", str(tar))
+    assert_clean_failure(proc, str(tar), "unsafe member name", repr(name))

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import VADD_C, consts
+from conftest import VADD_C, consts, run_python
 
 import modpack
 from modpack.runtime.binding import loader_names
@@ -124,3 +124,46 @@ def test_concurrent_loads_share_one_tree(tmp_path):
         t.join()
     assert not errors
     assert {r[2] for r in results} == {4950.0}
+
+
+KEEPER_SCRIPT = r"""
+import sys
+import modpack
+from modpack.inspection import inspect_library
+
+class Keeper(modpack.BinaryModule):
+    type_key = "test.keeper"
+
+    def __init__(self, data):
+        super().__init__()
+        self.data = data
+
+    def save_to_binary(self):
+        return bytes(self.data)
+
+kept = []
+
+@modpack.register_loader("test.keeper")
+def load_keeper(payload):
+    assert payload.readonly
+    kept.append(payload)  # the zero-copy view, kept past the loader's return
+    return Keeper(b"")
+
+payload = bytes(range(256)) * 4096  # 1 MiB: its own pages of the mapping
+host = modpack.csource_module("int placeholder;")
+host.import_module(Keeper(payload))
+path = host.export_library(sys.argv[1])
+report = inspect_library(path)
+assert [m["type_key"] for m in report["modules"]] == ["_lib", "test.keeper"], report
+(view,) = kept
+assert view.readonly
+# Inspection has closed its mapping of the file by now: the view must still hold the bytes.
+assert view.tobytes() == payload
+print("ok")
+"""
+
+
+def test_loader_views_outlive_inspection(tmp_path):
+    """A loader run by ``modpack inspect`` (no library) may keep its view: the view must not
+    point into the mapping inspection closes. In a child, since a dangling view crashes."""
+    assert run_python(KEEPER_SCRIPT, str(tmp_path / "keeper.so")) == "ok\n"

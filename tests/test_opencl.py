@@ -3,7 +3,9 @@ host code, prebuilt binaries, and every error a user can cause."""
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -13,6 +15,9 @@ import pytest
 from conftest import ROOT, run, run_python
 
 import modpack
+from modpack.modules.kernel_info import KernelArg, KernelInfo
+from modpack.modules.opencl import LAUNCH_TAGS
+from modpack.runtime.binding import error_from_status, ffi, lib
 
 VADD = r"""
 __kernel void vadd(__global const float* a, __global const float* b, __global float* c, int n) {
@@ -117,7 +122,29 @@ def test_compile_errors_carry_the_build_log(tmp_path):
         lib.get_function("f", query_imports=True)(x, 4, *launch(4))
 
 
+def test_long_build_logs_are_kept(tmp_path):
+    """OpenCL refuses a log buffer smaller than the log, so a long log (the one worth reading)
+    must be sized first; the message keeps its start (the first errors) and says what is cut."""
+    body = "\n".join(f"  x[{i}] = undefined_name_{i};" for i in range(200))
+    broken = "__kernel void f(__global float* x, int n) {\n" + body + "\n}\n"
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(modpack.opencl_module(broken))
+    loaded = modpack.load_module(host.export_library(tmp_path / "many_errors.so"))
+    x = modpack.empty(4, "float32", device="opencl:0")
+    with pytest.raises(modpack.ModpackError) as info:
+        loaded.get_function("f", query_imports=True)(x, 4, *launch(4))
+    message = str(info.value)
+    log = message.split("build log:\n", 1)[1]
+    assert "(empty)" not in log and "undefined_name_0" in log
+    assert "more bytes)" in message and len(message) < 4096
+    # Building a binary reports the same log.
+    with pytest.raises(modpack.ModpackError, match=r"(?s)build log:\n.*undefined_name_0"):
+        modpack.opencl_binaries(broken)
+
+
 def test_prebuilt_binaries_are_used_when_they_match(tmp_path):
+    # mp_opencl_build_binary picks the requested device's entry among the program's devices
+    # (CL_PROGRAM_DEVICES); PoCL here has one device, so this covers the single-device case.
     binaries = modpack.opencl_binaries(VADD)
     (key,) = binaries
     assert key == modpack.device_name("opencl:0")
@@ -167,6 +194,82 @@ def test_concurrent_calls_share_kernels(kernels):
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_kernel_info_limits_are_checked_when_written():
+    """The writer refuses what the C reader would refuse, at construction."""
+    with pytest.raises(ValueError, match="kernel name of 1025 bytes exceeds the limit of 1024"):
+        KernelInfo("k" * 1025, (), LAUNCH_TAGS)
+    with pytest.raises(ValueError, match="kernel name of 1026 bytes"):  # bytes, not characters
+        KernelInfo("\u00e9" * 513, (), LAUNCH_TAGS)
+    with pytest.raises(ValueError, match="kernel name is empty"):
+        KernelInfo("", (), LAUNCH_TAGS)
+    with pytest.raises(ValueError, match="NUL"):
+        KernelInfo("a\0b", (), LAUNCH_TAGS)
+    with pytest.raises(ValueError, match="257 arguments exceed the limit of 256"):
+        modpack.opencl_module(VADD, functions={"vadd": ["int32"] * 257})
+    with pytest.raises(ValueError, match="17 launch tags exceed the limit of 16"):
+        modpack.opencl_module(VADD, functions={"vadd": {"args": [], "launch": ["global.x"] * 17}})
+    with pytest.raises(ValueError, match="launch tag of 80 bytes exceeds the limit of 64"):
+        KernelInfo("f", (), ("t" * 80,))
+    with pytest.raises(ValueError, match="launch tag is empty"):
+        KernelInfo("f", (), ("",))
+    with pytest.raises(TypeError, match="list of tags"):
+        modpack.opencl_module(VADD, functions={"vadd": {"args": [], "launch": "global.x"}})
+    # At the limits, what is written loads.
+    at_limits = KernelInfo("k" * 1024, (KernelArg.parse("int32"),) * 256, LAUNCH_TAGS)
+    info = load_opencl_payload(opencl_payload(at_limits.encode()))
+    assert info["kernels"][0]["name"] == "k" * 1024
+
+
+def opencl_payload(*records: bytes) -> bytes:
+    source = b"__kernel void f(void) {}"
+    return b"".join([struct.pack("<IIQ", 1, 0, len(source)), source,
+                     struct.pack("<I", len(records)), *records, struct.pack("<I", 0)])
+
+
+def load_opencl_payload(payload: bytes) -> dict:
+    """Run the C loader on raw payload bytes (no library, no driver) and return its
+    description, or raise its error."""
+    data = ffi.from_buffer(payload)
+    span = ffi.new("mp_const_byte_span_t*", {"data": data, "size": len(payload)})
+    out = ffi.new("mp_module_t**")
+    status = lib.mp_module_load_from_payload(b"opencl", span[0], out)
+    if status != 0:
+        raise error_from_status(status)
+    try:
+        buffer = ffi.new("char[]", 1 << 20)
+        assert lib.mp_module_describe(out[0], buffer, 1 << 20) == 0
+        return json.loads("{" + ffi.string(buffer).decode() + "}")
+    finally:
+        lib.mp_module_release(out[0])
+
+
+def _record(name: bytes, args: int = 0, tags: list[bytes] | None = None) -> bytes:
+    """A function-info record written by hand (int32 scalars), to go past the writer's checks."""
+    tags = [t.encode() for t in LAUNCH_TAGS] if tags is None else tags
+    parts = [struct.pack("<I", len(name)), name, struct.pack("<I", args),
+             bytes([1, 0, 32, 1]) * args, struct.pack("<I", len(tags))]
+    for tag in tags:
+        parts += [struct.pack("<I", len(tag)), tag]
+    return b"".join(parts)
+
+
+@pytest.mark.parametrize(("record", "expected"), [
+    (_record(b"k" * 2000), "opencl payload: kernel name of 2000 bytes exceeds 1024"),
+    (_record(b""), "opencl payload: kernel name is empty"),
+    (_record(b"k", args=300), "opencl payload: kernel k: argument count of 300 exceeds 256"),
+    (_record(b"k", tags=[b"global.x"] * 17),
+     "opencl payload: kernel k: launch tag count of 17 exceeds 16"),
+    (_record(b"k", tags=[b"t" * 80]),
+     "opencl payload: kernel k: launch tag of 80 bytes exceeds 64"),
+    (_record(b"k", tags=[b""]), "opencl payload: kernel k: launch tag is empty"),
+], ids=["long-name", "empty-name", "many-args", "many-tags", "long-tag", "empty-tag"])
+def test_kernel_info_limits_are_named_when_read(record, expected):
+    """A record over a limit says which limit, not that the payload is truncated."""
+    with pytest.raises(modpack.FormatError) as info:
+        load_opencl_payload(opencl_payload(record))
+    assert expected in str(info.value) and "truncated" not in str(info.value)
 
 
 def _child(code: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

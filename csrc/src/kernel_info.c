@@ -6,15 +6,38 @@
 
 #include "internal.h"
 
-static char* read_string(mp_reader_t* r, uint32_t max, const char* field, mp_status_t* status) {
+/* Limits of a record (modpack/modules/kernel_info.py enforces the same when writing); the
+ * counts' limits are MP_MAX_KERNEL_ARGS and MP_MAX_LAUNCH_TAGS. */
+enum { MP_MAX_KERNEL_NAME = 1024, MP_MAX_LAUNCH_TAG = 64 };
+
+/* A length-prefixed string of 1..|max| bytes without NUL. |kernel| names the record for
+ * messages (NULL while reading the kernel's own name). A size out of range is reported as
+ * the violated limit, not as a truncated payload. */
+static char* read_string(mp_reader_t* r, uint32_t max, const char* field, const char* kernel,
+                         mp_status_t* status) {
   uint32_t size;
   const uint8_t* bytes;
-  if (!mp_read_u32(r, &size) || size == 0 || size > max || !mp_read_bytes(r, size, &bytes)) {
+  char where[MP_MAX_KERNEL_NAME + 16] = ""; /* "kernel NAME: " */
+  if (kernel) snprintf(where, sizeof where, "kernel %s: ", kernel);
+  if (!mp_read_u32(r, &size)) {
+    *status = mp_reader_error(r, field);
+    return NULL;
+  }
+  if (size == 0) {
+    *status = mp_errorf(MP_ERR_FORMAT, "%s: %s%s is empty", r->what, where, field);
+    return NULL;
+  }
+  if (size > max) {
+    *status = mp_errorf(MP_ERR_FORMAT, "%s: %s%s of %u bytes exceeds %u", r->what, where, field,
+                        size, max);
+    return NULL;
+  }
+  if (!mp_read_bytes(r, size, &bytes)) {
     *status = mp_reader_error(r, field);
     return NULL;
   }
   if (memchr(bytes, 0, size)) {
-    *status = mp_errorf(MP_ERR_FORMAT, "%s: %s contains a NUL byte", r->what, field);
+    *status = mp_errorf(MP_ERR_FORMAT, "%s: %s%s contains a NUL byte", r->what, where, field);
     return NULL;
   }
   char* s = malloc((size_t)size + 1);
@@ -38,13 +61,15 @@ void mp_kernel_info_free(mp_kernel_info_t* info) {
 mp_status_t mp_kernel_info_read(mp_reader_t* r, mp_kernel_info_t* out) {
   memset(out, 0, sizeof *out);
   mp_status_t status = MP_OK;
-  out->name = read_string(r, 1024, "kernel name", &status);
+  out->name = read_string(r, MP_MAX_KERNEL_NAME, "kernel name", NULL, &status);
   if (!out->name) return status;
-  if (!mp_read_u32(r, &out->arg_count) || out->arg_count > MP_MAX_KERNEL_ARGS) {
-    status = out->arg_count > MP_MAX_KERNEL_ARGS
-                 ? mp_errorf(MP_ERR_FORMAT, "%s: kernel %s has %u arguments (at most %d)", r->what,
-                             out->name, out->arg_count, MP_MAX_KERNEL_ARGS)
-                 : mp_reader_error(r, "argument count");
+  if (!mp_read_u32(r, &out->arg_count)) {
+    mp_kernel_info_free(out);
+    return mp_reader_error(r, "argument count");
+  }
+  if (out->arg_count > MP_MAX_KERNEL_ARGS) {
+    status = mp_errorf(MP_ERR_FORMAT, "%s: kernel %s: argument count of %u exceeds %d", r->what,
+                       out->name, out->arg_count, MP_MAX_KERNEL_ARGS);
     mp_kernel_info_free(out);
     return status;
   }
@@ -68,9 +93,15 @@ mp_status_t mp_kernel_info_read(mp_reader_t* r, mp_kernel_info_t* out) {
     }
     out->args[i] = (mp_kernel_arg_t){kind, {code, bits, lanes}};
   }
-  if (!mp_read_u32(r, &out->launch_count) || out->launch_count > MP_MAX_LAUNCH_TAGS) {
+  if (!mp_read_u32(r, &out->launch_count)) {
     mp_kernel_info_free(out);
     return mp_reader_error(r, "launch tag count");
+  }
+  if (out->launch_count > MP_MAX_LAUNCH_TAGS) {
+    status = mp_errorf(MP_ERR_FORMAT, "%s: kernel %s: launch tag count of %u exceeds %d", r->what,
+                       out->name, out->launch_count, MP_MAX_LAUNCH_TAGS);
+    mp_kernel_info_free(out);
+    return status;
   }
   out->launch_tags = calloc(out->launch_count ? out->launch_count : 1, sizeof *out->launch_tags);
   if (!out->launch_tags) {
@@ -78,7 +109,7 @@ mp_status_t mp_kernel_info_read(mp_reader_t* r, mp_kernel_info_t* out) {
     return mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory");
   }
   for (uint32_t i = 0; i < out->launch_count; ++i) {
-    out->launch_tags[i] = read_string(r, 64, "launch tag", &status);
+    out->launch_tags[i] = read_string(r, MP_MAX_LAUNCH_TAG, "launch tag", out->name, &status);
     if (!out->launch_tags[i]) {
       mp_kernel_info_free(out);
       return status;

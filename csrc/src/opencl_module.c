@@ -69,18 +69,43 @@ static void opencl_destroy(void* impl) {
 
 /* ---- building ------------------------------------------------------------------------------ */
 
+/* The build error, with the compiler's log. The log's size is queried first: OpenCL rejects a
+ * buffer smaller than the log (CL_INVALID_VALUE), so a fixed buffer would lose long logs, which
+ * are the ones that matter. The message carries the log's first bytes (the first errors) and
+ * says how much was left out. */
 static mp_status_t build_failed(const mp_opencl_t* cl, cl_program program, int32_t device,
                                 cl_int err) {
-  char log[3000] = "";
+  enum { MAX_SHOWN_LOG = 3000 };
+  cl_device_id dev = cl->devices[device];
   size_t size = 0;
-  cl->cl.GetProgramBuildInfo(program, cl->devices[device], CL_PROGRAM_BUILD_LOG, sizeof log - 1,
-                             log, &size);
-  log[sizeof log - 1] = '\0';
-  return mp_errorf(MP_ERR_RUNTIME,
-                   "OpenCL program failed to build for device %d (%s): %s (%d)\n"
-                   "build log:\n%s",
-                   (int)device, cl->device_keys[device], mp_cl_error_name(err), (int)err,
-                   log[0] ? log : "(empty)");
+  char* log = NULL;
+  if (cl->cl.GetProgramBuildInfo(program, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &size) ==
+          CL_SUCCESS &&
+      size > 0 && (log = malloc(size + 1)) != NULL) {
+    if (cl->cl.GetProgramBuildInfo(program, dev, CL_PROGRAM_BUILD_LOG, size, log, NULL) ==
+        CL_SUCCESS) {
+      log[size] = '\0';
+    } else {
+      log[0] = '\0';
+    }
+  }
+  size_t length = log ? strlen(log) : 0;
+  while (length > 0 && (log[length - 1] == '\n' || log[length - 1] == ' ')) --length;
+  size_t shown = length;
+  if (shown > MAX_SHOWN_LOG) {
+    shown = MAX_SHOWN_LOG;
+    while (shown > 0 && ((unsigned char)log[shown] & 0xC0u) == 0x80u) --shown; /* whole UTF-8 */
+  }
+  const char* text = shown ? log : "(empty)";
+  char more[64] = "";
+  if (shown < length) snprintf(more, sizeof more, "\n... (%zu more bytes)", length - shown);
+  mp_status_t status = mp_errorf(MP_ERR_RUNTIME,
+                                 "OpenCL program failed to build for device %d (%s): %s (%d)\n"
+                                 "build log:\n%.*s%s",
+                                 (int)device, cl->device_keys[device], mp_cl_error_name(err),
+                                 (int)err, (int)(shown ? shown : strlen(text)), text, more);
+  free(log);
+  return status;
 }
 
 /* Builds the program for |device| (binary when one matches, else source). Caller holds lock. */
@@ -357,6 +382,58 @@ mp_status_t mp_load_opencl(void* user_data, const mp_loader_args_t* args,
 
 /* ---- prebuilt binaries --------------------------------------------------------------------- */
 
+/* The binary of |program| (built) for |dev|. CL_PROGRAM_BINARY_SIZES and CL_PROGRAM_BINARIES
+ * hold one entry per device of the program, in the order of CL_PROGRAM_DEVICES: a program
+ * created from source over the whole context has every device of the context, so with several
+ * devices the first entry need not be |dev|'s (and a one-entry buffer is too small). A NULL
+ * entry in the CL_PROGRAM_BINARIES array tells OpenCL to skip that device. */
+static mp_status_t program_binary(const mp_opencl_t* cl, cl_program program, cl_device_id dev,
+                                  uint8_t* buffer, uint64_t capacity, uint64_t* out_size) {
+  cl_uint count = 0;
+  cl_int err = cl->cl.GetProgramInfo(program, CL_PROGRAM_NUM_DEVICES, sizeof count, &count, NULL);
+  if (err != CL_SUCCESS || count == 0)
+    return mp_errorf(MP_ERR_RUNTIME, "cannot list the devices of an OpenCL program: %s (%d)",
+                     mp_cl_error_name(err), (int)err);
+  cl_device_id* devices = calloc(count, sizeof *devices);
+  size_t* sizes = calloc(count, sizeof *sizes);
+  unsigned char** binaries = calloc(count, sizeof *binaries);
+  mp_status_t status = MP_OK;
+  cl_uint index = count;
+  if (!devices || !sizes || !binaries) {
+    status = mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "out of memory");
+  } else if ((err = cl->cl.GetProgramInfo(program, CL_PROGRAM_DEVICES, count * sizeof *devices,
+                                          devices, NULL)) != CL_SUCCESS) {
+    status = mp_errorf(MP_ERR_RUNTIME, "cannot list the devices of an OpenCL program: %s (%d)",
+                       mp_cl_error_name(err), (int)err);
+  } else {
+    index = 0;
+    while (index < count && devices[index] != dev) ++index;
+    if (index == count)
+      status = mp_errorf(MP_ERR_INTERNAL, "the OpenCL program does not list its device");
+  }
+  if (status == MP_OK &&
+      ((err = cl->cl.GetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, count * sizeof *sizes, sizes,
+                                    NULL)) != CL_SUCCESS ||
+       sizes[index] == 0))
+    status = mp_errorf(MP_ERR_UNAVAILABLE, "the OpenCL driver offers no program binary (%s)",
+                       mp_cl_error_name(err));
+  if (status == MP_OK) {
+    *out_size = sizes[index];
+    if (buffer && capacity >= sizes[index]) {
+      binaries[index] = buffer; /* the other entries stay NULL: not copied */
+      err = cl->cl.GetProgramInfo(program, CL_PROGRAM_BINARIES, count * sizeof *binaries, binaries,
+                                  NULL);
+      if (err != CL_SUCCESS)
+        status = mp_errorf(MP_ERR_RUNTIME, "cannot read the OpenCL program binary: %s (%d)",
+                           mp_cl_error_name(err), (int)err);
+    }
+  }
+  free(devices);
+  free(sizes);
+  free(binaries);
+  return status;
+}
+
 mp_status_t mp_opencl_build_binary(const char* source, uint64_t source_size, int32_t device_id,
                                    uint8_t* buffer, uint64_t capacity, uint64_t* out_size) {
   *out_size = 0;
@@ -373,25 +450,9 @@ mp_status_t mp_opencl_build_binary(const char* source, uint64_t source_size, int
     return mp_errorf(MP_ERR_RUNTIME, "cannot create an OpenCL program: %s (%d)",
                      mp_cl_error_name(err), (int)err);
   err = cl->cl.BuildProgram(program, 1, &dev, "", NULL, NULL);
-  mp_status_t status = MP_OK;
-  size_t size = 0;
-  if (err != CL_SUCCESS) {
-    status = build_failed(cl, program, device_id, err);
-  } else if ((err = cl->cl.GetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size,
-                                          NULL)) != CL_SUCCESS ||
-             size == 0) {
-    status = mp_errorf(MP_ERR_UNAVAILABLE, "the OpenCL driver offers no program binary (%s)",
-                       mp_cl_error_name(err));
-  } else {
-    *out_size = size;
-    if (buffer && capacity >= size) {
-      unsigned char* binaries[1] = {buffer};
-      err = cl->cl.GetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binaries, binaries, NULL);
-      if (err != CL_SUCCESS)
-        status = mp_errorf(MP_ERR_RUNTIME, "cannot read the OpenCL program binary: %s (%d)",
-                           mp_cl_error_name(err), (int)err);
-    }
-  }
+  mp_status_t status = err != CL_SUCCESS
+                           ? build_failed(cl, program, device_id, err)
+                           : program_binary(cl, program, dev, buffer, capacity, out_size);
   cl->cl.ReleaseProgram(program);
   return status;
 }

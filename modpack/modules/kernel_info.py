@@ -19,6 +19,11 @@ from ..runtime.dtypes import dtype_to_dl
 __all__ = ["UNTYPED_POINTER", "KernelArg", "KernelInfo", "kernel_infos"]
 
 BUFFER, SCALAR = "buffer", "scalar"
+# What the C reader (csrc/src/kernel_info.c) accepts; checked when a record is made.
+MAX_NAME_BYTES = 1024
+MAX_ARGS = 256
+MAX_LAUNCH_TAGS = 16
+MAX_LAUNCH_TAG_BYTES = 64
 _DL_OPAQUE_HANDLE = 3  # the record's dtype code of an untyped pointer: any dtype is accepted
 
 
@@ -62,6 +67,31 @@ class KernelInfo:
     args: tuple[KernelArg, ...]
     launch_tags: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        """Enforce the limits of the C reader here, so a bad record fails when it is made
+        rather than when a library carrying it is loaded."""
+        if not isinstance(self.name, str):
+            raise TypeError(f"kernel name must be a str, got {type(self.name).__name__}")
+        _check_string(self.name, "kernel name", MAX_NAME_BYTES, "")
+        shown = self.name if len(self.name) <= 64 else self.name[:64] + "..."
+        if isinstance(self.launch_tags, str):
+            raise TypeError(f"kernel {shown}: launch tags must be a sequence of str")
+        object.__setattr__(self, "args", tuple(KernelArg.parse(a) for a in self.args))
+        object.__setattr__(self, "launch_tags", tuple(self.launch_tags))
+        if len(self.args) > MAX_ARGS:
+            raise ValueError(
+                f"kernel {shown}: {len(self.args)} arguments exceed the limit of {MAX_ARGS}"
+            )
+        if len(self.launch_tags) > MAX_LAUNCH_TAGS:
+            raise ValueError(
+                f"kernel {shown}: {len(self.launch_tags)} launch tags exceed the limit of "
+                f"{MAX_LAUNCH_TAGS}"
+            )
+        for tag in self.launch_tags:
+            if not isinstance(tag, str):
+                raise TypeError(f"kernel {shown}: launch tag {tag!r} is not a str")
+            _check_string(tag, "launch tag", MAX_LAUNCH_TAG_BYTES, f"kernel {shown}: ")
+
     def encode(self) -> bytes:
         name = self.name.encode()
         parts = [struct.pack("<I", len(name)), name, struct.pack("<I", len(self.args))]
@@ -72,7 +102,8 @@ class KernelInfo:
             parts.append(struct.pack("<BBBB", 0 if arg.kind == BUFFER else 1, code, bits, lanes))
         parts.append(struct.pack("<I", len(self.launch_tags)))
         for tag in self.launch_tags:
-            parts += [struct.pack("<I", len(tag)), tag.encode()]
+            encoded = tag.encode()
+            parts += [struct.pack("<I", len(encoded)), encoded]
         return b"".join(parts)
 
     def signature(self) -> str:
@@ -94,10 +125,23 @@ def kernel_infos(
             continue
         launch = default_launch_tags
         if isinstance(spec, Mapping):
-            launch = tuple(spec.get("launch", default_launch_tags))
+            launch = spec.get("launch", default_launch_tags)
+            if isinstance(launch, str):
+                raise TypeError(f"kernel {name}: 'launch' must be a list of tags, got {launch!r}")
+            launch = tuple(launch)
             spec = spec.get("args", [])
         out.append(KernelInfo(name, tuple(KernelArg.parse(a) for a in spec), tuple(launch)))
     return out
+
+
+def _check_string(text: str, what: str, max_bytes: int, where: str) -> None:
+    size = len(text.encode())
+    if size == 0:
+        raise ValueError(f"{where}{what} is empty")
+    if size > max_bytes:
+        raise ValueError(f"{where}{what} of {size} bytes exceeds the limit of {max_bytes}")
+    if "\0" in text:
+        raise ValueError(f"{where}{what} {text!r} contains a NUL character")
 
 
 def _bad(value: Any) -> KernelInfo:
