@@ -23,8 +23,10 @@
  * Calling convention of a kernel function: its declared arguments (arrays on a CUDA device for
  * buffers, numbers for scalars) followed by one integer per launch tag: "blockIdx.x|y|z" (grid
  * dimensions), "threadIdx.x|y|z" (block dimensions) and optionally "dyn_shared_memory" (bytes
- * of dynamic shared memory). Kernels are launched on the default stream of the device's
- * primary context, asynchronously; copies to the host wait for them. A buffer whose record
+ * of dynamic shared memory). Kernels are launched asynchronously in the device's primary
+ * context, on the calling thread's current stream (mp_device_set_stream; the default stream
+ * until set). Copies run on the legacy default stream, which waits for blocking streams only:
+ * after launches on a non-blocking stream, synchronize before copying. A buffer whose record
  * dtype is the opaque handle type (kDLOpaqueHandle, shown as "void*") is an untyped pointer
  * (`void*`) and accepts an array of any dtype. */
 #include <inttypes.h>

@@ -38,7 +38,9 @@ def set_stream(device: str, stream: int | None) -> int | None:
     """Make |stream| (a CUstream as an integer, e.g. ``torch.cuda.current_stream().cuda_stream``
     or ``cupy.cuda.Stream().ptr``; None for the default stream) the calling thread's current
     stream on |device|: CUDA kernels launched from this thread on it go there. Returns the
-    stream it replaces."""
+    stream it replaces. Copies (``modpack.array``, ``.numpy()``) run on the legacy default
+    stream, which waits only for blocking streams: after launches on a non-blocking stream,
+    call ``modpack.synchronize(device)`` before copying back."""
     dtype, did = parse_device(device)
     dev = ffi.new("DLDevice*", {"device_type": dtype, "device_id": did})
     previous = ffi.new("void**")
