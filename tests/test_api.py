@@ -139,3 +139,23 @@ def test_progress_bar_only_on_terminals(monkeypatch):
     assert serializer._progress(1 << 10).__class__.__name__ == "_NoProgress"  # too small
     with serializer._progress(1 << 40) as bar:
         assert bar is not None and bar.total == 1 << 40
+
+
+def test_functions_without_parameters(tmp_path):
+    host = modpack.csource_module(r"""
+#include "modpack/backend.h"
+static int calls;
+static int64_t answer(void) { return 42; }
+MP_EXPORT_FUNC0(answer, int64_t)
+static void bump(void) { ++calls; }
+MP_EXPORT_VOID_FUNC0(bump)
+static int64_t count(int64_t unused) { (void)unused; return calls; }
+MP_EXPORT_FUNC(count, int64_t, int64_t)
+""")
+    root = modpack.load_module(host.export_library(tmp_path / "zero.so"))
+    assert root["answer"]() == 42
+    root["bump"]()
+    root["bump"]()
+    assert root["count"](0) == 2
+    with pytest.raises(modpack.ArgumentError, match="answer: expected 0 arguments, got 1"):
+        root["answer"](1)

@@ -20,8 +20,9 @@
  *   static double scale(DLTensor* x, double k) { ... }
  *   MP_EXPORT_FUNC(scale, double, DLTensor*, double)
  *
- * The generated wrapper checks the argument count and each argument's type (and integer
- * range) and reports a clear error through the runtime instead of crashing.
+ * (MP_EXPORT_FUNC0 / MP_EXPORT_VOID_FUNC0 for functions without parameters.) The generated
+ * wrapper checks the argument count and each argument's type (and integer range) and reports a
+ * clear error through the runtime instead of crashing.
  */
 #ifndef MODPACK_BACKEND_H_
 #define MODPACK_BACKEND_H_
@@ -277,6 +278,27 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
   (void)out_ret;                                                                               \
   __mp_backend_reported = MP_OK;                                                               \
   name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                                           \
+  return __mp_backend_reported;                                                                \
+  }
+
+/* Export `R name(void)` under the packed ABI (the variadic forms need a parameter). */
+#define MP_EXPORT_FUNC0(name, R)                                                              \
+  MP__WRAPPER_PROLOGUE(name, 0)                                                                \
+  (void)args;                                                                                  \
+  __mp_backend_reported = MP_OK;                                                               \
+  R mp__result = name();                                                                       \
+  if (__mp_backend_reported != MP_OK) return __mp_backend_reported;                            \
+  MP__SET_RET(R, out_ret, mp__result);                                                         \
+  return MP_OK;                                                                                \
+  }
+
+/* Export `void name(void)` under the packed ABI. */
+#define MP_EXPORT_VOID_FUNC0(name)                                                            \
+  MP__WRAPPER_PROLOGUE(name, 0)                                                                \
+  (void)args;                                                                                  \
+  (void)out_ret;                                                                               \
+  __mp_backend_reported = MP_OK;                                                               \
+  name();                                                                                      \
   return __mp_backend_reported;                                                                \
   }
 
