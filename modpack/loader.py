@@ -188,7 +188,8 @@ def _mp_py_get_function(self: Any, name: Any, out_function: Any) -> int:
 
 @ffi.def_extern()
 def _mp_py_call(self: Any, args: Any, num_args: int, out_ret: Any) -> int:
-    """Calling a Python function through the packed ABI (scalars only)."""
+    """Calling a Python function through the packed ABI: scalars, and CPU arrays as numpy
+    views valid for the call; it returns a scalar."""
     from .runtime.values import fill_value, value_to_python
 
     try:

@@ -167,3 +167,55 @@ def test_loader_views_outlive_inspection(tmp_path):
     """A loader run by ``modpack inspect`` (no library) may keep its view: the view must not
     point into the mapping inspection closes. In a child, since a dangling view crashes."""
     assert run_python(KEEPER_SCRIPT, str(tmp_path / "keeper.so")) == "ok\n"
+
+
+class Summer(modpack.BinaryModule):
+    """A Python module whose function host code calls with an array."""
+
+    type_key = "test.summer"
+
+    def save_to_binary(self) -> bytes:
+        return b"s"
+
+    def get_function(self, name, query_imports=False):
+        if name == "py_sum":
+            return lambda array, scale: float(array.sum() * scale)
+        if name == "py_fill":
+            def fill(array):
+                array[:] = 7  # a writable CPU array, seen in place
+                return array.size
+            return fill
+        raise KeyError(name)
+
+
+def test_host_code_passes_arrays_to_python_functions(tmp_path):
+    modpack.register_loader("test.summer")(lambda payload: Summer())
+    try:
+        host = modpack.csource_module(r"""
+#include "modpack/backend.h"
+static double total(const DLTensor* x) {
+  void* f; mp_value_t ret;
+  if (mp_backend_get_function("py_sum", &f) != MP_OK) return -1;
+  mp_value_t args[2] = {mp_tensor((DLTensor*)x), mp_float(2.0)};
+  if (mp_backend_call(f, args, 2, &ret) != MP_OK) return -2;
+  return ret.v_float64;
+}
+MP_EXPORT_FUNC(total, double, const DLTensor*)
+static int64_t fill(DLTensor* x) {
+  void* f; mp_value_t ret;
+  if (mp_backend_get_function("py_fill", &f) != MP_OK) return -1;
+  mp_value_t args[1] = {mp_tensor(x)};
+  if (mp_backend_call(f, args, 1, &ret) != MP_OK) return -2;
+  return ret.v_int64;
+}
+MP_EXPORT_FUNC(fill, int64_t, DLTensor*)
+""")
+        host.import_module(Summer())
+        root = modpack.load_module(host.export_library(tmp_path / "py.so"))
+        x = np.arange(10, dtype=np.float32)
+        assert root["total"](x) == 90.0
+        assert root["total"](x[::3]) == 2.0 * (0 + 3 + 6 + 9)
+        y = np.zeros((2, 3), np.int16)
+        assert root["fill"](y) == 6 and (y == 7).all()
+    finally:
+        modpack.unregister_loader("test.summer")

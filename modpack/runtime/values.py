@@ -100,8 +100,46 @@ def fill_value(slot: Any, value: Any, keep: list) -> None:
             slot.flags = lib.MP_VALUE_READ_ONLY
 
 
+class _Borrowed:
+    """Exposes a CPU DLTensor to numpy in place, for the duration of a call."""
+
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, tensor: Any, read_only: bool) -> None:
+        from .dtypes import dtype_from_dl
+
+        dtype = dtype_from_dl(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
+        shape = tuple(tensor.shape[d] for d in range(tensor.ndim))
+        strides = None
+        if tensor.strides != ffi.NULL:
+            strides = tuple(tensor.strides[d] * dtype.itemsize for d in range(tensor.ndim))
+        address = int(ffi.cast("uintptr_t", tensor.data)) + tensor.byte_offset
+        self.__array_interface__ = {
+            "version": 3, "shape": shape,
+            # ml_dtypes types have no typestr of their own: same-sized void, viewed after.
+            "typestr": f"|V{dtype.itemsize}" if dtype.kind == "V" else dtype.str,
+            "strides": strides, "data": (address, read_only),
+        }
+
+
+def tensor_to_numpy(value: Any) -> np.ndarray:
+    """A numpy view of a CPU array argument, valid while the call lasts (no copy)."""
+    tensor = value.v_tensor
+    if tensor.device.device_type != _CPU:
+        raise TypeError(
+            f"a Python function received an array on device type {tensor.device.device_type}; "
+            "only CPU arrays can be viewed from Python"
+        )
+    from .dtypes import dtype_from_dl
+
+    dtype = dtype_from_dl(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
+    holder = _Borrowed(tensor, bool(value.flags & lib.MP_VALUE_READ_ONLY))
+    view = np.asarray(holder)
+    return view if view.dtype == dtype else view.view(dtype)
+
+
 def value_to_python(value: Any) -> Any:
-    """The Python value of a returned mp_value_t."""
+    """The Python value of a tagged value (a call's argument or result)."""
     code = value.type_code
     if code == _INT:
         return value.v_int64
@@ -119,4 +157,6 @@ def value_to_python(value: Any) -> Any:
         return Function._adopt(handle, "<returned>")
     if code == lib.MP_TYPE_HANDLE:
         return int(ffi.cast("uintptr_t", value.v_handle))
-    raise TypeError(f"a function returned an unsupported value type {code}")
+    if code == _TENSOR and value.v_tensor != ffi.NULL:
+        return tensor_to_numpy(value)
+    raise TypeError(f"unsupported value type {code}")
