@@ -285,6 +285,7 @@ mp_status_t mp_library_module_create(mp_library_t* library, mp_module_t** out_mo
    * rather than during the user's first call (measured: first lookup 7 us -> 2 us). */
   mp_function_t* none = NULL;
   library_get_function(*out_module, "", &none);
+  mp_function_release(none); /* NULL unless a library defines "__mp_func_" itself */
   return MP_OK;
 }
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .binding import check, ffi, lib
-from .dtypes import dtype_from_dl, dtype_to_dl
+from .dtypes import dtype_to_dl
 
 __all__ = ["Array", "array", "empty", "parse_device"]
 
@@ -154,6 +154,3 @@ def array(data: Any, device: str | tuple[int, int] = "cpu", dtype: Any = None) -
     result.copy_from(host.reshape(host.shape))
     return result
 
-
-def dtype_of(tensor: Any) -> np.dtype:
-    return dtype_from_dl(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
