@@ -13,10 +13,11 @@ ROOT = Path(__file__).resolve().parent
 class BuildPyWithHeaders(build_py):
     def run(self) -> None:
         super().run()
+        source = ROOT / "csrc" / "include" / "modpack"
         target = Path(self.build_lib) / "modpack" / "include" / "modpack"
-        target.mkdir(parents=True, exist_ok=True)
-        for header in (ROOT / "csrc" / "include" / "modpack").glob("*.h"):
-            shutil.copy2(header, target / header.name)
+        for header in source.rglob("*.h"):
+            (target / header.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(header, target / header.relative_to(source))
 
 
 setup(

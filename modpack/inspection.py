@@ -378,16 +378,27 @@ def _contents(type_key: str, payload: Any, size: int) -> dict[str, Any]:
                 "dtype": _dl_dtype(t.dtype),
                 "shape": [t.shape[d] for d in range(t.ndim)],
             })
-        details: dict[str, Any] = {}
-        buffer = ffi.new("char[]", 1 << 16)
-        if lib.mp_module_describe(module, buffer, 1 << 16) == 0 and buffer[0] != b"\0":
-            try:
-                details = json.loads("{" + ffi.string(buffer).decode() + "}")
-            except ValueError:
-                details = {"error": "description truncated or malformed"}
-        return {"functions": functions, "arrays": arrays, **details}
+        return {"functions": functions, "arrays": arrays, **_describe(module)}
     finally:
         lib.mp_module_release(module)
+
+
+def _describe(module: Any) -> dict[str, Any]:
+    """The kind's own description of |module| (variants, kernels, binaries, ...): the runtime
+    writes one JSON object and says how long it is, so a long one is read whole."""
+    needed = ffi.new("uint64_t*")
+    capacity = 1 << 12
+    while True:
+        buffer = ffi.new("char[]", capacity)
+        if lib.mp_module_describe(module, buffer, capacity, needed) != 0:
+            return {"error": str(error_from_status(lib.mp_error_code()))}
+        if needed[0] < capacity:
+            break
+        capacity = needed[0] + 1
+    try:
+        return json.loads(ffi.string(buffer).decode())
+    except ValueError:
+        return {"error": "the module's description is not valid JSON"}
 
 
 def _dl_dtype(dtype: Any) -> str:

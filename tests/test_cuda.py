@@ -203,8 +203,8 @@ def load_payload(payload: bytes) -> dict:
         raise error_from_status(status)
     try:
         buffer = ffi.new("char[]", 1 << 16)
-        assert lib.mp_module_describe(out[0], buffer, 1 << 16) == 0
-        return json.loads("{" + ffi.string(buffer).decode() + "}")
+        assert lib.mp_module_describe(out[0], buffer, 1 << 16, ffi.NULL) == 0
+        return json.loads(ffi.string(buffer).decode())
     finally:
         lib.mp_module_release(out[0])
 

@@ -43,8 +43,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   static char description[16384];
-  if (mp_module_describe(cuda, description, sizeof description) != MP_OK) return fail("describe");
-  printf("loaded %s; cuda module: {%s}\n", argv[1], description);
+  if (mp_module_describe(cuda, description, sizeof description, NULL) != MP_OK)
+    return fail("describe");
+  printf("loaded %s; cuda module: %s\n", argv[1], description);
 
   int32_t count = 0;
   if (mp_device_count(kDLCUDA, &count) != MP_OK || count == 0) {

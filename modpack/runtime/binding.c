@@ -1,8 +1,6 @@
 /* The binding's own C, compiled into modpack._rt together with the runtime (unlike csrc/, it
  * may use Python's C API): the DLPack capsule destructor, the warm-up probe, and the fast
- * call path. Read by build_ffi.py. */
-#include "modpack/modpack.h"
-#include "modpack/opencl.h"
+ * call path. Read by build_ffi.py, which puts the public headers' includes in front. */
 
 static void modpack_capsule_destructor_impl(PyObject* capsule) {
   if (PyCapsule_IsValid(capsule, "used_dltensor")) return;

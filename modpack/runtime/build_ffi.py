@@ -14,7 +14,28 @@ import cffi
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
-HEADERS = ["dltensor.h", "abi.h", "format.h", "modpack.h", "opencl.h", "cuda.h"]
+HEADERS = [
+    "dltensor.h",
+    "abi.h",
+    "format.h",
+    "modpack.h",
+    "kind.h",
+    "kinds/kernel.h",
+    "kinds/const.h",
+    "kinds/opencl.h",
+    "kinds/cuda.h",
+]
+# String constants of the headers (cffi's cdef takes only integer #defines): declared here,
+# their values compiled from the headers' macros, so Python reads names such as the blob
+# symbol from the one place C defines them.
+STRING_CONSTANTS = """
+static const char *const MP_FORMAT_MAGIC;
+static const char *const MP_BLOB_SYMBOL;
+static const char *const MP_LIB_TYPE_KEY;
+static const char *const MP_LIBRARY_TYPE_KEY;
+static const char *const MP_FUNC_SYMBOL_PREFIX;
+static const char *const MP_CTX_LIBRARY_SYMBOL;
+"""
 
 # Callbacks the runtime makes into Python: loaders, module vtables and functions written in
 # Python. Declared here only, because they exist only in the binding.
@@ -29,8 +50,11 @@ mp_status_t modpack_probe_module(mp_module_t**);
 uintptr_t modpack_fast_call_init(uintptr_t, uintptr_t, uintptr_t, uintptr_t);
 """
 
-# The binding's own C (it may use Python's C API, unlike csrc/): see binding.c.
-BINDING_SOURCE = (Path(__file__).parent / "binding.c").read_text()
+# The binding's C: every header the declarations come from, then the binding's own C (which may
+# use Python's C API, unlike csrc/): see binding.c.
+BINDING_SOURCE = "".join(f'#include "modpack/{name}"\n' for name in HEADERS) + (
+    Path(__file__).parent / "binding.c"
+).read_text()
 
 
 def api_declarations() -> str:
@@ -57,13 +81,13 @@ def _check_xxhash() -> None:
 
 _check_xxhash()
 ffibuilder = cffi.FFI()
-ffibuilder.cdef(api_declarations() + PYTHON_CALLBACKS)
+ffibuilder.cdef(api_declarations() + STRING_CONSTANTS + PYTHON_CALLBACKS)
 ffibuilder.set_source(
     "modpack._rt",
     BINDING_SOURCE,
     # Relative paths: setuptools builds from the project root and refuses absolute ones.
-    sources=sorted(f"csrc/src/{p.name}" for p in (CSRC / "src").glob("*.c")),
-    include_dirs=["csrc/include"],
+    sources=sorted(p.relative_to(ROOT).as_posix() for p in (CSRC / "src").rglob("*.c")),
+    include_dirs=["csrc/include", "csrc/src"],
     extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra"],
     libraries=["dl", "pthread"],
     # The fast call path (binding.c) uses the buffer protocol and vectorcall, outside the

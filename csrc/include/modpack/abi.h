@@ -97,10 +97,32 @@ static inline mp_value_t mp_tensor(DLTensor* v) {
   return x;
 }
 
-/* Symbols inside a deployable library. Host functions are `__mp_func_<name>`; the context
- * pointers (see modpack/backend.h) are filled in by the runtime after dlopen. */
+/* Symbols inside a deployable library. Host functions are `__mp_func_<name>`. The module
+ * context (see modpack/backend.h) is a set of writable pointers the runtime fills in after
+ * dlopen; each is named once here, as an identifier for backend.h's definitions and as a
+ * string (MP_CTX_*_SYMBOL) for the runtime's dlsym, so the two cannot drift apart. */
 #define MP_FUNC_SYMBOL_PREFIX "__mp_func_"
-#define MP_CTX_LIBRARY_SYMBOL "__mp_library_ctx"
+#define MP_CTX_LIBRARY __mp_library_ctx           /* the library's own node in the tree */
+#define MP_CTX_GET_FUNCTION __mp_ctx_get_function /* find a function among its imports */
+#define MP_CTX_CALL __mp_ctx_call                 /* call a function found that way */
+#define MP_CTX_SET_ERROR __mp_ctx_set_error       /* report an error */
+#define MP_CTX_GET_ARRAY __mp_ctx_get_array       /* find a named constant array */
+
+#define MP__STRINGIFY(x) MP__STRINGIFY_(x)
+#define MP__STRINGIFY_(x) #x
+#define MP_CTX_LIBRARY_SYMBOL MP__STRINGIFY(MP_CTX_LIBRARY)
+#define MP_CTX_GET_FUNCTION_SYMBOL MP__STRINGIFY(MP_CTX_GET_FUNCTION)
+#define MP_CTX_CALL_SYMBOL MP__STRINGIFY(MP_CTX_CALL)
+#define MP_CTX_SET_ERROR_SYMBOL MP__STRINGIFY(MP_CTX_SET_ERROR)
+#define MP_CTX_GET_ARRAY_SYMBOL MP__STRINGIFY(MP_CTX_GET_ARRAY)
+
+/* The context functions' types: what the runtime installs and host code calls. */
+typedef mp_status_t (*mp_ctx_get_function_t)(void* ctx, const char* name, void** out_function);
+typedef mp_status_t (*mp_ctx_call_t)(void* function, const mp_value_t* args, int32_t num_args,
+                                     mp_value_t* out_ret);
+typedef void (*mp_ctx_set_error_t)(mp_status_t code, const char* message);
+typedef mp_status_t (*mp_ctx_get_array_t)(void* ctx, const char* name,
+                                          const DLTensor** out_array);
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_value_t) == 16, "mp_value_t must be 16 bytes");

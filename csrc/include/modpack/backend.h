@@ -2,7 +2,8 @@
  * modpack/backend.h — for code compiled *into* a deployable library (host C code).
  *
  * Such code never links against the modpack runtime. Instead the library carries a few
- * writable pointers (its "module context") that the runtime fills in right after dlopen:
+ * writable pointers (its "module context", named in modpack/abi.h) that the runtime fills in
+ * right after dlopen:
  *
  *   __mp_library_ctx        the library's own module node in the loaded tree
  *   __mp_ctx_get_function   find a function in the library's imports (device modules)
@@ -44,14 +45,11 @@ extern "C" {
 
 /* ---- the module context (filled in by the runtime at load time) -------------------------- */
 
-MP_CTX_SYMBOL void* __mp_library_ctx = 0;
-MP_CTX_SYMBOL mp_status_t (*__mp_ctx_get_function)(void* ctx, const char* name,
-                                                   void** out_function) = 0;
-MP_CTX_SYMBOL mp_status_t (*__mp_ctx_call)(void* function, const mp_value_t* args,
-                                           int32_t num_args, mp_value_t* out_ret) = 0;
-MP_CTX_SYMBOL void (*__mp_ctx_set_error)(mp_status_t code, const char* message) = 0;
-MP_CTX_SYMBOL mp_status_t (*__mp_ctx_get_array)(void* ctx, const char* name,
-                                                const DLTensor** out_array) = 0;
+MP_CTX_SYMBOL void* MP_CTX_LIBRARY = 0;
+MP_CTX_SYMBOL mp_ctx_get_function_t MP_CTX_GET_FUNCTION = 0;
+MP_CTX_SYMBOL mp_ctx_call_t MP_CTX_CALL = 0;
+MP_CTX_SYMBOL mp_ctx_set_error_t MP_CTX_SET_ERROR = 0;
+MP_CTX_SYMBOL mp_ctx_get_array_t MP_CTX_GET_ARRAY = 0;
 
 /* Set by mp_backend_errorf. The wrappers MP_EXPORT_FUNC / MP_EXPORT_VOID_FUNC generate clear
  * it before calling the plain function and fail the call if it was set, so even a void function
@@ -67,7 +65,7 @@ static inline mp_status_t mp_backend_errorf(mp_status_t code, const char* fmt, .
   va_start(ap, fmt);
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
-  if (__mp_ctx_set_error) __mp_ctx_set_error(code, message);
+  if (MP_CTX_SET_ERROR) MP_CTX_SET_ERROR(code, message);
   __mp_backend_reported = code;
   return code;
 }
@@ -81,20 +79,20 @@ static inline mp_status_t mp_backend__no_context(const char* what) {
 /* Find |name| among the library's imports. The handle stays valid while the library is
  * loaded, so host code may cache it in a static. */
 static inline mp_status_t mp_backend_get_function(const char* name, void** out_function) {
-  if (!__mp_ctx_get_function || !__mp_library_ctx) return mp_backend__no_context(name);
-  return __mp_ctx_get_function(__mp_library_ctx, name, out_function);
+  if (!MP_CTX_GET_FUNCTION || !MP_CTX_LIBRARY) return mp_backend__no_context(name);
+  return MP_CTX_GET_FUNCTION(MP_CTX_LIBRARY, name, out_function);
 }
 
 static inline mp_status_t mp_backend_call(void* function, const mp_value_t* args,
                                           int32_t num_args, mp_value_t* out_ret) {
-  if (!__mp_ctx_call) return mp_backend__no_context("call");
-  return __mp_ctx_call(function, args, num_args, out_ret);
+  if (!MP_CTX_CALL) return mp_backend__no_context("call");
+  return MP_CTX_CALL(function, args, num_args, out_ret);
 }
 
 /* Find a named constant array (e.g. weights in a const module) among the imports. */
 static inline mp_status_t mp_backend_get_array(const char* name, const DLTensor** out_array) {
-  if (!__mp_ctx_get_array || !__mp_library_ctx) return mp_backend__no_context(name);
-  return __mp_ctx_get_array(__mp_library_ctx, name, out_array);
+  if (!MP_CTX_GET_ARRAY || !MP_CTX_LIBRARY) return mp_backend__no_context(name);
+  return MP_CTX_GET_ARRAY(MP_CTX_LIBRARY, name, out_array);
 }
 
 /* ---- exporting functions ----------------------------------------------------------------- */

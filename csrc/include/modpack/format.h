@@ -1,13 +1,14 @@
 /*
  * modpack/format.h — format v1 of the `__dev_mblob` blob, as constants and on-disk layouts.
  *
- * This header is the single source of the format's numbers: the C reader uses it directly and
- * the Python writer reads the same enum values through the runtime binding. docs/format.md
- * describes the format in prose with a worked hex example.
+ * This header is the single source of the format's facts: the C reader uses it directly, and
+ * the Python writer reads the same numbers, struct offsets and names through the runtime
+ * binding (modpack/format/layout.py asserts its struct formats against these structs).
+ * docs/format.md describes the format in prose with a worked hex example.
  *
  * Every integer is little-endian on the wire. The reader never casts these structs over blob
- * bytes; it decodes each field with explicit little-endian loads. The structs exist to pin
- * the layout (checked by the static assertions below) and to document it.
+ * bytes; it decodes each field with an explicit little-endian load at the field's offsetof().
+ * The structs pin the layout (checked by the static assertions below) and document it.
  *
  *   [header 64 B][entry 48 B x module_count][row_ptr u64 x (module_count+1)]
  *   [child_indices u64 x edge_count][type-key string table][pad]  <- index_size ends here
@@ -48,10 +49,15 @@ enum {
 #define MP_FORMAT_MAGIC "\x89MPK\r\n\x1a\n"
 #define MP_FORMAT_MAGIC_SIZE 8
 
-/* The symbol holding the blob inside a deployable library, and the host-code type key. */
+/* The symbol holding the blob inside a deployable library; the type key that marks the host
+ * code's place in the tree (reserved: user type keys may not start with '_'); and the type key
+ * the runtime gives the host code's node once loaded (and the root of a library without a
+ * blob). */
 #define MP_BLOB_SYMBOL "__dev_mblob"
 #define MP_LIB_TYPE_KEY "_lib"
+#define MP_LIBRARY_TYPE_KEY "library"
 
+/* MP_API_BEGIN */
 /* On-disk header (64 bytes). index_checksum is XXH3-64 over bytes [0, index_size) of the blob
  * with the index_checksum field itself read as zero. */
 typedef struct {
@@ -81,6 +87,7 @@ typedef struct {
   uint32_t reserved0;        /* must be 0 */
   uint64_t reserved1;        /* must be 0 */
 } mp_format_entry_v1_t;
+/* MP_API_END */
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_format_header_v1_t) == 64, "format v1 header must be 64 bytes");

@@ -14,6 +14,8 @@
  *   mp_function_release(f);
  *   mp_module_release(root);
  *
+ * Writing a module kind of your own (a loader, a vtable): modpack/kind.h.
+ *
  * Ownership: functions named *_create, *_load_* and *_get_function give the caller one
  * reference, which the caller ends with the matching *_release. Accessors (*_import_at,
  * *_type_key, ...) lend: the result lives as long as the object it came from. A function keeps
@@ -30,6 +32,7 @@
 #ifndef MODPACK_MODPACK_H_
 #define MODPACK_MODPACK_H_
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +51,12 @@ extern "C" {
 #endif
 
 /* MP_API_BEGIN */
+/* The runtime's version: the one place it is written (CMake, the Python package and its
+ * metadata read it from here; a test checks that they agree). */
+#define MP_VERSION_MAJOR 0
+#define MP_VERSION_MINOR 1
+#define MP_VERSION_PATCH 0
+
 typedef struct mp_module mp_module_t;
 typedef struct mp_function mp_function_t;
 typedef struct mp_library mp_library_t;
@@ -98,34 +107,9 @@ MP_API mp_status_t mp_module_load_from_file(const char* path, uint32_t flags,
 
 /* ---- modules ----------------------------------------------------------------------------- */
 
-/* What a module kind implements. Any member may be NULL. */
-typedef struct {
-  /* Find |name| in this module alone; set *out_function (a new reference) or leave it NULL
-   * when absent and return MP_OK. */
-  mp_status_t (*get_function)(mp_module_t* self, const char* name, mp_function_t** out_function);
-  /* Named arrays the module carries (constants, weights). Views stay valid while the module
-   * lives. */
-  uint64_t (*array_count)(mp_module_t* self);
-  mp_status_t (*array_at)(mp_module_t* self, uint64_t index, const char** out_name,
-                          const DLTensor** out_array);
-  /* Release the implementation state given to mp_module_create. */
-  void (*destroy)(void* impl);
-  /* The functions the module offers by name (e.g. its kernels), for listing. */
-  uint64_t (*function_count)(mp_module_t* self);
-  const char* (*function_name)(mp_module_t* self, uint64_t index);
-  /* Kind-specific facts as the members of a JSON object (e.g. `"variants": [...]`), written
-   * NUL-terminated into |buffer| (truncated to |capacity|). */
-  mp_status_t (*describe)(mp_module_t* self, char* buffer, uint64_t capacity);
-} mp_module_vtable_t;
-
-/* Create a module of kind |type_key| around |impl| (owned by the module from now on, even on
- * failure). |vtable| must outlive the module. */
-MP_API mp_status_t mp_module_create(const char* type_key, const mp_module_vtable_t* vtable,
-                                    void* impl, mp_module_t** out_module);
 MP_API void mp_module_retain(mp_module_t* module);
 MP_API void mp_module_release(mp_module_t* module);
 MP_API const char* mp_module_type_key(const mp_module_t* module);
-MP_API void* mp_module_impl(const mp_module_t* module);
 /* The library this module was loaded from, or NULL (borrowed). */
 MP_API mp_library_t* mp_module_library(const mp_module_t* module);
 MP_API uint64_t mp_module_import_count(const mp_module_t* module);
@@ -142,8 +126,11 @@ MP_API mp_status_t mp_module_get_function(mp_module_t* module, const char* name,
 /* Functions the module lists (kernels of a device module); NULL when out of range. */
 MP_API uint64_t mp_module_function_count(mp_module_t* module);
 MP_API const char* mp_module_function_name(mp_module_t* module, uint64_t index);
-/* Kind-specific details as JSON object members ("" when the kind has none). */
-MP_API mp_status_t mp_module_describe(mp_module_t* module, char* buffer, uint64_t capacity);
+/* Kind-specific details as one JSON object ("{}" when the kind has none), written
+ * NUL-terminated into |buffer| (truncated to |capacity|); |out_length| (may be NULL) receives
+ * the length the whole object needs, so a caller can retry with a larger buffer. */
+MP_API mp_status_t mp_module_describe(mp_module_t* module, char* buffer, uint64_t capacity,
+                                      uint64_t* out_length);
 
 /* Run the loader registered for |type_key| on a payload held by the caller (who keeps it
  * alive and unchanged while the module lives), without any library: for tools that inspect
@@ -160,38 +147,11 @@ MP_API mp_status_t mp_module_get_array(mp_module_t* module, const char* name,
 
 /* ---- functions --------------------------------------------------------------------------- */
 
-/* Wrap |fn| with its state |self|; |destroy_self| (may be NULL) runs when the last reference
- * goes. |owner| (may be NULL) is retained for the function's lifetime. */
-MP_API mp_status_t mp_function_create(mp_packed_cfunc_t fn, void* self,
-                                      void (*destroy_self)(void* self), mp_module_t* owner,
-                                      mp_function_t** out_function);
 MP_API void mp_function_retain(mp_function_t* function);
 MP_API void mp_function_release(mp_function_t* function);
 /* Call |function|. |out_ret| is set to MP_TYPE_NONE before the call. */
 MP_API mp_status_t mp_function_call(mp_function_t* function, const mp_value_t* args,
                                     int32_t num_args, mp_value_t* out_ret);
-
-/* ---- loaders ----------------------------------------------------------------------------- */
-
-typedef struct {
-  const char* type_key;
-  /* The payload, in place inside the loaded library: read it, do not copy large parts. */
-  mp_const_byte_span_t payload;
-  /* The library holding the payload (borrowed). The runtime keeps it loaded while the module
-   * the loader returns lives; retain it to keep views alive beyond that. */
-  mp_library_t* library;
-} mp_loader_args_t;
-
-typedef mp_status_t (*mp_loader_fn_t)(void* user_data, const mp_loader_args_t* args,
-                                      mp_module_t** out_module);
-
-/* Register the loader (`loadbinary_<type_key>`) for one type key. MP_ERR_ALREADY_EXISTS when
- * the key has one. */
-MP_API mp_status_t mp_loader_register(const char* type_key, mp_loader_fn_t fn, void* user_data);
-MP_API mp_status_t mp_loader_unregister(const char* type_key);
-/* Write the registered type keys, comma-separated and sorted, into |buffer| (always
- * NUL-terminated when |capacity| > 0); returns the length the full list needs. */
-MP_API uint64_t mp_loader_list(char* buffer, uint64_t capacity);
 
 MP_API void mp_library_retain(mp_library_t* library);
 MP_API void mp_library_release(mp_library_t* library);
@@ -202,6 +162,10 @@ MP_API const char* mp_library_path(const mp_library_t* library);
  * memory is addressed by the `data` pointer a DLTensor of that device carries (for OpenCL, a
  * cl_mem). Copies are synchronous with respect to the host. */
 
+/* The name of a device type this runtime supports ("cpu", "opencl", "cuda"), or NULL. */
+MP_API const char* mp_device_type_name(int32_t device_type);
+/* The device type called |name|; MP_ERR_INVALID_ARGUMENT listing the supported names. */
+MP_API mp_status_t mp_device_type_from_name(const char* name, int32_t* out_device_type);
 MP_API mp_status_t mp_device_count(int32_t device_type, int32_t* out_count);
 /* A human-readable name for a device ("OpenCL 0: pthread-AMD EPYC (PoCL)"). */
 MP_API mp_status_t mp_device_name(DLDevice device, char* buffer, uint64_t capacity);
@@ -269,6 +233,10 @@ MP_API mp_status_t mp_blob_module(const mp_blob_t* blob, uint64_t index, mp_blob
 MP_API uint64_t mp_blob_child(const mp_blob_t* blob, uint64_t edge);
 /* The XXH3-64 digest the format uses, for writers and tools. */
 MP_API uint64_t mp_checksum(mp_const_byte_span_t bytes);
+/* True if the |size| bytes at |key| are a type key the format accepts: 1 to
+ * MP_FORMAT_MAX_TYPE_KEY bytes of [A-Za-z0-9_.-]. A loader's key may not start with '_'
+ * (reserved for "_lib"): pass |allow_reserved| false to check that too. */
+MP_API bool mp_type_key_is_valid(const char* key, uint64_t size, bool allow_reserved);
 /* MP_API_END */
 
 #ifdef __cplusplus

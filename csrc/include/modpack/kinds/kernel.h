@@ -1,0 +1,38 @@
+/*
+ * modpack/kinds/kernel.h — function-info records of device kernels, shared by the device kinds
+ * (opencl, cuda): one record per kernel inside their payloads.
+ *
+ * A record names the kernel, gives each argument's kind and DLPack dtype, and tags the
+ * trailing integer arguments that carry launch dimensions (the tag names belong to the kind:
+ * mp_kind_launch_tag). Little-endian, variable length:
+ *
+ *   u32 name_size, name bytes (1..MP_KERNEL_MAX_NAME, no NUL)
+ *   u32 arg_count (<= MP_KERNEL_MAX_ARGS), arg_count x {u8 kind, u8 dtype code, u8 bits, u8 lanes}
+ *   u32 launch_count (<= MP_KERNEL_MAX_LAUNCH_TAGS), each: u32 size, tag bytes
+ *                                                    (1..MP_KERNEL_MAX_LAUNCH_TAG, no NUL)
+ *
+ * A buffer argument whose dtype code is kDLOpaqueHandle is an untyped pointer (`void*`) and
+ * accepts an array of any dtype. docs/format.md describes the records in prose.
+ */
+#ifndef MODPACK_KINDS_KERNEL_H_
+#define MODPACK_KINDS_KERNEL_H_
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* MP_API_BEGIN */
+enum {
+  MP_KERNEL_ARG_BUFFER = 0, /* an array in device memory */
+  MP_KERNEL_ARG_SCALAR = 1, /* a number passed by value */
+  MP_KERNEL_MAX_NAME = 1024,
+  MP_KERNEL_MAX_ARGS = 256,
+  MP_KERNEL_MAX_LAUNCH_TAGS = 16,
+  MP_KERNEL_MAX_LAUNCH_TAG = 64,
+};
+/* MP_API_END */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MODPACK_KINDS_KERNEL_H_ */

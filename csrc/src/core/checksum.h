@@ -1,0 +1,14 @@
+/* The format's checksums: XXH3-64 (seed 0). mp_checksum (public, modpack.h) hashes a span. */
+#ifndef MODPACK_CORE_CHECKSUM_H_
+#define MODPACK_CORE_CHECKSUM_H_
+
+#include <stdint.h>
+
+/* XXH3-64 of the index bytes [0, index_size) with the header's index_checksum field read as
+ * zero, so a writer can fill that field in last; |index_size| >= the header's size. */
+uint64_t mp_index_checksum(const uint8_t* blob, uint64_t index_size);
+
+/* XXH3-64 built for AVX2 (checksum_avx2.c); mp_checksum uses it when the CPU has AVX2. */
+uint64_t mp_checksum_avx2(const uint8_t* data, uint64_t size);
+
+#endif /* MODPACK_CORE_CHECKSUM_H_ */

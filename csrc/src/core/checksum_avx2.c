@@ -1,0 +1,16 @@
+/* XXH3-64 built for AVX2, chosen at run time by mp_checksum when the CPU has it: payload
+ * checksums then run at memory speed (about twice the SSE2 build's rate here). The digest is
+ * the same whichever build computes it. */
+#include "core/checksum.h"
+#include "modpack/modpack.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#pragma GCC target("avx2")
+#define XXH_INLINE_ALL
+#define XXH_VECTOR 2 /* XXH_AVX2: __AVX2__ is not defined by the pragma, so say it */
+#include <xxhash.h>
+
+uint64_t mp_checksum_avx2(const uint8_t* data, uint64_t size) {
+  return (uint64_t)XXH3_64bits(data, (size_t)size);
+}
+#endif

@@ -1,0 +1,85 @@
+/* DLPack dtype names and checks, and tensor layout checks (core/dtype.h). */
+#include <stdio.h>
+
+#include "core/dtype.h"
+
+const char* mp_dtype_string(DLDataType dtype, char* buffer, size_t capacity) {
+  /* Indexed by DLPack type code; codes from 7 on are float8 formats whose name says it all. */
+  static const char* const names[] = {
+      "int",
+      "uint",
+      "float",
+      "handle",
+      "bfloat",
+      "complex",
+      "bool",
+      "float8_e3m4",
+      "float8_e4m3",
+      "float8_e4m3b11fnuz",
+      "float8_e4m3fn",
+      "float8_e4m3fnuz",
+      "float8_e5m2",
+      "float8_e5m2fnuz",
+      "float8_e8m0fnu",
+  };
+  enum { NAMED = sizeof names / sizeof names[0], FIRST_FLOAT8 = 7 };
+  const char* base = dtype.code < NAMED ? names[dtype.code] : "unknown";
+  char bits[8] = "";
+  if (dtype.code < FIRST_FLOAT8 || dtype.code >= NAMED)
+    snprintf(bits, sizeof bits, "%u", dtype.bits);
+  if (dtype.lanes == 1)
+    snprintf(buffer, capacity, "%s%s", base, bits);
+  else
+    snprintf(buffer, capacity, "%s%sx%u", base, bits, dtype.lanes);
+  return buffer;
+}
+
+bool mp_dtype_is_valid(DLDataType dtype) {
+  if (dtype.lanes == 0) return false;
+  switch (dtype.code) {
+    case kDLInt:
+    case kDLUInt:
+      return dtype.bits == 8 || dtype.bits == 16 || dtype.bits == 32 || dtype.bits == 64;
+    case kDLFloat:
+      return dtype.bits == 16 || dtype.bits == 32 || dtype.bits == 64;
+    case kDLBfloat:
+      return dtype.bits == 16;
+    case kDLComplex:
+      return dtype.bits == 64 || dtype.bits == 128;
+    case kDLBool:
+      return dtype.bits == 8;
+    default: /* the float8 formats, DLPack codes 7-14 */
+      return dtype.code >= 7 && dtype.code <= 14 && dtype.bits == 8;
+  }
+}
+
+bool mp_tensor_is_compact(const DLTensor* t) {
+  if (!t->strides) return true;
+  int64_t expected = 1;
+  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+    if (t->shape[d] != 1 && t->strides[d] != expected) return false;
+    expected *= t->shape[d];
+  }
+  return true;
+}
+
+const char* mp_type_code_name(int32_t type_code) {
+  switch (type_code) {
+    case MP_TYPE_NONE:
+      return "None";
+    case MP_TYPE_INT:
+      return "int";
+    case MP_TYPE_FLOAT:
+      return "float";
+    case MP_TYPE_HANDLE:
+      return "handle";
+    case MP_TYPE_STR:
+      return "str";
+    case MP_TYPE_DLTENSOR:
+      return "array";
+    case MP_TYPE_FUNCTION:
+      return "function";
+    default:
+      return "unknown";
+  }
+}

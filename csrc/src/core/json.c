@@ -1,0 +1,29 @@
+/* Minimal JSON text writing for module descriptions (modpack inspect). */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "core/json.h"
+
+void mp_json_printf(mp_json_t* j, const char* fmt, ...) {
+  uint64_t room = j->length < j->capacity ? j->capacity - j->length : 0;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(room ? j->buffer + j->length : NULL, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) j->length += (uint64_t)n;
+  if (j->capacity > 0 && j->length >= j->capacity) j->buffer[j->capacity - 1] = '\0';
+}
+
+void mp_json_string(mp_json_t* j, const char* s) {
+  mp_json_printf(j, "\"");
+  for (; *s; ++s) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      mp_json_printf(j, "\\%c", c);
+    else if (c < 0x20)
+      mp_json_printf(j, "\\u%04x", c);
+    else
+      mp_json_printf(j, "%c", c);
+  }
+  mp_json_printf(j, "\"");
+}

@@ -1,0 +1,408 @@
+/* The "cuda" module kind (loadbinary_cuda): one or several binary variants of the same CUDA
+ * kernels — SASS (cubin), PTX or fatbin — and a function-info record per kernel; the payload
+ * layout and the variant-selection rule are in modpack/kinds/cuda.h.
+ *
+ * Loading parses and validates the payload only (cuda_payload.c); it never touches the driver,
+ * so a library with CUDA modules loads (and `modpack inspect` describes it) on a machine without
+ * a GPU. On the first call of a kernel on a device, the variant for that device is chosen
+ * (cuda_select.c), loaded with cuModuleLoadData straight from the library mapping (no copy),
+ * and every kernel's CUfunction cached for that device. Later calls only pack the arguments and
+ * launch.
+ *
+ * Kernels launch asynchronously in the device's primary context, on the calling thread's
+ * current stream (mp_device_set_stream; the default stream until set). Copies run on the
+ * legacy default stream, which waits for blocking streams only: after launches on a
+ * non-blocking stream, synchronize before copying. A buffer whose record dtype is the opaque
+ * handle type (kDLOpaqueHandle, shown as "void*") is an untyped pointer and accepts an array
+ * of any dtype. */
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kinds/builtin.h"
+#include "kinds/cuda/cuda_module.h"
+#include "kinds/cuda/cuda_select.h"
+
+_Static_assert(offsetof(mp_cuda_module_t, table) == 0, "the kernel table must come first");
+
+static const char* const launch_tags[MP_CUDA_SLOT_COUNT] = {
+    "blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
+    "dyn_shared_memory"};
+/* Above this, a kernel must opt in to more dynamic shared memory (cuFuncSetAttribute). */
+enum { DEFAULT_MAX_DYNAMIC_SHARED = 48 * 1024 };
+
+/* ---- destruction ----------------------------------------------------------------------------- */
+
+static void cuda_destroy(void* impl) {
+  mp_cuda_module_t* m = impl;
+  const mp_cuda_t* cuda = NULL;
+  for (int d = 0; d < MP_CUDA_MAX_DEVICES; ++d) {
+    if (m->modules[d]) {
+      if (!cuda) cuda = mp_cuda(); /* a module was loaded, so the driver is initialised */
+      if (!cuda) break;
+      /* Unload in the module's own context; every result is ignored, since at process exit
+       * the driver may already be shut down (CUDA_ERROR_DEINITIALIZED). */
+      CUcontext saved = NULL;
+      if (cuda->cu.CtxGetCurrent(&saved) != CUDA_SUCCESS) saved = NULL;
+      if (saved != m->contexts[d]) cuda->cu.CtxSetCurrent(m->contexts[d]);
+      cuda->cu.ModuleUnload(m->modules[d]);
+      if (saved != m->contexts[d]) cuda->cu.CtxSetCurrent(saved);
+    }
+    free(m->functions[d]);
+    free(m->shared_optin[d]);
+  }
+  mp_cuda_payload_free(m);
+  pthread_mutex_destroy(&m->lock);
+  free(m);
+}
+
+/* ---- loading on a device ---------------------------------------------------------------------- */
+
+static void list_variants(const mp_cuda_module_t* m, char* buffer, size_t capacity) {
+  size_t used = 0;
+  buffer[0] = '\0';
+  for (uint32_t v = 0; v < m->variant_count && used < capacity; ++v) {
+    const mp_cuda_variant_t* variant = &m->variants[v];
+    int n = snprintf(buffer + used, capacity - used, "%s", v ? ", " : "");
+    if (n > 0) used += (size_t)n;
+    for (uint32_t a = 0; a < variant->arch_count && used < capacity; ++a) {
+      n = snprintf(buffer + used, capacity - used, "%s%s", a ? "+" : "", variant->arches[a]);
+      if (n > 0) used += (size_t)n;
+    }
+    if (used >= capacity) break;
+    n = snprintf(buffer + used, capacity - used, " (%s%s%s)", mp_cuda_variant_kind_names[variant->kind],
+                 variant->ptx_isa[0] ? ", PTX ISA " : "", variant->ptx_isa);
+    if (n > 0) used += (size_t)n;
+  }
+}
+
+static bool image_rejected(CUresult result) {
+  return result == CUDA_ERROR_NO_BINARY_FOR_GPU || result == CUDA_ERROR_UNSUPPORTED_PTX_VERSION ||
+         result == CUDA_ERROR_INVALID_IMAGE || result == CUDA_ERROR_INVALID_PTX ||
+         result == CUDA_ERROR_JIT_COMPILER_NOT_FOUND;
+}
+
+/* The error for a variant the driver refused, naming the fix. */
+static mp_status_t load_failed(const mp_cuda_module_t* m, const mp_cuda_t* cuda, int32_t device,
+                               uint32_t v, const char* arch, CUresult result) {
+  const mp_cuda_variant_t* variant = &m->variants[v];
+  char variants[768];
+  list_variants(m, variants, sizeof variants);
+  int driver_major = cuda->driver_version / 1000, driver_minor = cuda->driver_version % 1000 / 10;
+  const char* text = mp_cuda_error_string(result);
+  char why[256];
+  snprintf(why, sizeof why, "%s%s%s%s", mp_cuda_error_name(result), text[0] ? " (" : "", text,
+           text[0] ? ")" : "");
+  int cc_major = cuda->cc_major[device], cc_minor = cuda->cc_minor[device];
+  switch (result) {
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+      return mp_errorf(MP_ERR_UNAVAILABLE,
+                       "PTX newer than the driver: the %s PTX variant (PTX ISA %s) was made by a "
+                       "newer CUDA toolkit than this driver (CUDA %d.%d) can compile, %s; update "
+                       "the NVIDIA driver, or add SASS for this GPU (target sm_%d%d) or PTX from "
+                       "an older toolkit (variants: %s)",
+                       arch, variant->ptx_isa[0] ? variant->ptx_isa : "unknown", driver_major,
+                       driver_minor, why, cc_major, cc_minor, variants);
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+      return mp_errorf(MP_ERR_UNAVAILABLE,
+                       "no binary for this GPU: CUDA device %d (compute capability %d.%d) cannot "
+                       "run the %s %s variant, %s; rebuild with a target for sm_%d%d or add PTX, "
+                       "or update the driver if the binary comes from a newer CUDA toolkit "
+                       "(variants: %s)",
+                       (int)device, cc_major, cc_minor, arch, mp_cuda_variant_kind_names[variant->kind], why,
+                       cc_major, cc_minor, variants);
+    case CUDA_ERROR_JIT_COMPILER_NOT_FOUND:
+      return mp_errorf(MP_ERR_UNAVAILABLE,
+                       "the driver's PTX JIT compiler (libnvidia-ptxjitcompiler.so) is missing, "
+                       "so the %s PTX variant cannot be compiled, %s; install the full NVIDIA "
+                       "driver or add SASS for this GPU (target sm_%d%d) (variants: %s)",
+                       arch, why, cc_major, cc_minor, variants);
+    default:
+      return mp_errorf(MP_ERR_RUNTIME,
+                       "loading the %s %s variant on CUDA device %d (compute capability %d.%d, "
+                       "driver for CUDA %d.%d) failed: %s [code %d] (variants: %s)",
+                       arch, mp_cuda_variant_kind_names[variant->kind], (int)device, cc_major, cc_minor,
+                       driver_major, driver_minor, why, (int)result, variants);
+  }
+}
+
+/* Choose, load and resolve every kernel for |device|, whose context is current. Caller holds
+ * the lock. */
+static mp_status_t load_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda, int32_t device) {
+  /* One candidate per (variant, arch): a fatbin takes part with each arch it holds. */
+  const char* arches[MP_CUDA_MAX_VARIANTS];
+  uint32_t owner[MP_CUDA_MAX_VARIANTS];
+  uint32_t count = 0;
+  for (uint32_t v = 0; v < m->variant_count; ++v)
+    for (uint32_t a = 0; a < m->variants[v].arch_count && count < MP_CUDA_MAX_VARIANTS; ++a) {
+      arches[count] = m->variants[v].arches[a];
+      owner[count++] = v;
+    }
+  uint32_t order[MP_CUDA_MAX_VARIANTS];
+  int64_t scores[MP_CUDA_MAX_VARIANTS];
+  uint32_t usable = 0;
+  int32_t cc_major = cuda->cc_major[device], cc_minor = cuda->cc_minor[device];
+  mp_status_t status = mp_cuda_rank_arches(arches, count, cc_major, cc_minor, order, scores, &usable);
+  if (status != MP_OK) return status;
+  if (usable == 0) {
+    char variants[768];
+    list_variants(m, variants, sizeof variants);
+    return mp_errorf(MP_ERR_UNAVAILABLE,
+                     "no binary for this GPU: CUDA device %d has compute capability %d.%d and "
+                     "no variant of this CUDA module runs on it (variants: %s; %s); rebuild "
+                     "with a target for sm_%d%d or PTX for compute_%d%d or lower",
+                     (int)device, (int)cc_major, (int)cc_minor, variants, mp_cuda_selection_rule,
+                     (int)cc_major, (int)cc_minor, (int)cc_major, (int)cc_minor);
+  }
+  /* Try the candidates best first; a variant the driver refuses as an image falls through to
+   * the next one (say, SASS the driver cannot read, then PTX). If none loads, the error is the
+   * first refusal, which names the fix, followed by the later ones. */
+  CUmodule module = NULL;
+  int32_t chosen = -1;
+  char error[3072] = "";
+  size_t error_length = 0;
+  mp_status_t first_status = MP_OK;
+  bool tried[MP_CUDA_MAX_VARIANTS] = {false};
+  for (uint32_t r = 0; r < usable && !module; ++r) {
+    uint32_t v = owner[order[r]];
+    if (tried[v]) continue; /* a fatbin is tried once, whatever arch made it a candidate */
+    tried[v] = true;
+    CUresult result = cuda->cu.ModuleLoadData(&module, m->variants[v].data);
+    if (result == CUDA_SUCCESS) {
+      chosen = (int32_t)v;
+      break;
+    }
+    module = NULL;
+    if (!image_rejected(result))
+      return mp_cuda_fail(result, "loading a CUDA module (cuModuleLoadData)");
+    int n;
+    if (first_status == MP_OK) {
+      first_status = load_failed(m, cuda, device, v, arches[order[r]], result);
+      n = snprintf(error, sizeof error, "%s", mp_error_message());
+    } else {
+      n = snprintf(
+          error + error_length, sizeof error - error_length,
+          "; then the %s %s variant was refused too: %s%s", arches[order[r]],
+          mp_cuda_variant_kind_names[m->variants[v].kind], mp_cuda_error_name(result),
+          result == CUDA_ERROR_UNSUPPORTED_PTX_VERSION ? " (PTX newer than the driver)" : "");
+    }
+    if (n > 0) error_length += (size_t)n;
+    if (error_length >= sizeof error) error_length = sizeof error - 1;
+  }
+  if (!module) return mp_error_set(first_status, error);
+
+  CUfunction* functions = calloc(m->table.count ? m->table.count : 1, sizeof *functions);
+  uint32_t* optin = calloc(m->table.count ? m->table.count : 1, sizeof *optin);
+  if (!functions || !optin) {
+    free(functions);
+    free(optin);
+    cuda->cu.ModuleUnload(module);
+    return mp_out_of_memory("CUDA functions");
+  }
+  for (uint32_t k = 0; k < m->table.count; ++k) {
+    CUresult result = cuda->cu.ModuleGetFunction(&functions[k], module, m->table.kernels[k].name);
+    if (result != CUDA_SUCCESS) {
+      const mp_cuda_variant_t* variant = &m->variants[chosen];
+      mp_status_t s = mp_errorf(
+          result == CUDA_ERROR_NOT_FOUND ? MP_ERR_NOT_FOUND : MP_ERR_RUNTIME,
+          "CUDA kernel '%s' is declared in the module's function info but its %s %s variant "
+          "does not define it (%s); kernels need C linkage (extern \"C\") so their names are "
+          "not mangled",
+          m->table.kernels[k].name, variant->arches[0], mp_cuda_variant_kind_names[variant->kind],
+          mp_cuda_error_name(result));
+      free(functions);
+      free(optin);
+      cuda->cu.ModuleUnload(module);
+      return s;
+    }
+  }
+  CUcontext context = NULL;
+  cuda->cu.CtxGetCurrent(&context);
+  m->functions[device] = functions;
+  m->shared_optin[device] = optin;
+  m->contexts[device] = context;
+  m->loaded_variant[device] = chosen;
+  m->modules[device] = module;
+  return MP_OK;
+}
+
+/* ---- calling ---------------------------------------------------------------------------------- */
+
+typedef union {
+  mp_kernel_scalar_t scalar;
+  CUdeviceptr pointer;
+} cuda_arg_t;
+
+static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_args,
+                               mp_value_t* out_ret) {
+  (void)out_ret;
+  const mp_kernel_ref_t* f = self;
+  mp_cuda_module_t* m = f->module;
+  const mp_kernel_info_t* info = &m->table.kernels[f->kernel];
+  MP_RETURN_IF_ERROR(mp_kernel_check_count(info, num_args));
+  /* Checks that need no driver first: kinds, dtypes, launch dimensions. */
+  cuda_arg_t values[MP_KERNEL_MAX_ARGS];
+  void* params[MP_KERNEL_MAX_ARGS];
+  for (uint32_t i = 0; i < info->arg_count; ++i) {
+    params[i] = &values[i];
+    mp_status_t status = info->args[i].kind == MP_KERNEL_ARG_SCALAR
+                             ? mp_kernel_pack_scalar(info, i, &args[i], &values[i].scalar, NULL)
+                             : mp_kernel_check_buffer(info, i, &args[i]);
+    if (status != MP_OK) return status;
+  }
+  uint64_t launch[MP_CUDA_SLOT_COUNT] = {1, 1, 1, 1, 1, 1, 0};
+  for (uint32_t t = 0; t < info->launch_count; ++t) {
+    const mp_value_t* v = &args[info->arg_count + t];
+    int8_t slot = m->table.launch_slots[f->kernel][t];
+    int64_t limit = slot == MP_CUDA_SLOT_SHARED ? INT32_MAX : UINT32_MAX;
+    if (v->type_code != MP_TYPE_INT || v->v_int64 < 0 || v->v_int64 > limit)
+      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                       "%s: launch argument %u (%s) must be an int in [0, %lld]", info->name,
+                       info->arg_count + t, info->launch_tags[t], (long long)limit);
+    launch[slot] = (uint64_t)v->v_int64;
+  }
+  if (!launch[3] || !launch[4] || !launch[5])
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "%s: block dimensions (threadIdx.x|y|z) must be positive, got %" PRIu64
+                     " %" PRIu64 " %" PRIu64,
+                     info->name, launch[3], launch[4], launch[5]);
+
+  /* Now the driver, and the device: that of the first array argument. */
+  const mp_cuda_t* cuda = mp_cuda();
+  if (!cuda) return mp_error_code();
+  int32_t device = -1;
+  MP_RETURN_IF_ERROR(mp_kernel_check_devices(info, args, &mp_cuda_device,
+                                             "modpack.array(x, device=\"cuda:0\") or pass a "
+                                             "CUDA array through DLPack",
+                                             &device));
+  for (uint32_t i = 0; i < info->arg_count; ++i)
+    if (info->args[i].kind == MP_KERNEL_ARG_BUFFER)
+      values[i].pointer =
+          (CUdeviceptr)(uintptr_t)args[i].v_tensor->data + args[i].v_tensor->byte_offset;
+  if (device < 0) { /* no array: the current context's device, else device 0 */
+    CUdevice current;
+    device = 0;
+    if (cuda->cu.CtxGetDevice(&current) == CUDA_SUCCESS)
+      for (int32_t d = 0; d < cuda->device_count; ++d)
+        if (cuda->devices[d] == current) device = d;
+  }
+  if (!launch[0] || !launch[1] || !launch[2]) return MP_OK; /* an empty grid: nothing to run */
+
+  CUcontext saved;
+  mp_status_t status = mp_cuda_enter(device, &saved);
+  if (status != MP_OK) return status;
+  pthread_mutex_lock(&m->lock);
+  status = m->modules[device] ? MP_OK : load_locked(m, cuda, device);
+  CUfunction function = status == MP_OK ? m->functions[device][f->kernel] : NULL;
+  if (status == MP_OK && launch[MP_CUDA_SLOT_SHARED] > DEFAULT_MAX_DYNAMIC_SHARED &&
+      m->shared_optin[device][f->kernel] < launch[MP_CUDA_SLOT_SHARED]) {
+    CUresult result = cuda->cu.FuncSetAttribute(
+        function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)launch[MP_CUDA_SLOT_SHARED]);
+    if (result == CUDA_SUCCESS) {
+      m->shared_optin[device][f->kernel] = (uint32_t)launch[MP_CUDA_SLOT_SHARED];
+    } else {
+      char what[160];
+      snprintf(what, sizeof what,
+               "%s: allowing %" PRIu64
+               " bytes of dynamic shared memory "
+               "(cuFuncSetAttribute; the device's opt-in limit may be lower)",
+               info->name, launch[MP_CUDA_SLOT_SHARED]);
+      status = mp_cuda_fail(result, what);
+    }
+  }
+  pthread_mutex_unlock(&m->lock);
+  if (status == MP_OK) {
+    CUresult result = cuda->cu.LaunchKernel(
+        function, (unsigned)launch[0], (unsigned)launch[1], (unsigned)launch[2],
+        (unsigned)launch[3], (unsigned)launch[4], (unsigned)launch[5],
+        (unsigned)launch[MP_CUDA_SLOT_SHARED], mp_device_get_stream((DLDevice){kDLCUDA, device}),
+        info->arg_count ? params : NULL, NULL);
+    if (result != CUDA_SUCCESS) {
+      char what[256];
+      snprintf(what, sizeof what,
+               "%s: CUDA launch (grid %" PRIu64 ",%" PRIu64 ",%" PRIu64 " block %" PRIu64
+               ",%" PRIu64 ",%" PRIu64 " dynamic shared %" PRIu64 " bytes)",
+               info->name, launch[0], launch[1], launch[2], launch[3], launch[4], launch[5],
+               launch[MP_CUDA_SLOT_SHARED]);
+      status = mp_cuda_fail(result, what);
+    }
+  }
+  mp_cuda_leave(saved);
+  return status;
+}
+
+/* ---- describing and loading ------------------------------------------------------------------- */
+
+/* The variants (arch, kind, size; a fatbin's arches under "contains"; PTX's ISA version) and
+ * the kernels' signatures and launch tags. */
+static mp_status_t cuda_describe(mp_module_t* self, char* buffer, uint64_t capacity,
+                                 uint64_t* out_length) {
+  mp_cuda_module_t* m = mp_module_impl(self);
+  mp_json_t j = {buffer, capacity, 0};
+  mp_json_printf(&j, "\"variants\": [");
+  for (uint32_t v = 0; v < m->variant_count; ++v) {
+    const mp_cuda_variant_t* variant = &m->variants[v];
+    char arch[MP_CUDA_MAX_ARCHES_PER_VARIANT * MP_CUDA_MAX_ARCH_NAME] = "";
+    size_t used = 0;
+    for (uint32_t a = 0; a < variant->arch_count; ++a) {
+      int n = snprintf(arch + used, sizeof arch - used, "%s%s", a ? "+" : "", variant->arches[a]);
+      if (n > 0) used += (size_t)n;
+    }
+    mp_json_printf(&j, "%s{\"arch\": ", v ? ", " : "");
+    mp_json_string(&j, arch);
+    mp_json_printf(&j, ", \"kind\": \"%s\", \"size\": %" PRIu64, mp_cuda_variant_kind_names[variant->kind],
+                   variant->size);
+    if (variant->kind == MP_CUDA_VARIANT_PTX) {
+      mp_json_printf(&j, ", \"ptx_isa\": ");
+      mp_json_string(&j, variant->ptx_isa);
+    }
+    if (variant->kind == MP_CUDA_VARIANT_FATBIN) {
+      mp_json_printf(&j, ", \"contains\": [");
+      for (uint32_t a = 0; a < variant->arch_count; ++a) {
+        mp_json_printf(&j, "%s", a ? ", " : "");
+        mp_json_string(&j, variant->arches[a]);
+      }
+      mp_json_printf(&j, "]");
+    }
+    mp_json_printf(&j, "}");
+  }
+  mp_json_printf(&j, "], ");
+  mp_kernel_table_describe(&j, &m->table);
+  *out_length = j.length;
+  return MP_OK;
+}
+
+static const mp_module_vtable_t cuda_vtable = {
+    .get_function = mp_kernel_table_get_function,
+    .destroy = cuda_destroy,
+    .function_count = mp_kernel_table_function_count,
+    .function_name = mp_kernel_table_function_name,
+    .describe = cuda_describe,
+};
+
+static mp_status_t load_cuda(void* user_data, const mp_loader_args_t* args,
+                             mp_module_t** out_module) {
+  (void)user_data;
+  mp_cuda_module_t* m = calloc(1, sizeof *m);
+  if (!m) return mp_out_of_memory("a cuda module");
+  pthread_mutex_init(&m->lock, NULL);
+  for (int d = 0; d < MP_CUDA_MAX_DEVICES; ++d) m->loaded_variant[d] = -1;
+  m->table.call = call_kernel;
+  mp_status_t status = mp_cuda_payload_parse(m, args->payload);
+  if (status != MP_OK) {
+    cuda_destroy(m);
+    return status;
+  }
+  /* No driver call here: loading succeeds without a GPU; the first launch reports it. */
+  return mp_module_create("cuda", &cuda_vtable, m, out_module);
+}
+
+const mp_kind_t mp_cuda_kind = {
+    .type_key = "cuda",
+    .load = load_cuda,
+    .device = &mp_cuda_device,
+    .launch_tags = launch_tags,
+    .launch_tag_count = MP_CUDA_SLOT_COUNT,
+};

@@ -1,0 +1,144 @@
+/* Parsing and validating a cuda payload (layout: modpack/kinds/cuda.h): the variants' headers
+ * and arch names, the kernel records, and each variant's bytes, which stay in place. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kinds/builtin.h"
+#include "kinds/cuda/cuda_module.h"
+#include "kinds/cuda/cuda_select.h"
+
+const char* const mp_cuda_variant_kind_names[3] = {"cubin", "ptx", "fatbin"};
+
+static void read_ptx_isa(mp_cuda_variant_t* v) {
+  /* ".version X.Y" comes right after the header comments. */
+  uint64_t limit = v->size < 8192 ? v->size : 8192;
+  const char* text = (const char*)v->data;
+  for (uint64_t i = 0; i + 9 < limit; ++i) {
+    if (memcmp(text + i, ".version", 8) != 0 || (i > 0 && text[i - 1] != '\n')) continue;
+    uint64_t j = i + 8, n = 0;
+    while (j < limit && (text[j] == ' ' || text[j] == '\t')) ++j;
+    while (j < limit && n + 1 < sizeof v->ptx_isa &&
+           ((text[j] >= '0' && text[j] <= '9') || text[j] == '.'))
+      v->ptx_isa[n++] = text[j++];
+    v->ptx_isa[n] = '\0';
+    return;
+  }
+}
+
+static mp_status_t parse_variant_header(mp_reader_t* r, uint32_t index, mp_cuda_variant_t* v) {
+  if (!mp_read_u32(r, &v->kind) || !mp_read_u32(r, &v->arch_count))
+    return mp_reader_error(r, "variant header");
+  if (v->kind > MP_CUDA_VARIANT_FATBIN)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "cuda payload: variant %u has unknown kind %u (0 cubin, 1 ptx, "
+                     "2 fatbin)",
+                     index, v->kind);
+  if (v->arch_count == 0 || v->arch_count > MP_CUDA_MAX_ARCHES_PER_VARIANT ||
+      (v->kind != MP_CUDA_VARIANT_FATBIN && v->arch_count != 1))
+    return mp_errorf(MP_ERR_FORMAT, "cuda payload: %s variant %u lists %u architectures",
+                     mp_cuda_variant_kind_names[v->kind], index, v->arch_count);
+  v->arches = calloc(v->arch_count, sizeof *v->arches);
+  if (!v->arches) return mp_out_of_memory("arch names");
+  for (uint32_t a = 0; a < v->arch_count; ++a) {
+    uint32_t size;
+    const uint8_t* bytes;
+    if (!mp_read_u32(r, &size) || size == 0 || size >= MP_CUDA_MAX_ARCH_NAME ||
+        !mp_read_bytes(r, size, &bytes))
+      return mp_reader_error(r, "variant architecture");
+    v->arches[a] = malloc((size_t)size + 1);
+    if (!v->arches[a]) return mp_out_of_memory("an arch name");
+    memcpy(v->arches[a], bytes, size);
+    v->arches[a][size] = '\0';
+    mp_cuda_arch_t parsed;
+    if (strlen(v->arches[a]) != size || !mp_cuda_parse_arch(v->arches[a], &parsed))
+      return mp_errorf(MP_ERR_FORMAT,
+                       "cuda payload: variant %u names architecture '%s', which is "
+                       "not sm_XY[a|f] or compute_XY[a|f]",
+                       index, v->arches[a]);
+    if ((v->kind == MP_CUDA_VARIANT_CUBIN && parsed.ptx) || (v->kind == MP_CUDA_VARIANT_PTX && !parsed.ptx))
+      return mp_errorf(MP_ERR_FORMAT, "cuda payload: %s variant %u is labelled '%s'",
+                       mp_cuda_variant_kind_names[v->kind], index, v->arches[a]);
+  }
+  if (!mp_read_u64(r, &v->size) || v->size == 0) return mp_reader_error(r, "variant size");
+  return MP_OK;
+}
+
+static mp_status_t check_variant_bytes(uint32_t index, mp_cuda_variant_t* v) {
+  static const uint8_t elf[4] = {0x7f, 'E', 'L', 'F'}, fatbin[4] = {0x50, 0xed, 0x55, 0xba};
+  const char* arch = v->arches[0];
+  if (v->kind == MP_CUDA_VARIANT_CUBIN && (v->size < 4 || memcmp(v->data, elf, 4) != 0))
+    return mp_errorf(MP_ERR_FORMAT,
+                     "cuda payload: cubin variant %u (%s) does not start with the "
+                     "ELF magic",
+                     index, arch);
+  if (v->kind == MP_CUDA_VARIANT_FATBIN && (v->size < 4 || memcmp(v->data, fatbin, 4) != 0))
+    return mp_errorf(MP_ERR_FORMAT,
+                     "cuda payload: fatbin variant %u does not start with the "
+                     "fatbin magic 50 ED 55 BA",
+                     index);
+  if (v->kind == MP_CUDA_VARIANT_PTX) {
+    if (v->data[v->size - 1] != '\0')
+      return mp_errorf(MP_ERR_FORMAT, "cuda payload: PTX variant %u (%s) is not NUL-terminated",
+                       index, arch);
+    read_ptx_isa(v);
+  }
+  return MP_OK;
+}
+
+mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, mp_const_byte_span_t payload) {
+  mp_reader_t r = {payload.data, payload.size, 0, "cuda payload"};
+  uint32_t version, reserved, count;
+  if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
+    return mp_reader_error(&r, "header");
+  if (version != MP_CUDA_PAYLOAD_VERSION)
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "cuda payload version %u is not supported (this runtime "
+                     "reads %d); upgrade modpack",
+                     version, MP_CUDA_PAYLOAD_VERSION);
+  if (reserved != 0)
+    return mp_errorf(MP_ERR_FORMAT, "cuda payload: reserved header field is not 0");
+  if (!mp_read_u32(&r, &count) || count == 0 || count > r.size / 16)
+    return mp_reader_error(&r, "variant count");
+  if (count > MP_CUDA_MAX_VARIANTS)
+    return mp_errorf(MP_ERR_FORMAT, "cuda payload: %u variants (at most %d)", count,
+                     MP_CUDA_MAX_VARIANTS);
+  m->variants = calloc(count, sizeof *m->variants);
+  if (!m->variants) return mp_out_of_memory("the CUDA variants");
+  for (uint32_t v = 0; v < count; ++v) {
+    m->variant_count = v + 1;
+    MP_RETURN_IF_ERROR(parse_variant_header(&r, v, &m->variants[v]));
+  }
+  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, &mp_cuda_kind, true, &m->table));
+  /* The variants' bytes, each 64-byte aligned within the payload, read in place. */
+  for (uint32_t v = 0; v < m->variant_count; ++v) {
+    mp_cuda_variant_t* variant = &m->variants[v];
+    uint64_t padding =
+        (MP_CUDA_VARIANT_ALIGNMENT - r.pos % MP_CUDA_VARIANT_ALIGNMENT) % MP_CUDA_VARIANT_ALIGNMENT;
+    const uint8_t* pad;
+    if (!mp_read_bytes(&r, padding, &pad)) return mp_reader_error(&r, "variant padding");
+    for (uint64_t i = 0; i < padding; ++i)
+      if (pad[i] != 0)
+        return mp_errorf(MP_ERR_FORMAT, "cuda payload: nonzero padding before variant %u", v);
+    if (!mp_read_bytes(&r, variant->size, &variant->data))
+      return mp_reader_error(&r, "variant bytes");
+    MP_RETURN_IF_ERROR(check_variant_bytes(v, variant));
+  }
+  if (r.pos != r.size)
+    return mp_errorf(MP_ERR_FORMAT, "cuda payload has %" PRIu64 " unexpected trailing bytes",
+                     r.size - r.pos);
+  return MP_OK;
+}
+
+void mp_cuda_payload_free(mp_cuda_module_t* m) {
+  for (uint32_t v = 0; m->variants && v < m->variant_count; ++v) {
+    for (uint32_t a = 0; m->variants[v].arches && a < m->variants[v].arch_count; ++a)
+      free(m->variants[v].arches[a]);
+    free(m->variants[v].arches);
+  }
+  free(m->variants);
+  m->variants = NULL;
+  m->variant_count = 0;
+  mp_kernel_table_free(&m->table);
+}

@@ -1,0 +1,271 @@
+/* The "opencl" module kind: OpenCL C source (plus optional prebuilt binaries per device) and a
+ * function-info record per kernel; the payload layout is in modpack/kinds/opencl.h. Loading
+ * parses the payload only: no OpenCL call, so a library with OpenCL modules loads on machines
+ * without OpenCL. Programs are built lazily, per device, on the first call (opencl_program.c);
+ * kernels are cached per device.
+ *
+ * A kernel function takes its declared arguments (arrays on an OpenCL device for buffers,
+ * numbers for scalars) followed by one integer per launch tag ("global.x|y|z", "local.x|y|z";
+ * a local size of 0 lets the driver choose). */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kinds/builtin.h"
+#include "kinds/common/kernel_table.h"
+#include "kinds/opencl/opencl_abi.h"
+#include "kinds/opencl/opencl_program.h"
+#include "modpack/kinds/opencl.h"
+
+/* The launch slots, in the order of the kind's launch tags. */
+enum { SLOT_GLOBAL_X = 0, SLOT_LOCAL_X = 3, SLOT_COUNT = 6 };
+static const char* const launch_tags[SLOT_COUNT] = {"global.x", "global.y", "global.z",
+                                                    "local.x",  "local.y",  "local.z"};
+
+typedef struct {
+  mp_kernel_table_t table; /* first: the kernel table's vtable entries read it from impl */
+  char* source;
+  uint64_t source_size;
+  uint32_t binary_count;
+  mp_opencl_binary_t* binaries;
+  pthread_mutex_t lock; /* guards lazy builds and clSetKernelArg + enqueue on shared kernels */
+  cl_program programs[MP_OPENCL_MAX_DEVICES];
+  cl_kernel* kernels[MP_OPENCL_MAX_DEVICES]; /* [device][kernel] */
+} opencl_module_t;
+
+_Static_assert(offsetof(opencl_module_t, table) == 0, "the kernel table must come first");
+
+static void opencl_destroy(void* impl) {
+  opencl_module_t* m = impl;
+  const mp_opencl_t* cl = NULL;
+  for (int d = 0; d < MP_OPENCL_MAX_DEVICES; ++d) {
+    if (!m->programs[d]) continue;
+    if (!cl) cl = mp_opencl(); /* a program exists, so OpenCL was initialised */
+    for (uint32_t k = 0; m->kernels[d] && k < m->table.count; ++k)
+      if (m->kernels[d][k]) cl->cl.ReleaseKernel(m->kernels[d][k]);
+    free(m->kernels[d]);
+    cl->cl.ReleaseProgram(m->programs[d]);
+  }
+  mp_kernel_table_free(&m->table);
+  for (uint32_t b = 0; b < m->binary_count; ++b) free(m->binaries[b].key);
+  free(m->binaries);
+  free(m->source);
+  pthread_mutex_destroy(&m->lock);
+  free(m);
+}
+
+/* ---- building on a device ------------------------------------------------------------------ */
+
+/* Builds the program for |device| and creates every kernel. Caller holds the lock. */
+static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32_t device) {
+  cl_program program;
+  MP_RETURN_IF_ERROR(mp_opencl_program_build(cl, device, m->source, m->source_size, "",
+                                             m->binaries, m->binary_count, &program));
+  cl_kernel* kernels = calloc(m->table.count ? m->table.count : 1, sizeof *kernels);
+  if (!kernels) {
+    cl->cl.ReleaseProgram(program);
+    return mp_out_of_memory("OpenCL kernels");
+  }
+  for (uint32_t k = 0; k < m->table.count; ++k) {
+    cl_int err;
+    kernels[k] = cl->cl.CreateKernel(program, m->table.kernels[k].name, &err);
+    if (!kernels[k]) {
+      for (uint32_t j = 0; j < k; ++j) cl->cl.ReleaseKernel(kernels[j]);
+      free(kernels);
+      cl->cl.ReleaseProgram(program);
+      return mp_errorf(MP_ERR_NOT_FOUND,
+                       "OpenCL kernel '%s' is declared in the module's function info but the "
+                       "program does not define it: %s (%d)",
+                       m->table.kernels[k].name, mp_cl_error_name(err), (int)err);
+    }
+  }
+  m->kernels[device] = kernels;
+  m->programs[device] = program;
+  return MP_OK;
+}
+
+/* ---- calling ------------------------------------------------------------------------------- */
+
+static mp_status_t set_arg(const mp_opencl_t* cl, cl_kernel kernel, const mp_kernel_info_t* info,
+                           uint32_t index, size_t size, const void* value) {
+  cl_int err = cl->cl.SetKernelArg(kernel, index, size, value);
+  if (err != CL_SUCCESS)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u rejected by OpenCL: %s (%d)",
+                     info->name, index, mp_cl_error_name(err), (int)err);
+  return MP_OK;
+}
+
+static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_args,
+                               mp_value_t* out_ret) {
+  (void)out_ret;
+  const mp_kernel_ref_t* ref = self;
+  opencl_module_t* m = ref->module;
+  const mp_kernel_info_t* info = &m->table.kernels[ref->kernel];
+  MP_RETURN_IF_ERROR(mp_kernel_check_count(info, num_args));
+  /* Checks that need no driver first: kinds, dtypes, devices, launch dimensions. */
+  mp_kernel_scalar_t scalars[MP_KERNEL_MAX_ARGS];
+  size_t scalar_sizes[MP_KERNEL_MAX_ARGS];
+  for (uint32_t i = 0; i < info->arg_count; ++i) {
+    if (info->args[i].kind == MP_KERNEL_ARG_SCALAR) {
+      MP_RETURN_IF_ERROR(mp_kernel_pack_scalar(info, i, &args[i], &scalars[i], &scalar_sizes[i]));
+      continue;
+    }
+    MP_RETURN_IF_ERROR(mp_kernel_check_buffer(info, i, &args[i]));
+    if (args[i].v_tensor->byte_offset != 0)
+      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                       "%s: argument %u has a byte offset; OpenCL takes whole buffers", info->name,
+                       i);
+  }
+  int32_t device = -1;
+  MP_RETURN_IF_ERROR(mp_kernel_check_devices(
+      info, args, &mp_opencl_device, "modpack.array(x, device=\"opencl:0\")", &device));
+  size_t global[3] = {1, 1, 1}, local[3] = {0, 0, 0};
+  for (uint32_t t = 0; t < info->launch_count; ++t) {
+    const mp_value_t* v = &args[info->arg_count + t];
+    if (v->type_code != MP_TYPE_INT || v->v_int64 < 0)
+      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                       "%s: launch argument %u (%s) must be a non-negative int", info->name,
+                       info->arg_count + t, info->launch_tags[t]);
+    int8_t slot = m->table.launch_slots[ref->kernel][t];
+    if (slot < SLOT_LOCAL_X)
+      global[slot - SLOT_GLOBAL_X] = (size_t)v->v_int64;
+    else
+      local[slot - SLOT_LOCAL_X] = (size_t)v->v_int64;
+  }
+  bool any_local = local[0] || local[1] || local[2];
+  if (any_local && !(local[0] && local[1] && local[2]))
+    return mp_errorf(
+        MP_ERR_INVALID_ARGUMENT,
+        "%s: local sizes must be all 0 (driver chooses) or all positive, got %zu %zu %zu",
+        info->name, local[0], local[1], local[2]);
+  if (!global[0] || !global[1] || !global[2]) return MP_OK; /* nothing to run */
+
+  const mp_opencl_t* cl = mp_opencl();
+  if (!cl) return mp_error_code();
+  if (device < 0) device = 0;
+  if ((cl_uint)device >= cl->device_count)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "OpenCL device %d does not exist", (int)device);
+
+  pthread_mutex_lock(&m->lock);
+  mp_status_t status = m->programs[device] ? MP_OK : build_locked(m, cl, device);
+  cl_kernel kernel = status == MP_OK ? m->kernels[device][ref->kernel] : NULL;
+  for (uint32_t i = 0; status == MP_OK && i < info->arg_count; ++i) {
+    if (info->args[i].kind == MP_KERNEL_ARG_BUFFER) {
+      cl_mem mem = args[i].v_tensor->data;
+      status = set_arg(cl, kernel, info, i, sizeof mem, &mem);
+    } else {
+      status = set_arg(cl, kernel, info, i, scalar_sizes[i], &scalars[i]);
+    }
+  }
+  if (status == MP_OK) {
+    cl_int err = cl->cl.EnqueueNDRangeKernel(cl->queues[device], kernel, 3, NULL, global,
+                                             any_local ? local : NULL, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+      status = mp_errorf(MP_ERR_RUNTIME,
+                         "%s: OpenCL launch (global %zu,%zu,%zu local %zu,%zu,%zu) "
+                         "failed: %s (%d)",
+                         info->name, global[0], global[1], global[2], local[0], local[1], local[2],
+                         mp_cl_error_name(err), (int)err);
+  }
+  pthread_mutex_unlock(&m->lock);
+  return status;
+}
+
+/* ---- the payload --------------------------------------------------------------------------- */
+
+static mp_status_t parse(opencl_module_t* m, mp_const_byte_span_t payload) {
+  mp_reader_t r = {payload.data, payload.size, 0, "opencl payload"};
+  uint32_t version, reserved, count;
+  uint64_t source_size;
+  const uint8_t* source;
+  if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
+    return mp_reader_error(&r, "header");
+  if (version != MP_OPENCL_PAYLOAD_VERSION)
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "opencl payload version %u is not supported (this runtime "
+                     "reads %d); upgrade modpack",
+                     version, MP_OPENCL_PAYLOAD_VERSION);
+  if (reserved != 0)
+    return mp_errorf(MP_ERR_FORMAT, "opencl payload: reserved header field is not 0");
+  if (!mp_read_u64(&r, &source_size) || !mp_read_bytes(&r, source_size, &source))
+    return mp_reader_error(&r, "source");
+  m->source = malloc(source_size + 1);
+  if (!m->source) return mp_out_of_memory("the OpenCL source");
+  memcpy(m->source, source, source_size);
+  m->source[source_size] = '\0';
+  m->source_size = source_size;
+  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, &mp_opencl_kind, false, &m->table));
+  if (!mp_read_u32(&r, &count) || count > r.size / 12) return mp_reader_error(&r, "binary count");
+  m->binaries = calloc(count ? count : 1, sizeof *m->binaries);
+  if (!m->binaries) return mp_out_of_memory("the OpenCL binaries");
+  for (uint32_t b = 0; b < count; ++b) {
+    uint32_t key_size;
+    const uint8_t* key;
+    mp_opencl_binary_t* bin = &m->binaries[b];
+    if (!mp_read_u32(&r, &key_size) || key_size == 0 || key_size > MP_OPENCL_MAX_BINARY_KEY ||
+        !mp_read_bytes(&r, key_size, &key) || !mp_read_u64(&r, &bin->size) ||
+        !mp_read_bytes(&r, bin->size, &bin->data))
+      return mp_reader_error(&r, "program binary");
+    bin->key = malloc(key_size + 1);
+    if (!bin->key) return mp_out_of_memory("an OpenCL binary key");
+    memcpy(bin->key, key, key_size);
+    bin->key[key_size] = '\0';
+    m->binary_count = b + 1;
+  }
+  if (r.pos != r.size)
+    return mp_errorf(MP_ERR_FORMAT, "opencl payload has %" PRIu64 " unexpected trailing bytes",
+                     r.size - r.pos);
+  return MP_OK;
+}
+
+/* Kernel signatures, launch tags and the devices that have prebuilt binaries. */
+static mp_status_t opencl_describe(mp_module_t* self, char* buffer, uint64_t capacity,
+                                   uint64_t* out_length) {
+  opencl_module_t* m = mp_module_impl(self);
+  mp_json_t j = {buffer, capacity, 0};
+  mp_json_printf(&j, "\"source_bytes\": %" PRIu64 ", ", m->source_size);
+  mp_kernel_table_describe(&j, &m->table);
+  mp_json_printf(&j, ", \"binaries\": [");
+  for (uint32_t b = 0; b < m->binary_count; ++b) {
+    mp_json_printf(&j, "%s{\"device\": ", b ? ", " : "");
+    mp_json_string(&j, m->binaries[b].key);
+    mp_json_printf(&j, ", \"size\": %" PRIu64 "}", m->binaries[b].size);
+  }
+  mp_json_printf(&j, "]");
+  *out_length = j.length;
+  return MP_OK;
+}
+
+static const mp_module_vtable_t opencl_vtable = {
+    .get_function = mp_kernel_table_get_function,
+    .destroy = opencl_destroy,
+    .function_count = mp_kernel_table_function_count,
+    .function_name = mp_kernel_table_function_name,
+    .describe = opencl_describe,
+};
+
+static mp_status_t load_opencl(void* user_data, const mp_loader_args_t* args,
+                               mp_module_t** out_module) {
+  (void)user_data;
+  opencl_module_t* m = calloc(1, sizeof *m);
+  if (!m) return mp_out_of_memory("an opencl module");
+  pthread_mutex_init(&m->lock, NULL);
+  m->table.call = call_kernel;
+  mp_status_t status = parse(m, args->payload);
+  if (status != MP_OK) {
+    opencl_destroy(m);
+    return status;
+  }
+  return mp_module_create("opencl", &opencl_vtable, m, out_module);
+}
+
+const mp_kind_t mp_opencl_kind = {
+    .type_key = "opencl",
+    .load = load_opencl,
+    .device = &mp_opencl_device,
+    .launch_tags = launch_tags,
+    .launch_tag_count = SLOT_COUNT,
+};

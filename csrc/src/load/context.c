@@ -1,0 +1,76 @@
+/* The module context (load/context.h): the functions host code calls through its context
+ * slots, and the one table that installs them. Adding a slot: its names in modpack/abi.h, its
+ * definition and wrapper in modpack/backend.h, its function and one table row here. */
+#include <string.h>
+
+#include "core/error.h"
+#include "load/context.h"
+#include "load/library.h"
+
+/* Hands host code a pointer it may keep while the library is loaded (an entry owned by the
+ * library); a second lookup of the same name returns the same pointer. */
+static mp_status_t context_get_function(void* ctx, const char* name, void** out_function) {
+  *out_function = NULL;
+  mp_module_t* node = ctx;
+  mp_library_t* library = node ? mp_module_library(node) : NULL;
+  if (!library)
+    return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up '%s' before load", name);
+  mp_context_entry_t* entry;
+  MP_RETURN_IF_ERROR(mp_library_entry(library, name, &entry));
+  /* Fail now, not at the first call, when the function does not exist. */
+  mp_function_t* function;
+  MP_RETURN_IF_ERROR(mp_library_entry_resolve(entry, &function));
+  mp_function_release(function);
+  *out_function = entry;
+  return MP_OK;
+}
+
+static mp_status_t context_call(void* function, const mp_value_t* args, int32_t num_args,
+                                mp_value_t* out_ret) {
+  mp_context_entry_t* entry = function;
+  if (!entry) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "host code called a NULL function");
+  mp_function_t* f;
+  MP_RETURN_IF_ERROR(mp_library_entry_resolve(entry, &f));
+  mp_status_t status = mp_function_call(f, args, num_args, out_ret);
+  mp_function_release(f);
+  return status;
+}
+
+static void context_set_error(mp_status_t code, const char* message) {
+  mp_error_set(code == MP_OK ? MP_ERR_RUNTIME : code, message);
+}
+
+static mp_status_t context_get_array(void* ctx, const char* name, const DLTensor** out_array) {
+  *out_array = NULL;
+  mp_module_t* module = ctx;
+  if (!module)
+    return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up array '%s' before load", name);
+  return mp_module_get_array(module, name, 1, out_array);
+}
+
+/* Each context function and the slot it goes into. */
+static const mp_ctx_get_function_t get_function = context_get_function;
+static const mp_ctx_call_t call = context_call;
+static const mp_ctx_set_error_t set_error = context_set_error;
+static const mp_ctx_get_array_t get_array = context_get_array;
+
+static const struct {
+  const char* symbol;
+  const void* value; /* the function pointer variable above */
+  size_t size;
+} slots[] = {
+    {MP_CTX_GET_FUNCTION_SYMBOL, &get_function, sizeof get_function},
+    {MP_CTX_CALL_SYMBOL, &call, sizeof call},
+    {MP_CTX_SET_ERROR_SYMBOL, &set_error, sizeof set_error},
+    {MP_CTX_GET_ARRAY_SYMBOL, &get_array, sizeof get_array},
+};
+
+void mp_context_install(mp_library_t* library, mp_module_t* node) {
+  void** ctx = mp_library_symbol(library, MP_CTX_LIBRARY_SYMBOL);
+  if (ctx) *ctx = node;
+  /* A library has a slot only if its host code includes backend.h. */
+  for (size_t i = 0; i < sizeof slots / sizeof slots[0]; ++i) {
+    void* slot = mp_library_symbol(library, slots[i].symbol);
+    if (slot) memcpy(slot, slots[i].value, slots[i].size);
+  }
+}

@@ -1,0 +1,55 @@
+/* A loaded deployable library: the dlopen'd file, the set of libraries alive in the process
+ * (so loading a file whose tree lives returns that tree), its "library" node (the host code's
+ * place in the tree), and the functions its host code looked up through its context.
+ *
+ * Locking: loads are serialised by the library lock (recursive: a loader may load). It guards
+ * the set of live libraries, each library's root and "library" node. */
+#ifndef MODPACK_LOAD_LIBRARY_H_
+#define MODPACK_LOAD_LIBRARY_H_
+
+#include <stdbool.h>
+
+#include "modpack/kind.h"
+
+void mp_library_lock(void);
+void mp_library_unlock(void);
+
+/* dlopen |path| (a resolved path) and return its library: the live one if the file is already
+ * loaded (*out_existing true, a new reference), else a new one registered as live. Caller
+ * holds the library lock. */
+mp_status_t mp_library_open(const char* path, mp_library_t** out_library, bool* out_existing);
+/* The root of the library's live tree (a new reference), or NULL when there is none. Caller
+ * holds the library lock. */
+mp_module_t* mp_library_live_root(mp_library_t* library);
+/* Remember |root| as the root of the library's live tree (not retained). Caller holds the
+ * library lock. */
+void mp_library_set_root(mp_library_t* library, mp_module_t* root);
+
+/* The address of |symbol| in the library, or NULL. */
+void* mp_library_symbol(const mp_library_t* library, const char* symbol);
+/* The blob's bytes: from `__dev_mblob` to its ELF st_size, which must lie inside a
+ * file-backed part of a loaded segment (so no read can run past the file). *out_found is
+ * false for a library without a blob (host code only). */
+mp_status_t mp_library_locate_blob(mp_library_t* library, mp_const_byte_span_t* out_bytes,
+                                   bool* out_found);
+
+/* Make |library| the owner of |module|, a module loaded from it (the module keeps it alive
+ * and it forgets the module when the module dies). */
+void mp_library_adopt_module(mp_library_t* library, mp_module_t* module);
+/* The library's "library" node: the one that survives from an earlier tree (*out_reused
+ * true, its imports already wired), else a new one. Caller holds the library lock. */
+mp_status_t mp_library_node(mp_library_t* library, mp_module_t** out_node, bool* out_reused);
+
+/* A function host code looked up through its context. Host code keeps the pointer (in a
+ * static) for as long as the library is loaded, so entries belong to the library, not to its
+ * "library" node. */
+typedef struct mp_context_entry mp_context_entry_t;
+
+/* The entry for |name|, created on first use; the same pointer for every lookup of |name|. */
+mp_status_t mp_library_entry(mp_library_t* library, const char* name,
+                             mp_context_entry_t** out_entry);
+/* The function |entry| names (a new reference): resolved among the imports of the library's
+ * current "library" node on first use, and again after that node died. */
+mp_status_t mp_library_entry_resolve(mp_context_entry_t* entry, mp_function_t** out_function);
+
+#endif /* MODPACK_LOAD_LIBRARY_H_ */

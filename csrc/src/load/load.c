@@ -1,0 +1,111 @@
+/* The loading entry points: mp_module_load_from_file (validate the file, dlopen it, rebuild
+ * its tree or return the live one), mp_module_load_from_payload (one loader on a payload, for
+ * tools), and the public face of the loader registry. Each first registers the built-in
+ * kinds, so the registry itself knows none. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* realpath, PATH_MAX */
+#endif
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/registry.h"
+#include "kinds/builtin.h"
+#include "load/elf_check.h"
+#include "load/library.h"
+#include "load/trace.h"
+#include "load/tree.h"
+
+/* The tree of an opened library: the live one, or one built anew. Caller holds the lock. */
+static mp_status_t tree_of(mp_library_t* library, bool existing, uint32_t flags,
+                           mp_module_t** out_module) {
+  if (existing) {
+    mp_module_t* root = mp_library_live_root(library);
+    if (root) {
+      *out_module = root;
+      return MP_OK;
+    }
+    /* Parts of the old tree may live on but its root is gone: build a new tree over the same
+     * library (its "library" node is reused if it survives). */
+  }
+  mp_const_byte_span_t bytes;
+  bool has_blob;
+  MP_RETURN_IF_ERROR(mp_library_locate_blob(library, &bytes, &has_blob));
+  MP_RETURN_IF_ERROR(has_blob ? mp_tree_build(library, bytes, flags, out_module)
+                              : mp_tree_host_only(library, out_module));
+  mp_library_set_root(library, *out_module);
+  return MP_OK;
+}
+
+static mp_status_t load_locked(const char* path, uint32_t flags, mp_module_t** out_module) {
+  double clock = mp_trace_now_ms();
+  MP_RETURN_IF_ERROR(mp_elf_check_file(path));
+  mp_trace_phase(path, "file check", &clock, "");
+  mp_library_t* library;
+  bool existing;
+  MP_RETURN_IF_ERROR(mp_library_open(path, &library, &existing));
+  mp_trace_phase(path, "dlopen", &clock, "");
+  mp_status_t status = tree_of(library, existing, flags, out_module);
+  mp_library_release(library); /* the modules hold it now (or it goes, on failure) */
+  return status;
+}
+
+mp_status_t mp_module_load_from_file(const char* path, uint32_t flags, mp_module_t** out_module) {
+  *out_module = NULL;
+  if (!path) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_from_file: NULL path");
+  /* A path, never a library name: dlopen would search the library path for "deploy.so". */
+  char resolved[PATH_MAX];
+  if (!realpath(path, resolved))
+    return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
+                     strerror(errno));
+  mp_kinds_register_builtin();
+  mp_library_lock();
+  mp_status_t status = load_locked(resolved, flags, out_module);
+  mp_library_unlock();
+  return status;
+}
+
+mp_status_t mp_module_load_from_payload(const char* type_key, mp_const_byte_span_t payload,
+                                        mp_module_t** out_module) {
+  *out_module = NULL;
+  if (!type_key)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_from_payload: NULL type key");
+  mp_kinds_register_builtin();
+  mp_loader_fn_t loader;
+  void* user_data;
+  MP_RETURN_IF_ERROR(mp_registry_find_loader(type_key, &loader, &user_data));
+  mp_loader_args_t args = {.type_key = type_key, .payload = payload, .library = NULL};
+  mp_error_clear();
+  mp_status_t status = loader(user_data, &args, out_module);
+  if (status == MP_OK && !*out_module)
+    return mp_errorf(MP_ERR_INTERNAL, "the %s loader returned no module", type_key);
+  if (status != MP_OK && mp_error_message()[0] == '\0')
+    mp_errorf(status, "the %s loader failed with status %d", type_key, (int)status);
+  return status;
+}
+
+/* ---- the loader registry's public face ----------------------------------------------------- */
+
+mp_status_t mp_loader_register(const char* type_key, mp_loader_fn_t fn, void* user_data) {
+  mp_kinds_register_builtin(); /* so a user's key cannot take a built-in kind's */
+  return mp_registry_add_loader(type_key, fn, user_data);
+}
+
+mp_status_t mp_loader_unregister(const char* type_key) {
+  mp_kinds_register_builtin();
+  return mp_registry_remove_loader(type_key);
+}
+
+uint64_t mp_loader_list(char* buffer, uint64_t capacity) {
+  mp_kinds_register_builtin();
+  return mp_registry_list_loaders(buffer, capacity);
+}
+
+const char* mp_kind_launch_tag(const char* type_key, uint32_t index) {
+  if (!type_key) return NULL;
+  mp_kinds_register_builtin();
+  const mp_kind_t* kind = mp_registry_find_kind(type_key);
+  return kind && index < kind->launch_tag_count ? kind->launch_tags[index] : NULL;
+}
