@@ -7,15 +7,19 @@
     lib["vadd"](a, b, out)
 """
 
-__version__ = "0.1.0"
-
 from .errors import (
+    AlreadyExistsError,
     ArgumentError,
+    CallError,
     CompileError,
     FormatError,
     IncompatibleError,
+    InternalError,
+    MissingFileError,
     ModpackError,
+    ModpackOSError,
     NotFoundError,
+    ResourceExhaustedError,
     UnavailableError,
 )
 from .loader import load_module, register_loader, unregister_loader
@@ -32,27 +36,39 @@ from .modules import (
     opencl_module,
 )
 from .runtime.array import Array, array, empty
+from .runtime.binding import lib as _lib
 from .runtime.devices import device_count, device_name, get_stream, set_stream, synchronize
 from .runtime.function import Function
-from .runtime.function import warm_up as _warm_up
+from .runtime.module import LoadedModule
+from .runtime.warmup import warm_up as _warm_up
 from .serializer import ModuleSerializer
+
+# The runtime's version, from the one place it is written (csrc/include/modpack/modpack.h).
+__version__ = f"{_lib.MP_VERSION_MAJOR}.{_lib.MP_VERSION_MINOR}.{_lib.MP_VERSION_PATCH}"
 
 _warm_up()
 
 __all__ = [
+    "AlreadyExistsError",
     "ArgumentError",
     "Array",
     "BinaryModule",
+    "CallError",
     "CompileError",
     "FormatError",
     "Function",
     "IncompatibleError",
+    "InternalError",
     "KernelArg",
     "KernelInfo",
+    "LoadedModule",
+    "MissingFileError",
     "ModpackError",
+    "ModpackOSError",
     "Module",
     "ModuleSerializer",
     "NotFoundError",
+    "ResourceExhaustedError",
     "UnavailableError",
     "__version__",
     "array",

@@ -1,18 +1,28 @@
-"""Exceptions: one base class, one subclass per runtime status code.
+"""Exceptions: one base class, one class per runtime status code.
 
-A status code from the C runtime becomes an exception here and nowhere else
-(:func:`modpack.runtime.binding.check`), with the runtime's own message.
+A status code from the C runtime becomes an exception in one place
+(:func:`modpack.runtime.binding.error_from_status`), with the runtime's own message. Each class
+also derives from the built-in exception a Python programmer would reach for, so code that
+catches ``ValueError``, ``KeyError``, ``OSError``, ``FileNotFoundError`` or ``MemoryError``
+keeps working. An exception raised inside a Python loader or a Python function that the
+runtime called reaches the caller as itself (its class and traceback), not as one of these.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AlreadyExistsError",
     "ArgumentError",
+    "CallError",
     "CompileError",
     "FormatError",
     "IncompatibleError",
+    "InternalError",
+    "MissingFileError",
     "ModpackError",
+    "ModpackOSError",
     "NotFoundError",
+    "ResourceExhaustedError",
     "UnavailableError",
 ]
 
@@ -21,28 +31,56 @@ class ModpackError(RuntimeError):
     """Base class of every error modpack raises."""
 
 
+class ArgumentError(ModpackError, ValueError, TypeError):
+    """A call received a wrong argument count, type or value (MP_ERR_INVALID_ARGUMENT)."""
+
+
 class FormatError(ModpackError):
-    """A library or blob is malformed, truncated or corrupt."""
+    """A library or blob is malformed, truncated or corrupt (MP_ERR_FORMAT)."""
 
 
 class IncompatibleError(FormatError):
-    """Well-formed, but not for this runtime (e.g. written by a newer major format version)."""
+    """Well-formed, but not for this runtime, e.g. written by a newer major format version
+    (MP_ERR_INCOMPATIBLE)."""
 
 
 class NotFoundError(ModpackError, KeyError):
-    """No such function, loader, array or file."""
+    """No such function, loader, array or file (MP_ERR_NOT_FOUND)."""
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
 
 
+class MissingFileError(NotFoundError, FileNotFoundError):
+    """The library file to load or inspect does not exist."""
+
+
+class ResourceExhaustedError(ModpackError, MemoryError):
+    """Out of memory, on the host or a device (MP_ERR_RESOURCE_EXHAUSTED)."""
+
+
+class ModpackOSError(ModpackError, OSError):
+    """The operating system refused: open, read, dlopen (MP_ERR_IO)."""
+
+    def __str__(self) -> str:  # OSError would show its (unset) errno fields
+        return str(self.args[0]) if self.args else ""
+
+
+class CallError(ModpackError):
+    """A called function or kernel reported a failure (MP_ERR_RUNTIME)."""
+
+
+class AlreadyExistsError(ModpackError):
+    """Something is registered already, e.g. a loader for a type key (MP_ERR_ALREADY_EXISTS)."""
+
+
 class UnavailableError(ModpackError):
-    """A driver or device that this needs is not present."""
+    """A driver or device that this needs is not present (MP_ERR_UNAVAILABLE)."""
+
+
+class InternalError(ModpackError):
+    """A bug in modpack itself (MP_ERR_INTERNAL): please report it."""
 
 
 class CompileError(ModpackError):
     """A compiler, assembler or linker failed; the message carries its own output."""
-
-
-class ArgumentError(ModpackError, TypeError):
-    """A call received a wrong argument count, type or value."""

@@ -25,15 +25,17 @@ from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from .errors import FormatError, ModpackError, NotFoundError
-from .format.layout import BLOB_SYMBOL, FLAG_PAYLOAD_CHECKSUMS, LIB_TYPE_KEY
+from .errors import FormatError, MissingFileError, ModpackError
+from .format.layout import (
+    BLOB_SYMBOL,
+    FLAG_PAYLOAD_CHECKSUMS,
+    FUNC_SYMBOL_PREFIX,
+    LIB_TYPE_KEY,
+    LIBRARY_TYPE_KEY,
+)
 from .runtime.binding import error_from_status, ffi, lib
 
-__all__ = ["FUNC_SYMBOL_PREFIX", "LIBRARY_TYPE_KEY", "inspect_library"]
-
-FUNC_SYMBOL_PREFIX = "__mp_func_"
-# The type key the runtime gives the root of a library without a blob.
-LIBRARY_TYPE_KEY = "library"
+__all__ = ["inspect_library"]
 
 _ELF_MAGIC = b"\x7fELF"
 # What pyelftools raises (or lets escape) on malformed ELF structures.
@@ -52,7 +54,8 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
     "children", "parents"}``, with checksums as 16 hex digits (``None`` for ``_lib``).
 
     Raises :class:`~modpack.FormatError` (or a subclass) for a file that is not ELF, is
-    truncated or is corrupt, :class:`~modpack.NotFoundError` for a missing file.
+    truncated or is corrupt, :class:`~modpack.MissingFileError` (a ``FileNotFoundError``) for
+    a missing file.
     """
     shown = os.fspath(path)
     if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block open()
@@ -62,7 +65,7 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
     try:
         f = open(path, "rb")
     except FileNotFoundError:
-        raise NotFoundError(f"no such library: {shown}") from None
+        raise MissingFileError(f"no such library: {shown}") from None
     except OSError as exc:
         raise ModpackError(f"cannot open {shown}: {exc.strerror or exc}") from None
     with f:
@@ -113,7 +116,7 @@ def _inspect_tar(shown: str) -> dict[str, Any]:
     try:
         tar = tarfile.open(shown)
     except FileNotFoundError:
-        raise NotFoundError(f"no such library: {shown}") from None
+        raise MissingFileError(f"no such library: {shown}") from None
     except tarfile.TarError as exc:
         raise FormatError(f"{shown} is not a readable tar archive: {exc}") from None
     with tar, tempfile.TemporaryDirectory(prefix="modpack-inspect-") as scratch:

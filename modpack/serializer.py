@@ -12,23 +12,28 @@ Writing streams each payload to the file once, hashing as it goes, then writes t
 from __future__ import annotations
 
 import os
-import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import xxhash
 
-from . import __version__
 from .errors import ModpackError
-from .format import LIB_TYPE_KEY, EntryRecord, IndexLayout, pack_index
-from .format.layout import ALIGNMENT, MAX_TYPE_KEY, align_up
+from .format import (
+    LIB_TYPE_KEY,
+    MAX_TYPE_KEY,
+    WRITER_VERSION,
+    EntryRecord,
+    IndexLayout,
+    pack_index,
+    type_key_is_valid,
+)
+from .format.layout import ALIGNMENT, align_up
 from .modules.base import Module, _walk
 
 __all__ = ["BlobPlan", "ModuleSerializer"]
 
 PROGRESS_THRESHOLD = 256 << 20  # bytes of payload before a progress bar is worth showing
-_TYPE_KEY = re.compile(r"^[A-Za-z0-9.-][A-Za-z0-9_.-]*$")
 
 
 @dataclass
@@ -145,7 +150,7 @@ class ModuleSerializer:
                 cursor = offset + size
             f.seek(base)
             f.write(pack_index(layout, entries, plan.row_ptr, plan.child_indices, cursor,
-                               _writer_version()))
+                               WRITER_VERSION))
             f.seek(base + cursor)
         return cursor
 
@@ -202,7 +207,7 @@ def _progress(total: int) -> Any:
 
 
 def _check_type_key(key: str) -> None:
-    if not isinstance(key, str) or not (1 <= len(key) <= MAX_TYPE_KEY) or not _TYPE_KEY.match(key):
+    if not isinstance(key, str) or not type_key_is_valid(key):
         raise ModpackError(
             f"invalid type key {key!r}: use 1-{MAX_TYPE_KEY} characters of [A-Za-z0-9_.-], "
             "not starting with '_' (reserved for _lib)"
@@ -235,10 +240,3 @@ def _check_acyclic(order: list[object], row_ptr: list[int], child_indices: list[
             if state[c] == 0:
                 state[c] = 1
                 stack.append((c, row_ptr[c]))
-
-
-def _writer_version() -> tuple[int, int, int]:
-    parts = [int(p) for p in re.findall(r"\d+", __version__)[:3]]
-    parts += [0] * (3 - len(parts))
-    return (parts[0], parts[1], parts[2])
-

@@ -1,17 +1,20 @@
 """Byte layout of the blob index (header, entries, CSR tree, type-key strings).
 
-See docs/format.md. Sizes, versions and flags are read from the C header through the runtime
-binding, so writer and reader share one definition.
+See docs/format.md. Every fact comes from the C header (csrc/include/modpack/format.h) through
+the runtime binding — sizes, versions, flags, the magic and the names — and the struct formats
+below are checked against the header's structs field by field, so writer and reader share one
+definition.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
 import xxhash
 
-from ..runtime.binding import lib
+from ..runtime.binding import ffi, lib
 
 FORMAT_MAJOR: int = lib.MP_FORMAT_MAJOR
 FORMAT_MINOR: int = lib.MP_FORMAT_MINOR
@@ -20,14 +23,45 @@ ENTRY_SIZE: int = lib.MP_FORMAT_ENTRY_SIZE
 ALIGNMENT: int = lib.MP_FORMAT_PAYLOAD_ALIGNMENT
 MAX_TYPE_KEY: int = lib.MP_FORMAT_MAX_TYPE_KEY
 FLAG_PAYLOAD_CHECKSUMS: int = lib.MP_FORMAT_FLAG_PAYLOAD_CHECKSUMS
-MAGIC = b"\x89MPK\r\n\x1a\n"
-BLOB_SYMBOL = "__dev_mblob"
-LIB_TYPE_KEY = "_lib"
+MAGIC: bytes = ffi.string(lib.MP_FORMAT_MAGIC)
+BLOB_SYMBOL: str = ffi.string(lib.MP_BLOB_SYMBOL).decode()
+LIB_TYPE_KEY: str = ffi.string(lib.MP_LIB_TYPE_KEY).decode()
+LIBRARY_TYPE_KEY: str = ffi.string(lib.MP_LIBRARY_TYPE_KEY).decode()
+FUNC_SYMBOL_PREFIX: str = ffi.string(lib.MP_FUNC_SYMBOL_PREFIX).decode()
+# The runtime's version, recorded in every blob as its writer's.
+WRITER_VERSION = (lib.MP_VERSION_MAJOR, lib.MP_VERSION_MINOR, lib.MP_VERSION_PATCH)
 
-_HEADER = struct.Struct("<8sHHIQBBHIQQQQ")
-_ENTRY = struct.Struct("<QQQIIIIQ")
-_CHECKSUM_OFFSET = 56
-assert _HEADER.size == HEADER_SIZE and _ENTRY.size == ENTRY_SIZE
+
+def check_struct(fmt: struct.Struct, c_type: str) -> struct.Struct:
+    """Check that |fmt| packs the C struct |c_type| exactly: one code per field, in the
+    header's order, each at its offsetof() with its size, and the same total size. Called at
+    import for every on-disk struct a writer packs, so a change on either side fails at once
+    instead of writing bad bytes. Returns |fmt|."""
+    fields = ffi.typeof(c_type).fields
+    codes = re.findall(r"\d*[A-Za-z?]", fmt.format.lstrip("<"))
+    offset = 0
+    problems = [] if len(codes) == len(fields) else [f"{len(codes)} codes, {len(fields)} fields"]
+    for (name, field), code in zip(fields, codes, strict=False):
+        size = struct.calcsize("<" + code)
+        if field.offset != offset or ffi.sizeof(field.type) != size:
+            problems.append(f"{name} at {field.offset} ({ffi.sizeof(field.type)} bytes) vs "
+                            f"{offset} ({size} bytes)")
+        offset += size
+    if fmt.size != ffi.sizeof(c_type) or problems:
+        raise ImportError(f"struct format {fmt.format!r} does not match {c_type}: {problems}; "
+                          "the C header and the Python writer disagree")
+    return fmt
+
+
+_HEADER = check_struct(struct.Struct("<8sHHIQBBHIQQQQ"), "mp_format_header_v1_t")
+_ENTRY = check_struct(struct.Struct("<QQQIIIIQ"), "mp_format_entry_v1_t")
+_CHECKSUM_OFFSET = ffi.offsetof("mp_format_header_v1_t", "index_checksum")
+
+
+def type_key_is_valid(key: str, allow_reserved: bool = False) -> bool:
+    """The format's type-key rule, asked of the runtime (the one place it is written)."""
+    data = key.encode() if isinstance(key, str) else b""
+    return bool(lib.mp_type_key_is_valid(data, len(data), allow_reserved)) if data else False
 
 
 def align_up(value: int, alignment: int) -> int:

@@ -1,28 +1,29 @@
 """The ``const`` kind: named arrays (weights, constants) stored in the blob.
 
-Written here, read by the C runtime's ``loadbinary_const`` (csrc/src/const_module.c, which
-documents the payload layout). Array bytes are streamed from the caller's arrays, never joined.
+Written here, read by the C runtime's ``loadbinary_const`` (csrc/src/kinds/const/). The payload
+layout and its numbers are in csrc/include/modpack/kinds/const.h, read here through the runtime
+binding. Array bytes are streamed from the caller's arrays, never joined.
 """
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
+from ..format.layout import check_struct
+from ..runtime.binding import lib
 from ..runtime.dtypes import dtype_to_dl
 from .base import BinaryModule
 
 __all__ = ["ConstModule", "const_module"]
 
-_VERSION = 1
-_HEADER = struct.Struct("<IIQ")
-_RECORD = struct.Struct("<QIBBHIIQQQ")
-_DATA_ALIGNMENT = 64
-_NAME = re.compile(r"^[^\x00]{1,4096}$")
+_HEADER = check_struct(struct.Struct("<IIQ"), "mp_const_header_v1_t")
+_RECORD = check_struct(struct.Struct("<QIBBHIIQQQ"), "mp_const_record_v1_t")
+_DATA_ALIGNMENT: int = lib.MP_CONST_DATA_ALIGNMENT
+_MAX_NAME: int = lib.MP_CONST_MAX_NAME
 
 
 def _align(value: int, alignment: int) -> int:
@@ -40,8 +41,11 @@ class ConstModule(BinaryModule):
             raise TypeError("const_module expects a mapping of name -> numpy array")
         self._arrays: dict[str, np.ndarray] = {}
         for name, value in arrays.items():
-            if not isinstance(name, str) or not _NAME.match(name):
-                raise ValueError(f"array name {name!r} must be a non-empty str without NUL bytes")
+            if (not isinstance(name, str) or not 1 <= len(name.encode()) <= _MAX_NAME
+                    or "\0" in name):
+                raise ValueError(
+                    f"array name {name!r} must be a str of 1 to {_MAX_NAME} bytes without NUL"
+                )
             array = np.asarray(value)
             if not array.flags.c_contiguous:  # (ascontiguousarray would turn 0-d into 1-d)
                 array = array.copy(order="C")
@@ -72,7 +76,7 @@ class ConstModule(BinaryModule):
             data_offsets.append(cursor)
             cursor += a.nbytes
         total = cursor
-        meta = [_HEADER.pack(_VERSION, 0, count)]
+        meta = [_HEADER.pack(lib.MP_CONST_PAYLOAD_VERSION, 0, count)]
         for i, a in enumerate(self._arrays.values()):
             code, bits, lanes = dtype_to_dl(a.dtype)
             meta.append(_RECORD.pack(name_offsets[i], len(names[i]), code, bits, lanes,

@@ -1,8 +1,9 @@
 """Function-info records of device kernels, as stored in device module payloads.
 
 A record names the kernel, gives each argument's kind (a buffer in device memory, or a scalar)
-and dtype, and tags the trailing integer arguments that carry launch dimensions. The C runtime
-reads them in csrc/src/kernel_info.c; both sides must agree byte for byte.
+and dtype, and tags the trailing integer arguments that carry launch dimensions. The layout and
+limits are in csrc/include/modpack/kinds/kernel.h, read here through the runtime binding; each
+kind's launch tags come from the runtime too (:func:`launch_tags`).
 """
 
 from __future__ import annotations
@@ -14,17 +15,29 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime.binding import ffi, lib
 from ..runtime.dtypes import dtype_to_dl
 
-__all__ = ["UNTYPED_POINTER", "KernelArg", "KernelInfo", "kernel_infos"]
+__all__ = ["UNTYPED_POINTER", "KernelArg", "KernelInfo", "kernel_infos", "launch_tags"]
 
 BUFFER, SCALAR = "buffer", "scalar"
-# What the C reader (csrc/src/kernel_info.c) accepts; checked when a record is made.
-MAX_NAME_BYTES = 1024
-MAX_ARGS = 256
-MAX_LAUNCH_TAGS = 16
-MAX_LAUNCH_TAG_BYTES = 64
-_DL_OPAQUE_HANDLE = 3  # the record's dtype code of an untyped pointer: any dtype is accepted
+_ARG_KINDS = {BUFFER: lib.MP_KERNEL_ARG_BUFFER, SCALAR: lib.MP_KERNEL_ARG_SCALAR}
+# What the C reader accepts (modpack/kinds/kernel.h); checked when a record is made.
+MAX_NAME_BYTES: int = lib.MP_KERNEL_MAX_NAME
+MAX_ARGS: int = lib.MP_KERNEL_MAX_ARGS
+MAX_LAUNCH_TAGS: int = lib.MP_KERNEL_MAX_LAUNCH_TAGS
+MAX_LAUNCH_TAG_BYTES: int = lib.MP_KERNEL_MAX_LAUNCH_TAG
+# The record's dtype code of an untyped pointer: any dtype is accepted.
+_DL_OPAQUE_HANDLE: int = lib.kDLOpaqueHandle
+
+
+def launch_tags(type_key: str) -> tuple[str, ...]:
+    """The launch tags of a built-in device kind's kernels, in its launch-slot order, as the
+    runtime defines them (``("global.x", ..., "local.z")`` for ``"opencl"``)."""
+    tags = []
+    while (tag := lib.mp_kind_launch_tag(type_key.encode(), len(tags))) != ffi.NULL:
+        tags.append(ffi.string(tag).decode())
+    return tuple(tags)
 
 
 @dataclass(frozen=True)
@@ -99,7 +112,7 @@ class KernelInfo:
             code, bits, lanes = (
                 (_DL_OPAQUE_HANDLE, 8, 1) if arg.dtype is None else dtype_to_dl(arg.dtype)
             )
-            parts.append(struct.pack("<BBBB", 0 if arg.kind == BUFFER else 1, code, bits, lanes))
+            parts.append(struct.pack("<BBBB", _ARG_KINDS[arg.kind], code, bits, lanes))
         parts.append(struct.pack("<I", len(self.launch_tags)))
         for tag in self.launch_tags:
             encoded = tag.encode()

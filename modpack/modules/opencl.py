@@ -3,7 +3,8 @@
 Stored as source (portable; programs are built lazily per device at the first call, and
 PoCL/driver caches make rebuilds cheap), optionally with prebuilt program binaries keyed by
 ``"platform/device/driver"`` that the runtime uses when they match the device. Read by the C
-runtime's ``loadbinary_opencl`` (csrc/src/opencl_module.c).
+runtime's ``loadbinary_opencl`` (csrc/src/kinds/opencl/); the payload's layout and numbers are
+in csrc/include/modpack/kinds/opencl.h, read here through the runtime binding.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from ..format.layout import check_struct
+from ..runtime.binding import lib
 from .base import BinaryModule
-from .kernel_info import BUFFER, SCALAR, KernelArg, KernelInfo, kernel_infos
+from .kernel_info import BUFFER, SCALAR, KernelArg, KernelInfo, kernel_infos, launch_tags
 
 __all__ = [
     "LAUNCH_TAGS",
@@ -26,8 +29,8 @@ __all__ = [
     "parse_kernel_signatures",
 ]
 
-LAUNCH_TAGS = ("global.x", "global.y", "global.z", "local.x", "local.y", "local.z")
-_VERSION = 1
+LAUNCH_TAGS = launch_tags("opencl")  # global x, y, z, local x, y, z
+_HEADER = check_struct(struct.Struct("<IIQ"), "mp_opencl_header_v1_t")
 
 _CL_TYPES = {
     "char": "int8", "uchar": "uint8", "short": "int16", "ushort": "uint16",
@@ -101,7 +104,7 @@ class OpenCLModule(BinaryModule):
 
     def save_to_binary(self) -> bytes:
         source = self.source.encode()
-        parts = [struct.pack("<IIQ", _VERSION, 0, len(source)), source,
+        parts = [_HEADER.pack(lib.MP_OPENCL_PAYLOAD_VERSION, 0, len(source)), source,
                  struct.pack("<I", len(self.functions))]
         parts += [f.encode() for f in self.functions]
         parts.append(struct.pack("<I", len(self.binaries)))

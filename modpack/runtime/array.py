@@ -6,38 +6,41 @@ allocates one, ``.numpy()`` copies back. Arrays speak DLPack both ways.
 
 from __future__ import annotations
 
-import ctypes
 import re
 from typing import Any
 
 import numpy as np
 
-from .binding import check, ffi, lib
+from ..errors import ArgumentError
+from . import _calls
+from .binding import check, error_from_status, ffi, lib, string
 from .dtypes import dtype_to_dl
 
-__all__ = ["Array", "array", "empty", "parse_device"]
+__all__ = ["Array", "array", "device_type_name", "empty", "parse_device"]
 
-_DEVICE_TYPES = {"cpu": lib.kDLCPU, "cuda": lib.kDLCUDA, "opencl": lib.kDLOpenCL}
-_DEVICE_NAMES = {v: k for k, v in _DEVICE_TYPES.items()}
 _DEVICE = re.compile(r"^(?P<type>[a-z]+)(?::(?P<id>\d+))?$")
+_CPU = ffi.new("DLDevice*", {"device_type": lib.kDLCPU, "device_id": 0})[0]
 
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-_DLTENSOR_NAME = ctypes.create_string_buffer(b"dltensor")  # must outlive every capsule
-_DESTRUCTOR = int(ffi.cast("uintptr_t", lib.modpack_capsule_destructor()))
+
+def device_type_name(device_type: int) -> str:
+    """The runtime's name of a DLPack device type ("cpu", "opencl", "cuda"), or its number."""
+    name = lib.mp_device_type_name(device_type)
+    return str(device_type) if name == ffi.NULL else string(name)
 
 
 def parse_device(device: str | tuple[int, int]) -> tuple[int, int]:
-    """``"opencl:0"`` → (DLPack device type, id). Also accepts a (type, id) tuple."""
+    """``"opencl:0"`` → (DLPack device type, id). Also accepts a (type, id) tuple. The device
+    types are the runtime's: the CPU and each built-in kind's device."""
     if isinstance(device, tuple):
         return int(device[0]), int(device[1])
     m = _DEVICE.match(device.strip().lower()) if isinstance(device, str) else None
-    if not m or m["type"] not in _DEVICE_TYPES:
-        raise ValueError(
-            f"unknown device {device!r}: use 'cpu', 'opencl:N' or 'cuda:N'"
-        )
-    return _DEVICE_TYPES[m["type"]], int(m["id"] or 0)
+    if not m:
+        raise ArgumentError(f"unknown device {device!r}: use 'cpu', 'opencl:N' or 'cuda:N'")
+    out = ffi.new("int32_t*")
+    status = lib.mp_device_type_from_name(m["type"].encode(), out)
+    if status:
+        raise ArgumentError(f"unknown device {device!r}: {error_from_status(status)}")
+    return int(out[0]), int(m["id"] or 0)
 
 
 class Array:
@@ -75,7 +78,7 @@ class Array:
     @property
     def device(self) -> str:
         d = self._tensor.device
-        return f"{_DEVICE_NAMES.get(d.device_type, d.device_type)}:{d.device_id}"
+        return f"{device_type_name(d.device_type)}:{d.device_id}"
 
     def numpy(self) -> np.ndarray:
         """A host copy."""
@@ -86,23 +89,19 @@ class Array:
     def copy_to(self, target: np.ndarray) -> None:
         """Copy into an existing C-contiguous host array of the same shape and dtype."""
         _check_host(target, self.shape, self._dtype)
-        keep: list = []
-        from .values import tensor_from_array
-
-        check(lib.mp_array_copy(self._tensor, tensor_from_array(target, keep)))
+        if not target.flags.writeable:
+            raise ArgumentError("the target array is read-only")
+        t = self._tensor
+        host = ffi.from_buffer(target.reshape(-1).view(np.uint8))
+        check(lib.mp_device_copy(t.data, t.byte_offset, t.device, host, 0, _CPU, self.nbytes))
 
     def copy_from(self, source: Any) -> None:
         """Copy a host array (same shape and dtype) into this array."""
         source = np.ascontiguousarray(source)
         _check_host(source, self.shape, self._dtype)
-        keep: list = []
-        from .values import tensor_from_array
-
-        check(lib.mp_array_copy(tensor_from_array(source, keep), self._tensor))
-
-    def _dltensor(self) -> Any:
-        """The runtime's own DLTensor, passed to calls as is."""
-        return self._tensor
+        t = self._tensor
+        host = ffi.from_buffer(source.reshape(-1).view(np.uint8), require_writable=False)
+        check(lib.mp_device_copy(host, 0, _CPU, t.data, t.byte_offset, t.device, self.nbytes))
 
     def __dlpack_device__(self) -> tuple[int, int]:
         d = self._tensor.device
@@ -114,8 +113,7 @@ class Array:
             raise BufferError("modpack arrays export without copying (copy=True unsupported)")
         managed = ffi.new("DLManagedTensor**")
         check(lib.mp_array_to_dlpack(self._tensor, managed))
-        address = int(ffi.cast("uintptr_t", managed[0]))
-        return _capsule_new(address, ctypes.addressof(_DLTENSOR_NAME), _DESTRUCTOR)
+        return _calls.dlpack_capsule(int(ffi.cast("uintptr_t", managed[0])))
 
     def __repr__(self) -> str:
         return f"<modpack.Array shape={self.shape} dtype={self._dtype} device={self.device}>"
@@ -123,9 +121,9 @@ class Array:
 
 def _check_host(host: np.ndarray, shape: tuple, dtype: np.dtype) -> None:
     if not isinstance(host, np.ndarray) or not host.flags.c_contiguous:
-        raise TypeError("expected a C-contiguous numpy array")
+        raise ArgumentError("expected a C-contiguous numpy array")
     if host.shape != shape or host.dtype != dtype:
-        raise ValueError(
+        raise ArgumentError(
             f"shape/dtype mismatch: array is {shape} {dtype}, host is {host.shape} {host.dtype}"
         )
 

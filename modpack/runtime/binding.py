@@ -1,6 +1,14 @@
-"""The thin layer over ``modpack._rt``: the cffi handles and status → exception mapping."""
+"""The thin layer over ``modpack._rt``: the cffi handles, and status codes as exceptions.
+
+Failures cross the C runtime as a status code plus a per-thread message. A Python exception
+raised inside a callback the runtime made (a Python loader, a Python function called from host
+code) is parked here by :func:`fail` and comes back out of :func:`error_from_status` as itself,
+its traceback intact, with the runtime's context (which module, which library) as a note.
+"""
 
 from __future__ import annotations
+
+import threading
 
 from .. import errors
 
@@ -12,23 +20,59 @@ except ImportError as exc:  # pragma: no cover - only without a build
         "`pip install -e .` (or `pip install .`) from the repository root"
     ) from exc
 
-__all__ = ["check", "error_from_status", "ffi", "lib", "loader_names"]
+__all__ = ["check", "error_from_status", "fail", "ffi", "lib", "loader_names", "string"]
 
-_EXCEPTIONS: dict[int, type[errors.ModpackError]] = {
+EXCEPTIONS: dict[int, type[errors.ModpackError]] = {
     lib.MP_ERR_INVALID_ARGUMENT: errors.ArgumentError,
     lib.MP_ERR_FORMAT: errors.FormatError,
-    lib.MP_ERR_INCOMPATIBLE: errors.IncompatibleError,
     lib.MP_ERR_NOT_FOUND: errors.NotFoundError,
+    lib.MP_ERR_INCOMPATIBLE: errors.IncompatibleError,
+    lib.MP_ERR_RESOURCE_EXHAUSTED: errors.ResourceExhaustedError,
+    lib.MP_ERR_IO: errors.ModpackOSError,
+    lib.MP_ERR_RUNTIME: errors.CallError,
+    lib.MP_ERR_ALREADY_EXISTS: errors.AlreadyExistsError,
     lib.MP_ERR_UNAVAILABLE: errors.UnavailableError,
+    lib.MP_ERR_INTERNAL: errors.InternalError,
 }
 
+# Per thread: the Python exception a callback raised and the message it left in the runtime.
+_parked = threading.local()
 
-def error_from_status(status: int) -> errors.ModpackError:
-    """The exception for |status|, carrying this thread's runtime error message."""
-    message = ffi.string(lib.mp_error_message()).decode("utf-8", "replace")
+
+def string(pointer: object) -> str:
+    """A NUL-terminated C string from the runtime (its names are UTF-8)."""
+    return ffi.string(pointer).decode("utf-8", "replace")
+
+
+def fail(exc: BaseException) -> int:
+    """Report |exc|, raised inside a callback, to the runtime; returns the status for it. The
+    exception is parked so that the caller on the Python side re-raises it as itself."""
+    status = lib.MP_ERR_FORMAT if isinstance(exc, errors.FormatError) else lib.MP_ERR_RUNTIME
+    if isinstance(exc, errors.ModpackError):
+        for code, cls in EXCEPTIONS.items():
+            if type(exc) is cls:
+                status = code
+    message = f"{type(exc).__name__}: {exc}"
+    lib.mp_error_set(status, message.encode("utf-8", "replace"))
+    _parked.exception, _parked.message = exc, message
+    return status
+
+
+def error_from_status(status: int) -> BaseException:
+    """The exception for |status|, carrying this thread's runtime error message; the parked
+    exception of a failed callback when that is what the runtime is reporting."""
+    message = string(lib.mp_error_message())
+    parked = getattr(_parked, "exception", None)
+    if parked is not None:
+        _parked.exception = None
+        if _parked.message in message:
+            context = message.replace(_parked.message, "").rstrip(": ")
+            if context and hasattr(parked, "add_note"):
+                parked.add_note(f"modpack: {context}")
+            return parked
     if not message:
         message = f"modpack runtime call failed with status {status}"
-    return _EXCEPTIONS.get(status, errors.ModpackError)(message)
+    return EXCEPTIONS.get(status, errors.ModpackError)(message)
 
 
 def check(status: int) -> None:
@@ -42,5 +86,5 @@ def loader_names() -> list[str]:
     needed = lib.mp_loader_list(ffi.NULL, 0)
     buf = ffi.new("char[]", needed + 1)
     lib.mp_loader_list(buf, needed + 1)
-    text = ffi.string(buf).decode()
+    text = string(buf)
     return text.split(", ") if text else []

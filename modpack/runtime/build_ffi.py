@@ -37,17 +37,17 @@ static const char *const MP_FUNC_SYMBOL_PREFIX;
 static const char *const MP_CTX_LIBRARY_SYMBOL;
 """
 
-# Callbacks the runtime makes into Python: loaders, module vtables and functions written in
-# Python. Declared here only, because they exist only in the binding.
+# Callbacks the runtime makes into Python (loaders, module vtables and functions written in
+# Python, modpack/runtime/callbacks.py) and the binding's own C (binding.c). Declared here only,
+# because they exist only in the binding.
 PYTHON_CALLBACKS = """
 extern "Python" mp_status_t _mp_py_loader(void*, const mp_loader_args_t*, mp_module_t**);
 extern "Python" mp_status_t _mp_py_get_function(mp_module_t*, const char*, mp_function_t**);
 extern "Python" void _mp_py_release(void*);
 extern "Python" mp_status_t _mp_py_call(void*, const mp_value_t*, int32_t, mp_value_t*);
-void* modpack_capsule_destructor(void);
+uintptr_t modpack_calls_api(void);
 mp_status_t modpack_count_args(void*, const mp_value_t*, int32_t, mp_value_t*);
 mp_status_t modpack_probe_module(mp_module_t**);
-uintptr_t modpack_fast_call_init(uintptr_t, uintptr_t, uintptr_t, uintptr_t);
 """
 
 # The binding's C: every header the declarations come from, then the binding's own C (which may
@@ -87,11 +87,9 @@ ffibuilder.set_source(
     BINDING_SOURCE,
     # Relative paths: setuptools builds from the project root and refuses absolute ones.
     sources=sorted(p.relative_to(ROOT).as_posix() for p in (CSRC / "src").rglob("*.c")),
-    include_dirs=["csrc/include", "csrc/src"],
+    include_dirs=["csrc/include", "csrc/src", "modpack/runtime"],
     extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra"],
     libraries=["dl", "pthread"],
-    # The fast call path (binding.c) uses the buffer protocol and vectorcall, outside the
-    # limited API: the extension is built for the running Python version.
     py_limited_api=False,
 )
 

@@ -1,14 +1,19 @@
-"""numpy dtype <-> DLPack DLDataType (code, bits, lanes).
+"""numpy dtype <-> DLPack DLDataType (code, bits, lanes): the one table.
 
 bfloat16 and the float8 formats come from ``ml_dtypes`` where it is installed; they use their
-own DLPack type codes (4, and 7-14), so every one of them round-trips exactly.
+own DLPack type codes (4, and 7-14), so every one of them round-trips exactly. The call path
+in C (``calls.c``) reads numpy arrays through the buffer protocol: :data:`BUFFER_FORMATS`, the
+buffer format of every standard dtype, is derived from this table by asking numpy, so the two
+cannot disagree.
 """
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
-__all__ = ["dtype_from_dl", "dtype_to_dl"]
+__all__ = ["BUFFER_FORMATS", "dtype_from_dl", "dtype_to_dl"]
 
 _KIND_TO_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _CODE_TO_KIND = {0: "i", 1: "u", 2: "f", 5: "c"}
@@ -25,6 +30,9 @@ _ML_DTYPES = {
     "float8_e8m0fnu": 14,
 }
 _CODE_TO_ML = {code: name for name, code in _ML_DTYPES.items()}
+# The dtypes numpy itself describes through the buffer protocol.
+_STANDARD = ("bool", "int8", "int16", "int32", "int64", "longlong", "uint8", "uint16", "uint32",
+             "uint64", "ulonglong", "float16", "float32", "float64", "complex64", "complex128")
 _cache: dict[np.dtype, tuple[int, int, int]] = {}
 
 
@@ -66,3 +74,18 @@ def dtype_from_dl(code: int, bits: int, lanes: int) -> np.dtype:
     if kind is None:
         raise TypeError(f"DLPack type code {code} has no numpy equivalent")
     return np.dtype(f"{kind}{bits // 8}")
+
+
+def _buffer_formats() -> dict[str, tuple[int, int, int]]:
+    """Buffer format (as numpy exports it; native, and explicitly little-endian on a
+    little-endian machine) -> DLPack."""
+    formats: dict[str, tuple[int, int, int]] = {}
+    for name in _STANDARD:
+        dtype = np.dtype(name)
+        variants = [dtype] + ([dtype.newbyteorder("<")] if sys.byteorder == "little" else [])
+        for variant in variants:
+            formats[memoryview(np.zeros(0, variant)).format] = dtype_to_dl(dtype)
+    return formats
+
+
+BUFFER_FORMATS: dict[str, tuple[int, int, int]] = _buffer_formats()

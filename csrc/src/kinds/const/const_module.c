@@ -68,7 +68,10 @@ static mp_status_t read_array(const uint8_t* p, uint64_t payload_size, uint64_t 
   uint64_t data_size = mp_load_le64(r + RECORD_FIELD(data_size));
   if (mp_load_le32(r + RECORD_FIELD(reserved)) != 0)
     return mp_errorf(MP_ERR_FORMAT, "const array[%" PRIu64 "]: reserved field is not 0", i);
-  if (name_size == 0 || !mp_in_bounds(name_offset, name_size, payload_size))
+  if (name_size == 0 || name_size > MP_CONST_MAX_NAME)
+    return mp_errorf(MP_ERR_FORMAT, "const array[%" PRIu64 "]: name of %u bytes (1 to %d allowed)",
+                     i, name_size, MP_CONST_MAX_NAME);
+  if (!mp_in_bounds(name_offset, name_size, payload_size))
     return mp_errorf(MP_ERR_FORMAT, "const array[%" PRIu64 "]: name lies outside the payload", i);
   if (ndim > MP_CONST_MAX_NDIM || !mp_in_bounds(shape_offset, (uint64_t)ndim * 8, payload_size))
     return mp_errorf(MP_ERR_FORMAT,

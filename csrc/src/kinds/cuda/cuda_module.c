@@ -390,7 +390,7 @@ static mp_status_t load_cuda(void* user_data, const mp_loader_args_t* args,
   pthread_mutex_init(&m->lock, NULL);
   for (int d = 0; d < MP_CUDA_MAX_DEVICES; ++d) m->loaded_variant[d] = -1;
   m->table.call = call_kernel;
-  mp_status_t status = mp_cuda_payload_parse(m, args->payload);
+  mp_status_t status = mp_cuda_payload_parse(m, &mp_cuda_kind, args->payload);
   if (status != MP_OK) {
     cuda_destroy(m);
     return status;

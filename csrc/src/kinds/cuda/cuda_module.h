@@ -37,9 +37,11 @@ typedef struct {
   uint32_t* shared_optin[MP_CUDA_MAX_DEVICES]; /* [device][kernel]: opted-in bytes */
 } mp_cuda_module_t;
 
-/* Parse and validate |payload| into |m| (variants and kernels; the variants' bytes stay in
- * place). No driver call. On failure |m| holds what was read, for mp_cuda_payload_free. */
-mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, mp_const_byte_span_t payload);
+/* Parse and validate |payload| into |m| (variants and kernels, whose launch tags must be
+ * |kind|'s; the variants' bytes stay in place). No driver call. On failure |m| holds what was
+ * read, for mp_cuda_payload_free. */
+mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, const mp_kind_t* kind,
+                                  mp_const_byte_span_t payload);
 void mp_cuda_payload_free(mp_cuda_module_t* m);
 
 #endif /* MODPACK_KINDS_CUDA_MODULE_H_ */

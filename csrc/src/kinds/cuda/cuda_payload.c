@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "kinds/builtin.h"
 #include "kinds/cuda/cuda_module.h"
 #include "kinds/cuda/cuda_select.h"
 
@@ -87,7 +86,8 @@ static mp_status_t check_variant_bytes(uint32_t index, mp_cuda_variant_t* v) {
   return MP_OK;
 }
 
-mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, mp_const_byte_span_t payload) {
+mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, const mp_kind_t* kind,
+                                  mp_const_byte_span_t payload) {
   mp_reader_t r = {payload.data, payload.size, 0, "cuda payload"};
   uint32_t version, reserved, count;
   if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
@@ -110,7 +110,7 @@ mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, mp_const_byte_span_t payl
     m->variant_count = v + 1;
     MP_RETURN_IF_ERROR(parse_variant_header(&r, v, &m->variants[v]));
   }
-  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, &mp_cuda_kind, true, &m->table));
+  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, true, &m->table));
   /* The variants' bytes, each 64-byte aligned within the payload, read in place. */
   for (uint32_t v = 0; v < m->variant_count; ++v) {
     mp_cuda_variant_t* variant = &m->variants[v];

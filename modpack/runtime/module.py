@@ -1,33 +1,34 @@
 """Modules of a loaded library: Python views over the runtime's module tree.
 
-Each wrapper holds one runtime reference. The runtime keeps a module's imports, and the
-library its code and data live in, alive as long as the module, so any object handed out
-here (module, function, array) is safe to keep after the root is dropped.
+Each :class:`LoadedModule` holds one runtime reference. The runtime keeps a module's imports,
+and the library its code and data live in, alive as long as the module, so any object handed
+out here (module, function, array) is safe to keep after the root is dropped.
+
+A module made by a loader written in Python (``modpack.register_loader``) is that loader's own
+object; it appears in the tree as itself (see :mod:`modpack.runtime.callbacks`).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import ModpackError
-from ..runtime.binding import check, error_from_status, ffi, lib
-from ..runtime.dtypes import dtype_from_dl
-from ..runtime.function import FAILED, Function, fast_lookup
-from .base import Module
+from .binding import check, ffi, lib, string
+from .dtypes import dtype_from_dl
+from .function import Function, lookup
 
-__all__ = ["LoadedModule", "wrap_module"]
+__all__ = ["LoadedModule", "python_modules", "wrap_module"]
 
 # One wrapper per runtime module, so shared imports (diamonds) come back as one object.
 _wrappers: weakref.WeakValueDictionary[int, LoadedModule] = weakref.WeakValueDictionary()
-# Modules implemented in Python (from register_loader): runtime address -> the Python module.
-python_modules: dict[int, Module] = {}
+# Modules implemented in Python (from register_loader): runtime address -> the Python object.
+python_modules: dict[int, Any] = {}
 
 
-def wrap_module(handle: Any) -> Module:
+def wrap_module(handle: Any) -> Any:
     """The Python object for a borrowed runtime module |handle| (retained if new)."""
     address = int(ffi.cast("uintptr_t", handle))
     python_module = python_modules.get(address)
@@ -46,28 +47,37 @@ def wrap_module(handle: Any) -> Module:
     return wrapper
 
 
-class LoadedModule(Module):
-    """A module rebuilt by ``load_module``: ``library`` (host code), ``const``, device kinds."""
+class LoadedModule:
+    """A module rebuilt by ``load_module``: ``library`` (host code), ``const``, device kinds.
+
+    Its imports are fixed by the library it came from; it runs functions (``mod[name]``) and
+    hands out its arrays, but cannot be exported again.
+    """
+
+    __slots__ = ("__weakref__", "_address", "_arrays_cache", "_functions", "_handle",
+                 "_imports_cache")
 
     def __init__(self) -> None:
         raise TypeError("loaded modules come from modpack.load_module()")
 
     @classmethod
     def _adopt(cls, handle: Any) -> LoadedModule:
+        """Wrap the cdata |handle|, taking over one reference."""
         self = object.__new__(cls)
         self._handle = ffi.gc(handle, lib.mp_module_release)
         self._address = int(ffi.cast("uintptr_t", handle))
-        self._imports_cache: list[Module] | None = None
+        self._imports_cache: list[Any] | None = None
         self._functions: dict[tuple[str, bool], Function] = {}
         self._arrays_cache: Mapping[str, np.ndarray] | None = None
         return self
 
     @property
-    def type_key(self) -> str:  # type: ignore[override]
-        return ffi.string(lib.mp_module_type_key(self._handle)).decode()
+    def type_key(self) -> str:
+        return string(lib.mp_module_type_key(self._handle))
 
     @property
-    def imported_modules(self) -> list[Module]:
+    def imported_modules(self) -> list[Any]:
+        """The modules this one imports, in import order."""
         if self._imports_cache is None:
             count = lib.mp_module_import_count(self._handle)
             self._imports_cache = [
@@ -76,32 +86,19 @@ class LoadedModule(Module):
         return list(self._imports_cache)
 
     @property
-    def _imports(self) -> list[Module]:  # type: ignore[override]
-        return self.imported_modules
-
-    def import_module(self, module: Module) -> None:
-        raise ModpackError("a loaded module's imports are fixed by the library it came from")
-
-    @property
     def library_path(self) -> str | None:
         """The file this module was loaded from."""
         library = lib.mp_module_library(self._handle)
-        return None if library == ffi.NULL else ffi.string(lib.mp_library_path(library)).decode()
+        return None if library == ffi.NULL else string(lib.mp_library_path(library))
 
     def get_function(self, name: str, query_imports: bool = False) -> Callable[..., Any]:
         """The function |name|, from this module or (if |query_imports|) its imports.
         Raises ``NotFoundError`` (a ``KeyError``) naming the function when it is absent."""
         key = (name, bool(query_imports))
         cached = self._functions.get(key)
-        if cached is not None:
-            return cached
-        if not isinstance(name, str):
-            raise TypeError(f"function names are str, not {type(name).__name__}")
-        address = fast_lookup(self._address, name, key[1])
-        if address is FAILED:
-            raise error_from_status(lib.mp_error_code())
-        function = self._functions[key] = Function._from_address(address, name)
-        return function
+        if cached is None:
+            cached = self._functions[key] = lookup(self._address, name, key[1])
+        return cached
 
     def __getitem__(self, name: str) -> Callable[..., Any]:
         cached = self._functions.get((name, False))
@@ -117,7 +114,7 @@ class LoadedModule(Module):
             tensor = ffi.new("DLTensor**")
             for i in range(lib.mp_module_array_count(self._handle)):
                 check(lib.mp_module_array_at(self._handle, i, name, tensor))
-                arrays[ffi.string(name[0]).decode()] = self._view(tensor[0])
+                arrays[string(name[0])] = self._view(tensor[0])
             self._arrays_cache = _ReadOnlyMapping(arrays)
         return self._arrays_cache
 
@@ -158,7 +155,7 @@ class _ReadOnlyMapping(Mapping):
     def __getitem__(self, key: str) -> np.ndarray:
         return self._data[key]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._data)
 
     def __len__(self) -> int:

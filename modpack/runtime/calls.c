@@ -1,0 +1,317 @@
+/* modpack.runtime._calls: the one path from Python values to the packed calling convention.
+ *
+ * Every call from Python goes through call(): ints, floats, None, str, modpack arrays and
+ * functions, numpy arrays (through the buffer protocol, in place) and DLPack capsules become
+ * tagged values here, and the call runs without the GIL. What this file cannot take as it is
+ * (a numpy scalar, an object with __dlpack__, a bfloat16 array, an int past 64 bits, ...) is
+ * handed once to the Python `normalize(value, index)` given to init(), which either returns a
+ * form this file takes (an int, a float, a DLPack capsule, or (array view, (code, bits,
+ * lanes))) or raises the error that names the argument. dtypes come from one table
+ * (modpack/runtime/dtypes.py), given to init() as buffer format -> (code, bits, lanes). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#include "calls_api.h"
+
+enum { STACK_ARGS = 16, MAX_NDIM = 32 };
+
+static const modpack_calls_api_t* api; /* from init() */
+static PyObject* array_type;           /* modpack.Array: `_address` is its DLTensor* */
+static PyObject* function_type;        /* modpack.Function: `_address` is its mp_function_t* */
+static PyObject* ndarray_type;
+static PyObject* buffer_formats; /* dict: buffer format -> (code, bits, lanes) */
+static PyObject* normalize;      /* normalize(value, index) -> a form convert() takes */
+static PyObject* make_function;  /* make_function(address) -> Function (a new reference) */
+static PyObject* make_error;     /* make_error(status) -> the exception for a failed call */
+static PyObject* argument_error; /* modpack.ArgumentError */
+static PyObject* address_name;
+
+/* An array argument described in place: the DLTensor and what keeps it valid. */
+typedef struct {
+  DLTensor tensor;
+  Py_buffer view;
+  int has_view;
+  int64_t shape[MAX_NDIM];
+  int64_t strides[MAX_NDIM];
+} arg_array_t;
+
+static int address_of(PyObject* obj, void** out) {
+  PyObject* address = PyObject_GetAttr(obj, address_name);
+  if (!address) return -1;
+  *out = PyLong_AsVoidPtr(address);
+  Py_DECREF(address);
+  return *out || !PyErr_Occurred() ? 0 : -1;
+}
+
+/* |obj|'s buffer as a CPU DLTensor of |dtype| (code, bits, lanes). 1: done; 0: not possible
+ * this way (no Python error set); -1: a Python error. */
+static int buffer_tensor(PyObject* obj, PyObject* dtype, mp_value_t* out, arg_array_t* array) {
+  if (PyObject_GetBuffer(obj, &array->view, PyBUF_RECORDS_RO) != 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  array->has_view = 1;
+  Py_buffer* v = &array->view;
+  if (!dtype) dtype = PyDict_GetItemString(buffer_formats, v->format ? v->format : "B");
+  unsigned int code, bits, lanes;
+  if (!dtype || !PyArg_ParseTuple(dtype, "III", &code, &bits, &lanes)) {
+    PyErr_Clear();
+    return 0;
+  }
+  if (v->ndim > MAX_NDIM) return 0;
+  int compact = PyBuffer_IsContiguous(v, 'C');
+  for (int d = 0; d < v->ndim; ++d) {
+    array->shape[d] = v->shape[d];
+    if (!compact) {
+      if (v->strides[d] % v->itemsize != 0) return 0;
+      array->strides[d] = v->strides[d] / v->itemsize;
+    }
+  }
+  if (v->ndim == 0) array->shape[0] = 1; /* a DLTensor's shape is never NULL */
+  DLDataType dl = {(uint8_t)code, (uint8_t)bits, (uint16_t)lanes};
+  array->tensor = (DLTensor){v->buf, {kDLCPU, 0}, v->ndim, dl, array->shape,
+                             compact ? NULL : array->strides, 0};
+  out->type_code = MP_TYPE_DLTENSOR;
+  out->flags = v->readonly ? MP_VALUE_READ_ONLY : 0;
+  out->v_tensor = &array->tensor;
+  return 1;
+}
+
+/* Fill |out| from |obj| (argument |index|). |keep| receives a new reference to whatever must
+ * outlive the call (a normalised replacement). Returns 0, or -1 with a Python error. */
+static int convert(PyObject* obj, int index, mp_value_t* out, arg_array_t* array,
+                   PyObject** keep, int normalised) {
+  PyTypeObject* type = Py_TYPE(obj);
+  out->flags = 0;
+  if (type == &PyLong_Type || type == &PyBool_Type) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (!overflow && !(v == -1 && PyErr_Occurred())) {
+      out->type_code = MP_TYPE_INT;
+      out->v_int64 = v;
+      return 0;
+    }
+    PyErr_Clear(); /* normalize() names the argument */
+  } else if (type == &PyFloat_Type) {
+    out->type_code = MP_TYPE_FLOAT;
+    out->v_float64 = PyFloat_AS_DOUBLE(obj);
+    return 0;
+  } else if (obj == Py_None) {
+    out->type_code = MP_TYPE_NONE;
+    out->v_int64 = 0;
+    return 0;
+  } else if (type == &PyUnicode_Type) {
+    Py_ssize_t size;
+    const char* text = PyUnicode_AsUTF8AndSize(obj, &size); /* lives as long as the str */
+    if (!text) return -1;
+    if ((size_t)size == strlen(text)) {
+      out->type_code = MP_TYPE_STR;
+      out->v_str = text;
+      return 0;
+    }
+  } else if ((PyObject*)type == array_type) {
+    out->type_code = MP_TYPE_DLTENSOR;
+    return address_of(obj, (void**)&out->v_tensor);
+  } else if ((PyObject*)type == function_type) {
+    out->type_code = MP_TYPE_FUNCTION;
+    return address_of(obj, &out->v_handle);
+  } else if (PyCapsule_IsValid(obj, "dltensor")) {
+    /* Borrowed for the call: the capsule keeps ownership, and its destructor runs the
+     * producer's deleter when the capsule goes. */
+    DLManagedTensor* managed = PyCapsule_GetPointer(obj, "dltensor");
+    if (!managed) return -1;
+    out->type_code = MP_TYPE_DLTENSOR;
+    out->v_tensor = &managed->dl_tensor;
+    return 0;
+  } else if (PyObject_TypeCheck(obj, (PyTypeObject*)ndarray_type)) {
+    int done = buffer_tensor(obj, NULL, out, array);
+    if (done != 0) return done > 0 ? 0 : -1;
+    if (array->has_view) {
+      PyBuffer_Release(&array->view);
+      array->has_view = 0;
+    }
+  } else if (normalised && PyTuple_CheckExact(obj) && PyTuple_GET_SIZE(obj) == 2) {
+    int done = buffer_tensor(PyTuple_GET_ITEM(obj, 0), PyTuple_GET_ITEM(obj, 1), out, array);
+    if (done != 0) return done > 0 ? 0 : -1;
+  }
+  if (normalised) {
+    PyErr_Format(PyExc_TypeError, "argument %d: normalize() returned an unusable %s", index,
+                 type->tp_name);
+    return -1;
+  }
+  PyObject* replacement = PyObject_CallFunction(normalize, "Oi", obj, index);
+  if (!replacement) return -1;
+  *keep = replacement;
+  return convert(replacement, index, out, array, keep, 1);
+}
+
+static PyObject* result_of(const mp_value_t* ret) {
+  switch (ret->type_code) {
+    case MP_TYPE_NONE:
+      Py_RETURN_NONE;
+    case MP_TYPE_INT:
+      return PyLong_FromLongLong(ret->v_int64);
+    case MP_TYPE_FLOAT:
+      return PyFloat_FromDouble(ret->v_float64);
+    case MP_TYPE_STR:
+      return ret->v_str ? PyUnicode_FromString(ret->v_str) : Py_NewRef(Py_None);
+    case MP_TYPE_HANDLE:
+      return PyLong_FromVoidPtr(ret->v_handle);
+    case MP_TYPE_FUNCTION: /* the caller's reference: the Function object takes it over */
+      api->function_retain(ret->v_handle);
+      return PyObject_CallFunction(make_function, "N", PyLong_FromVoidPtr(ret->v_handle));
+    default:
+      return PyErr_Format(PyExc_TypeError, "a function returned an unsupported value type %d",
+                          (int)ret->type_code);
+  }
+}
+
+static PyObject* raise_status(mp_status_t status) {
+  PyObject* exc = PyObject_CallFunction(make_error, "i", (int)status);
+  if (!exc) return NULL;
+  PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
+  Py_DECREF(exc);
+  return NULL;
+}
+
+/* call(function_address, *args) -> the function's result */
+static PyObject* calls_call(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  (void)module;
+  if (!api) return PyErr_Format(PyExc_RuntimeError, "modpack.runtime._calls is not initialised");
+  if (nargs < 1) return PyErr_Format(PyExc_TypeError, "call() needs a function");
+  if (nargs - 1 > INT32_MAX / 2) return PyErr_Format(PyExc_OverflowError, "too many arguments");
+  mp_function_t* function = PyLong_AsVoidPtr(args[0]);
+  if (!function) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "NULL function");
+  int32_t n = (int32_t)(nargs - 1);
+  mp_value_t stack_values[STACK_ARGS + 1];
+  arg_array_t stack_arrays[STACK_ARGS];
+  PyObject* stack_keep[STACK_ARGS];
+  mp_value_t* values = stack_values;
+  arg_array_t* arrays = stack_arrays;
+  PyObject** keep = stack_keep;
+  if (n > STACK_ARGS) {
+    values = PyMem_Calloc((size_t)n + 1, sizeof *values);
+    arrays = PyMem_Calloc((size_t)n, sizeof *arrays);
+    keep = PyMem_Calloc((size_t)n, sizeof *keep);
+    if (!values || !arrays || !keep) {
+      PyMem_Free(values), PyMem_Free(arrays), PyMem_Free(keep);
+      return PyErr_NoMemory();
+    }
+  }
+  PyObject* result = NULL;
+  int32_t converted = 0;
+  for (; converted < n; ++converted) {
+    arrays[converted].has_view = 0;
+    keep[converted] = NULL;
+    if (convert(args[converted + 1], converted, &values[converted], &arrays[converted],
+                &keep[converted], 0) != 0) {
+      ++converted; /* its view and replacement, if any, are released below */
+      goto done;
+    }
+  }
+  mp_status_t status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = api->function_call(function, values, n, &values[n]);
+  Py_END_ALLOW_THREADS;
+  result = status == MP_OK ? result_of(&values[n]) : raise_status(status);
+done:
+  for (int32_t i = 0; i < converted; ++i) {
+    if (arrays[i].has_view) PyBuffer_Release(&arrays[i].view);
+    Py_XDECREF(keep[i]);
+  }
+  if (values != stack_values) PyMem_Free(values), PyMem_Free(arrays), PyMem_Free(keep);
+  return result;
+}
+
+/* lookup(module_address, name, query_imports) -> the address of a new function reference */
+static PyObject* calls_lookup(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  (void)module;
+  if (!api) return PyErr_Format(PyExc_RuntimeError, "modpack.runtime._calls is not initialised");
+  if (nargs != 3) return PyErr_Format(PyExc_TypeError, "lookup() takes 3 arguments");
+  mp_module_t* owner = PyLong_AsVoidPtr(args[0]);
+  if (!PyUnicode_Check(args[1]))
+    return PyErr_Format(argument_error, "function names are str, not %s",
+                        Py_TYPE(args[1])->tp_name);
+  Py_ssize_t size;
+  const char* name = PyUnicode_AsUTF8AndSize(args[1], &size);
+  int query_imports = PyObject_IsTrue(args[2]);
+  if (!owner || !name || query_imports < 0) return NULL;
+  if ((size_t)size != strlen(name))
+    return PyErr_Format(argument_error, "function name %R contains a NUL character", args[1]);
+  mp_function_t* function = NULL;
+  mp_status_t status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = api->module_get_function(owner, name, query_imports, &function);
+  Py_END_ALLOW_THREADS;
+  return status == MP_OK ? PyLong_FromVoidPtr(function) : raise_status(status);
+}
+
+static void capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, "used_dltensor")) return; /* a consumer took it over */
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  DLManagedTensor* managed = PyCapsule_GetPointer(capsule, "dltensor");
+  if (managed && managed->deleter) managed->deleter(managed);
+  PyErr_Clear();
+  PyErr_Restore(type, value, traceback);
+}
+
+/* dlpack_capsule(managed_tensor_address) -> a "dltensor" capsule owning the managed tensor */
+static PyObject* calls_dlpack_capsule(PyObject* module, PyObject* address) {
+  (void)module;
+  void* managed = PyLong_AsVoidPtr(address);
+  if (!managed) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "NULL tensor");
+  return PyCapsule_New(managed, "dltensor", capsule_destructor);
+}
+
+/* init(api_address, Array, Function, ndarray, buffer_formats, normalize, make_function,
+ *      make_error, ArgumentError); the objects are kept for the life of the process. */
+static PyObject* calls_init(PyObject* module, PyObject* args) {
+  (void)module;
+  PyObject* address;
+  PyObject *a, *f, *nd, *formats, *norm, *make_fn, *make_err, *arg_err;
+  if (!PyArg_ParseTuple(args, "OOOOO!OOOO", &address, &a, &f, &nd, &PyDict_Type, &formats, &norm,
+                        &make_fn, &make_err, &arg_err))
+    return NULL;
+  const modpack_calls_api_t* table = PyLong_AsVoidPtr(address);
+  if (!table) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "NULL table");
+  if (table->size != sizeof *table)
+    return PyErr_Format(PyExc_ImportError,
+                        "modpack.runtime._calls and modpack._rt were built from different "
+                        "sources (table of %u bytes, expected %zu): reinstall modpack",
+                        table->size, sizeof *table);
+  array_type = Py_NewRef(a);
+  function_type = Py_NewRef(f);
+  ndarray_type = Py_NewRef(nd);
+  buffer_formats = Py_NewRef(formats);
+  normalize = Py_NewRef(norm);
+  make_function = Py_NewRef(make_fn);
+  make_error = Py_NewRef(make_err);
+  argument_error = Py_NewRef(arg_err);
+  address_name = PyUnicode_InternFromString("_address");
+  if (!address_name) return NULL;
+  api = table;
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"init", calls_init, METH_VARARGS, "Connect to the runtime (see modpack/runtime/function.py)."},
+    {"call", (PyCFunction)(void (*)(void))calls_call, METH_FASTCALL,
+     "call(function_address, *args): call an mp_function_t with Python arguments."},
+    {"lookup", (PyCFunction)(void (*)(void))calls_lookup, METH_FASTCALL,
+     "lookup(module_address, name, query_imports): look up an mp_function_t."},
+    {"dlpack_capsule", calls_dlpack_capsule, METH_O,
+     "dlpack_capsule(managed_tensor_address): a DLPack capsule owning the tensor."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef calls_module = {
+    PyModuleDef_HEAD_INIT, "modpack.runtime._calls",
+    "The one path from Python values to modpack's calling convention (calls.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__calls(void) {
+  return PyModule_Create(&calls_module);
+}

@@ -1,0 +1,175 @@
+"""The structure holds: no import cycles in the Python package, no cycles between the C
+runtime's files (nor a lower layer reaching up), and one version everywhere.
+
+Python imports are read from the source with ``ast``, every import counted (also those inside
+functions, which are arrows all the same). C references are read from the runtime's object
+files with ``nm``: file A depends on file B when A uses a symbol B defines.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import shutil
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run
+
+import modpack
+from modpack.runtime.binding import lib
+
+PACKAGE = ROOT / "modpack"
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of |graph|: its strongly connected components with more than one node."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(root: str) -> None:  # iterative Tarjan
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def python_imports() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                # `from pkg import sub` imports the submodule when there is one.
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
+                           for a in node.names]
+            for target in targets:
+                if target in files and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def test_the_python_package_has_no_import_cycles():
+    graph = python_imports()
+    assert graph["modpack.loader"], "the import reader found nothing: check it"
+    assert strongly_connected(graph) == []
+
+
+def test_the_runtime_side_does_not_import_the_authoring_side_except_the_base_class():
+    graph = python_imports()
+    runtime = {m for m in graph if m.startswith("modpack.runtime")}
+    authoring = {t for m in runtime for t in graph[m] if t.startswith("modpack.modules")}
+    assert authoring <= {"modpack.modules.base"}, authoring
+
+
+def c_references(objects: Path) -> dict[str, set[str]]:
+    defined: dict[str, str] = {}
+    used: dict[str, set[str]] = defaultdict(set)
+    for obj in sorted(objects.rglob("*.o")):
+        name = obj.relative_to(objects).as_posix().removesuffix(".o")
+        for line in subprocess.run(["nm", "-g", str(obj)], capture_output=True, text=True,
+                                   check=True).stdout.splitlines():
+            fields = line.split()
+            if len(fields) == 3 and fields[1] in "TDBRC":
+                defined[fields[2]] = name
+            elif len(fields) == 2 and fields[0] == "U":
+                used[name].add(fields[1])
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, symbols in used.items():
+        graph[name] |= {defined[s] for s in symbols if s in defined and defined[s] != name}
+    return graph
+
+
+@pytest.fixture(scope="module")
+def c_graph(runtime_prefix: Path) -> dict[str, set[str]]:
+    if shutil.which("nm") is None:
+        pytest.skip("nm (binutils) is not installed")
+    objects = runtime_prefix.parent / "build" / "CMakeFiles" / "modpack_runtime_objects.dir"
+    graph = c_references(objects / "csrc" / "src")
+    assert len(graph) > 20, f"found only {len(graph)} object files under {objects}"
+    return graph
+
+
+def test_the_c_runtime_has_no_cycles_between_files(c_graph):
+    assert strongly_connected(c_graph) == []
+
+
+def test_the_c_layers_only_reach_down(c_graph):
+    def layer(name: str) -> str:
+        return name.split("/")[0]
+
+    # core knows nothing above it; kinds know no loading; the registry knows no kind.
+    for name, targets in c_graph.items():
+        reached = {layer(t) for t in targets}
+        if layer(name) == "core":
+            assert reached <= {"core"}, (name, targets)
+        if layer(name) == "kinds":
+            assert "load" not in reached, (name, targets)
+    assert c_graph["core/registry.c"] <= {"core/error.c", "core/blob.c"}
+
+
+def test_one_version_everywhere(runtime_prefix: Path):
+    header = (ROOT / "csrc" / "include" / "modpack" / "modpack.h").read_text()
+    numbers = [re.search(rf"#define MP_VERSION_{p} (\d+)", header).group(1)
+               for p in ("MAJOR", "MINOR", "PATCH")]
+    version = ".".join(numbers)
+    out = modpack.runtime.binding.ffi.new("mp_version_t*")
+    lib.mp_get_version(out)
+    assert f"{out.major}.{out.minor}.{out.patch}" == version
+    assert modpack.__version__ == version
+    assert importlib.metadata.version("modpack") == version
+    cmake = next(runtime_prefix.rglob("modpackConfigVersion.cmake")).read_text()
+    assert f'set(PACKAGE_VERSION "{version}")' in cmake
+    pc = next(runtime_prefix.rglob("modpack.pc")).read_text()
+    assert f"Version: {version}" in pc
+    assert run("pkg-config", "--modversion", next(runtime_prefix.rglob("modpack.pc"))).strip() \
+        == version
