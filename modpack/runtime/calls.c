@@ -70,8 +70,8 @@ static int buffer_tensor(PyObject* obj, PyObject* dtype, mp_value_t* out, arg_ar
   }
   if (v->ndim == 0) array->shape[0] = 1; /* a DLTensor's shape is never NULL */
   DLDataType dl = {(uint8_t)code, (uint8_t)bits, (uint16_t)lanes};
-  array->tensor = (DLTensor){v->buf, {kDLCPU, 0}, v->ndim, dl, array->shape,
-                             compact ? NULL : array->strides, 0};
+  array->tensor = (DLTensor){
+      v->buf, {kDLCPU, 0}, v->ndim, dl, array->shape, compact ? NULL : array->strides, 0};
   out->type_code = MP_TYPE_DLTENSOR;
   out->flags = v->readonly ? MP_VALUE_READ_ONLY : 0;
   out->v_tensor = &array->tensor;
@@ -80,8 +80,8 @@ static int buffer_tensor(PyObject* obj, PyObject* dtype, mp_value_t* out, arg_ar
 
 /* Fill |out| from |obj| (argument |index|). |keep| receives a new reference to whatever must
  * outlive the call (a normalised replacement). Returns 0, or -1 with a Python error. */
-static int convert(PyObject* obj, int index, mp_value_t* out, arg_array_t* array,
-                   PyObject** keep, int normalised) {
+static int convert(PyObject* obj, int index, mp_value_t* out, arg_array_t* array, PyObject** keep,
+                   int normalised) {
   PyTypeObject* type = Py_TYPE(obj);
   out->flags = 0;
   if (type == &PyLong_Type || type == &PyBool_Type) {
@@ -307,9 +307,15 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef calls_module = {
-    PyModuleDef_HEAD_INIT, "modpack.runtime._calls",
-    "The one path from Python values to modpack's calling convention (calls.c).", -1, methods,
-    NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    "modpack.runtime._calls",
+    "The one path from Python values to modpack's calling convention (calls.c).",
+    -1,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__calls(void) {

@@ -121,8 +121,7 @@ typedef mp_status_t (*mp_ctx_get_function_t)(void* ctx, const char* name, void**
 typedef mp_status_t (*mp_ctx_call_t)(void* function, const mp_value_t* args, int32_t num_args,
                                      mp_value_t* out_ret);
 typedef void (*mp_ctx_set_error_t)(mp_status_t code, const char* message);
-typedef mp_status_t (*mp_ctx_get_array_t)(void* ctx, const char* name,
-                                          const DLTensor** out_array);
+typedef mp_status_t (*mp_ctx_get_array_t)(void* ctx, const char* name, const DLTensor** out_array);
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_value_t) == 16, "mp_value_t must be 16 bytes");

@@ -83,8 +83,8 @@ static inline mp_status_t mp_backend_get_function(const char* name, void** out_f
   return MP_CTX_GET_FUNCTION(MP_CTX_LIBRARY, name, out_function);
 }
 
-static inline mp_status_t mp_backend_call(void* function, const mp_value_t* args,
-                                          int32_t num_args, mp_value_t* out_ret) {
+static inline mp_status_t mp_backend_call(void* function, const mp_value_t* args, int32_t num_args,
+                                          mp_value_t* out_ret) {
   if (!MP_CTX_CALL) return mp_backend__no_context("call");
   return MP_CTX_CALL(function, args, num_args, out_ret);
 }
@@ -99,20 +99,28 @@ static inline mp_status_t mp_backend_get_array(const char* name, const DLTensor*
 
 /* Define a function in the packed ABI by hand:
  *   MP_EXPORT_PACKED(add_one) { ... use args, num_args, out_ret ...; return MP_OK; } */
-#define MP_EXPORT_PACKED(name)                                                              \
-  MP_EXPORT_ATTR mp_status_t __mp_func_##name(void* self, const mp_value_t* args,           \
+#define MP_EXPORT_PACKED(name)                                                    \
+  MP_EXPORT_ATTR mp_status_t __mp_func_##name(void* self, const mp_value_t* args, \
                                               int32_t num_args, mp_value_t* out_ret)
 
 static inline const char* mp_backend__type_name(int32_t code) {
   switch (code) {
-    case MP_TYPE_NONE: return "None";
-    case MP_TYPE_INT: return "int";
-    case MP_TYPE_FLOAT: return "float";
-    case MP_TYPE_HANDLE: return "handle";
-    case MP_TYPE_STR: return "str";
-    case MP_TYPE_DLTENSOR: return "DLTensor*";
-    case MP_TYPE_FUNCTION: return "function";
-    default: return "unknown";
+    case MP_TYPE_NONE:
+      return "None";
+    case MP_TYPE_INT:
+      return "int";
+    case MP_TYPE_FLOAT:
+      return "float";
+    case MP_TYPE_HANDLE:
+      return "handle";
+    case MP_TYPE_STR:
+      return "str";
+    case MP_TYPE_DLTENSOR:
+      return "DLTensor*";
+    case MP_TYPE_FUNCTION:
+      return "function";
+    default:
+      return "unknown";
   }
 }
 
@@ -123,15 +131,15 @@ static inline mp_status_t mp_backend__arg_type_error(const char* fn, int32_t i, 
 }
 
 /* Integer arguments: accept MP_TYPE_INT within the C type's range. */
-#define MP__DEFINE_INT_ARG(suffix, T, lo, hi)                                                 \
-  static inline mp_status_t mp_backend__arg_##suffix(const mp_value_t* v, void* out,          \
-                                                      const char* fn, int32_t i) {            \
-    if (v->type_code != MP_TYPE_INT) return mp_backend__arg_type_error(fn, i, #T, v);         \
-    if (v->v_int64 < (int64_t)(lo) || v->v_int64 > (int64_t)(hi))                             \
+#define MP__DEFINE_INT_ARG(suffix, T, lo, hi)                                                     \
+  static inline mp_status_t mp_backend__arg_##suffix(const mp_value_t* v, void* out,              \
+                                                     const char* fn, int32_t i) {                 \
+    if (v->type_code != MP_TYPE_INT) return mp_backend__arg_type_error(fn, i, #T, v);             \
+    if (v->v_int64 < (int64_t)(lo) || v->v_int64 > (int64_t)(hi))                                 \
       return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %d = %lld does not fit %s", \
-                               fn, (int)i, (long long)v->v_int64, #T);                        \
-    *(T*)out = (T)v->v_int64;                                                                  \
-    return MP_OK;                                                                              \
+                               fn, (int)i, (long long)v->v_int64, #T);                            \
+    *(T*)out = (T)v->v_int64;                                                                     \
+    return MP_OK;                                                                                 \
   }
 MP__DEFINE_INT_ARG(schar, signed char, -128, 127)
 MP__DEFINE_INT_ARG(char, char, -128, 127)
@@ -149,9 +157,12 @@ MP__DEFINE_INT_ARG(bool, bool, 0, 1)
 
 static inline mp_status_t mp_backend__arg_double(const mp_value_t* v, void* out, const char* fn,
                                                  int32_t i) {
-  if (v->type_code == MP_TYPE_FLOAT) *(double*)out = v->v_float64;
-  else if (v->type_code == MP_TYPE_INT) *(double*)out = (double)v->v_int64;
-  else return mp_backend__arg_type_error(fn, i, "double", v);
+  if (v->type_code == MP_TYPE_FLOAT)
+    *(double*)out = v->v_float64;
+  else if (v->type_code == MP_TYPE_INT)
+    *(double*)out = (double)v->v_int64;
+  else
+    return mp_backend__arg_type_error(fn, i, "double", v);
   return MP_OK;
 }
 static inline mp_status_t mp_backend__arg_float(const mp_value_t* v, void* out, const char* fn,
@@ -194,43 +205,64 @@ static inline mp_status_t mp_backend__arg_handle(const mp_value_t* v, void* out,
 }
 
 /* The converter for a parameter of type T, chosen at compile time. */
-#define MP__ARG_CONVERTER(T)                                                                  \
-  _Generic((T*)0,                                                                              \
-      signed char*: mp_backend__arg_schar, char*: mp_backend__arg_char,                        \
-      short*: mp_backend__arg_short, int*: mp_backend__arg_int, long*: mp_backend__arg_long,   \
-      long long*: mp_backend__arg_llong, unsigned char*: mp_backend__arg_uchar,                \
-      unsigned short*: mp_backend__arg_ushort, unsigned int*: mp_backend__arg_uint,            \
-      unsigned long*: mp_backend__arg_ulong, unsigned long long*: mp_backend__arg_ullong,      \
-      bool*: mp_backend__arg_bool, float*: mp_backend__arg_float,                              \
-      double*: mp_backend__arg_double, DLTensor**: mp_backend__arg_tensor,                     \
-      const DLTensor**: mp_backend__arg_const_tensor, const char**: mp_backend__arg_str,             \
-      char**: mp_backend__arg_str, void**: mp_backend__arg_handle)
+#define MP__ARG_CONVERTER(T)                          \
+  _Generic((T*)0,                                     \
+      signed char*: mp_backend__arg_schar,            \
+      char*: mp_backend__arg_char,                    \
+      short*: mp_backend__arg_short,                  \
+      int*: mp_backend__arg_int,                      \
+      long*: mp_backend__arg_long,                    \
+      long long*: mp_backend__arg_llong,              \
+      unsigned char*: mp_backend__arg_uchar,          \
+      unsigned short*: mp_backend__arg_ushort,        \
+      unsigned int*: mp_backend__arg_uint,            \
+      unsigned long*: mp_backend__arg_ulong,          \
+      unsigned long long*: mp_backend__arg_ullong,    \
+      bool*: mp_backend__arg_bool,                    \
+      float*: mp_backend__arg_float,                  \
+      double*: mp_backend__arg_double,                \
+      DLTensor**: mp_backend__arg_tensor,             \
+      const DLTensor**: mp_backend__arg_const_tensor, \
+      const char**: mp_backend__arg_str,              \
+      char**: mp_backend__arg_str,                    \
+      void**: mp_backend__arg_handle)
 
-static inline void mp_backend__ret_int(mp_value_t* r, int64_t v) { *r = mp_int(v); }
-static inline void mp_backend__ret_uint(mp_value_t* r, uint64_t v) { *r = mp_int((int64_t)v); }
-static inline void mp_backend__ret_float(mp_value_t* r, double v) { *r = mp_float(v); }
+static inline void mp_backend__ret_int(mp_value_t* r, int64_t v) {
+  *r = mp_int(v);
+}
+static inline void mp_backend__ret_uint(mp_value_t* r, uint64_t v) {
+  *r = mp_int((int64_t)v);
+}
+static inline void mp_backend__ret_float(mp_value_t* r, double v) {
+  *r = mp_float(v);
+}
 static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
   r->type_code = MP_TYPE_HANDLE;
   r->flags = 0;
   r->v_handle = (void*)v;
 }
 
-#define MP__SET_RET(R, out, value)                                                            \
-  _Generic((R*)0,                                                                              \
-      float*: mp_backend__ret_float, double*: mp_backend__ret_float,                           \
-      unsigned char*: mp_backend__ret_uint, unsigned short*: mp_backend__ret_uint,             \
-      unsigned int*: mp_backend__ret_uint, unsigned long*: mp_backend__ret_uint,               \
-      unsigned long long*: mp_backend__ret_uint, void**: mp_backend__ret_handle,               \
-      DLTensor**: mp_backend__ret_handle, default: mp_backend__ret_int)(out, value)
+#define MP__SET_RET(R, out, value)               \
+  _Generic((R*)0,                                \
+      float*: mp_backend__ret_float,             \
+      double*: mp_backend__ret_float,            \
+      unsigned char*: mp_backend__ret_uint,      \
+      unsigned short*: mp_backend__ret_uint,     \
+      unsigned int*: mp_backend__ret_uint,       \
+      unsigned long*: mp_backend__ret_uint,      \
+      unsigned long long*: mp_backend__ret_uint, \
+      void**: mp_backend__ret_handle,            \
+      DLTensor**: mp_backend__ret_handle,        \
+      default: mp_backend__ret_int)(out, value)
 
 #define MP__NARGS(...) MP__NARGS_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
 #define MP__NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, N, ...) N
 #define MP__CAT(a, b) MP__CAT_(a, b)
 #define MP__CAT_(a, b) a##b
 
-#define MP__ARG(T, i)                                                                          \
-  T a##i;                                                                                      \
-  if (MP__ARG_CONVERTER(T)(&args[i], (void*)&a##i, mp__name, i) != MP_OK)                      \
+#define MP__ARG(T, i)                                                     \
+  T a##i;                                                                 \
+  if (MP__ARG_CONVERTER(T)(&args[i], (void*)&a##i, mp__name, i) != MP_OK) \
     return MP_ERR_INVALID_ARGUMENT;
 #define MP__ARGS_1(T1) MP__ARG(T1, 0)
 #define MP__ARGS_2(T1, T2) MP__ARGS_1(T1) MP__ARG(T2, 1)
@@ -239,7 +271,7 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
 #define MP__ARGS_5(T1, T2, T3, T4, T5) MP__ARGS_4(T1, T2, T3, T4) MP__ARG(T5, 4)
 #define MP__ARGS_6(T1, T2, T3, T4, T5, T6) MP__ARGS_5(T1, T2, T3, T4, T5) MP__ARG(T6, 5)
 #define MP__ARGS_7(T1, T2, T3, T4, T5, T6, T7) MP__ARGS_6(T1, T2, T3, T4, T5, T6) MP__ARG(T7, 6)
-#define MP__ARGS_8(T1, T2, T3, T4, T5, T6, T7, T8)                                             \
+#define MP__ARGS_8(T1, T2, T3, T4, T5, T6, T7, T8) \
   MP__ARGS_7(T1, T2, T3, T4, T5, T6, T7) MP__ARG(T8, 7)
 #define MP__NAMES_1 a0
 #define MP__NAMES_2 MP__NAMES_1, a1
@@ -250,54 +282,52 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
 #define MP__NAMES_7 MP__NAMES_6, a6
 #define MP__NAMES_8 MP__NAMES_7, a7
 
-#define MP__WRAPPER_PROLOGUE(name, n)                                                          \
-  MP_EXPORT_PACKED(name) {                                                                     \
-    static const char mp__name[] = #name;                                                      \
-    (void)self;                                                                                \
-    if (num_args != (n))                                                                       \
-      return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "%s: expected %d arguments, got %d",   \
+#define MP__WRAPPER_PROLOGUE(name, n)                                                        \
+  MP_EXPORT_PACKED(name) {                                                                   \
+    static const char mp__name[] = #name;                                                    \
+    (void)self;                                                                              \
+    if (num_args != (n))                                                                     \
+      return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "%s: expected %d arguments, got %d", \
                                mp__name, (int)(n), (int)num_args);
 
 /* Export `R name(T1, ..., Tn)` (1 to 8 parameters) under the packed ABI. */
-#define MP_EXPORT_FUNC(name, R, ...)                                                          \
-  MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                           \
-  MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                      \
-  __mp_backend_reported = MP_OK;                                                               \
-  R mp__result = name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                            \
-  if (__mp_backend_reported != MP_OK) return __mp_backend_reported;                            \
-  MP__SET_RET(R, out_ret, mp__result);                                                         \
-  return MP_OK;                                                                                \
+#define MP_EXPORT_FUNC(name, R, ...)                                                     \
+  MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                     \
+  MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__) __mp_backend_reported = MP_OK; \
+  R mp__result = name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                      \
+  if (__mp_backend_reported != MP_OK) return __mp_backend_reported;                      \
+  MP__SET_RET(R, out_ret, mp__result);                                                   \
+  return MP_OK;                                                                          \
   }
 
 /* Export `void name(T1, ..., Tn)` (1 to 8 parameters) under the packed ABI. */
-#define MP_EXPORT_VOID_FUNC(name, ...)                                                        \
-  MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                           \
-  MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                      \
-  (void)out_ret;                                                                               \
-  __mp_backend_reported = MP_OK;                                                               \
-  name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                                           \
-  return __mp_backend_reported;                                                                \
+#define MP_EXPORT_VOID_FUNC(name, ...)                                  \
+  MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                    \
+  MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)(void)out_ret; \
+  __mp_backend_reported = MP_OK;                                        \
+  name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                    \
+  return __mp_backend_reported;                                         \
   }
 
 /* Export `R name(void)` under the packed ABI (the variadic forms need a parameter). */
-#define MP_EXPORT_FUNC0(name, R)                                                              \
-  MP__WRAPPER_PROLOGUE(name, 0)                                                                \
-  (void)args;                                                                                  \
-  __mp_backend_reported = MP_OK;                                                               \
-  R mp__result = name();                                                                       \
-  if (__mp_backend_reported != MP_OK) return __mp_backend_reported;                            \
-  MP__SET_RET(R, out_ret, mp__result);                                                         \
-  return MP_OK;                                                                                \
+#define MP_EXPORT_FUNC0(name, R)                                    \
+  MP__WRAPPER_PROLOGUE(name, 0)                                     \
+  (void)args;                                                       \
+  __mp_backend_reported = MP_OK;                                    \
+  R mp__result = name();                                            \
+  if (__mp_backend_reported != MP_OK) return __mp_backend_reported; \
+  MP__SET_RET(R, out_ret, mp__result);                              \
+  return MP_OK;                                                     \
   }
 
 /* Export `void name(void)` under the packed ABI. */
-#define MP_EXPORT_VOID_FUNC0(name)                                                            \
-  MP__WRAPPER_PROLOGUE(name, 0)                                                                \
-  (void)args;                                                                                  \
-  (void)out_ret;                                                                               \
-  __mp_backend_reported = MP_OK;                                                               \
-  name();                                                                                      \
-  return __mp_backend_reported;                                                                \
+#define MP_EXPORT_VOID_FUNC0(name) \
+  MP__WRAPPER_PROLOGUE(name, 0)    \
+  (void)args;                      \
+  (void)out_ret;                   \
+  __mp_backend_reported = MP_OK;   \
+  name();                          \
+  return __mp_backend_reported;    \
   }
 
 #ifdef __cplusplus

@@ -45,7 +45,7 @@ typedef enum {
 } DLDataTypeCode;
 
 typedef struct {
-  uint8_t code;  /* a DLDataTypeCode value */
+  uint8_t code; /* a DLDataTypeCode value */
   uint8_t bits;
   uint16_t lanes;
 } DLDataType;

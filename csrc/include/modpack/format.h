@@ -64,28 +64,28 @@ typedef struct {
   uint8_t magic[8];
   uint16_t format_major;
   uint16_t format_minor;
-  uint32_t header_size;      /* >= 64; a later minor may grow it */
-  uint64_t blob_size;        /* total bytes of the blob */
-  uint8_t writer_major;      /* version of the modpack that wrote the blob */
+  uint32_t header_size; /* >= 64; a later minor may grow it */
+  uint64_t blob_size;   /* total bytes of the blob */
+  uint8_t writer_major; /* version of the modpack that wrote the blob */
   uint8_t writer_minor;
   uint16_t writer_patch;
-  uint32_t flags;            /* MP_FORMAT_FLAG_*; unknown bits are rejected */
-  uint64_t module_count;     /* >= 1; module 0 is the root */
-  uint64_t edge_count;       /* length of child_indices */
-  uint64_t index_size;       /* bytes covered by index_checksum; payloads start at or after it */
+  uint32_t flags;        /* MP_FORMAT_FLAG_*; unknown bits are rejected */
+  uint64_t module_count; /* >= 1; module 0 is the root */
+  uint64_t edge_count;   /* length of child_indices */
+  uint64_t index_size;   /* bytes covered by index_checksum; payloads start at or after it */
   uint64_t index_checksum;
 } mp_format_header_v1_t;
 
 /* On-disk module entry (48 bytes), one per module in DFS index order. */
 typedef struct {
-  uint64_t payload_offset;   /* from the start of the blob; 0 with size 0 for "_lib" */
+  uint64_t payload_offset; /* from the start of the blob; 0 with size 0 for "_lib" */
   uint64_t payload_size;
   uint64_t payload_checksum; /* XXH3-64 of the payload when the header flag says so */
   uint32_t type_key_offset;  /* into the string table, which follows child_indices */
   uint32_t type_key_size;
-  uint32_t flags;            /* reserved, must be 0 */
-  uint32_t reserved0;        /* must be 0 */
-  uint64_t reserved1;        /* must be 0 */
+  uint32_t flags;     /* reserved, must be 0 */
+  uint32_t reserved0; /* must be 0 */
+  uint64_t reserved1; /* must be 0 */
 } mp_format_entry_v1_t;
 /* MP_API_END */
 

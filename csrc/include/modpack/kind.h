@@ -45,8 +45,7 @@ typedef struct {
   /* Kind-specific facts as the members of a JSON object (e.g. `"variants": [...]`), written
    * NUL-terminated into |buffer| (truncated to |capacity|); *out_length receives the length
    * the members need. */
-  mp_status_t (*describe)(mp_module_t* self, char* buffer, uint64_t capacity,
-                          uint64_t* out_length);
+  mp_status_t (*describe)(mp_module_t* self, char* buffer, uint64_t capacity, uint64_t* out_length);
 } mp_module_vtable_t;
 
 /* Create a module of kind |type_key| around |impl| (owned by the module from now on, even on

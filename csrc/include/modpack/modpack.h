@@ -142,8 +142,8 @@ MP_API mp_status_t mp_module_load_from_payload(const char* type_key, mp_const_by
 MP_API uint64_t mp_module_array_count(mp_module_t* module);
 MP_API mp_status_t mp_module_array_at(mp_module_t* module, uint64_t index, const char** out_name,
                                       const DLTensor** out_array);
-MP_API mp_status_t mp_module_get_array(mp_module_t* module, const char* name,
-                                       int32_t query_imports, const DLTensor** out_array);
+MP_API mp_status_t mp_module_get_array(mp_module_t* module, const char* name, int32_t query_imports,
+                                       const DLTensor** out_array);
 
 /* ---- functions --------------------------------------------------------------------------- */
 
@@ -228,7 +228,8 @@ typedef struct {
 MP_API mp_status_t mp_blob_parse(mp_const_byte_span_t bytes, uint32_t flags, mp_blob_t** out_blob);
 MP_API void mp_blob_free(mp_blob_t* blob);
 MP_API void mp_blob_info(const mp_blob_t* blob, mp_blob_info_t* out_info);
-MP_API mp_status_t mp_blob_module(const mp_blob_t* blob, uint64_t index, mp_blob_module_t* out_module);
+MP_API mp_status_t mp_blob_module(const mp_blob_t* blob, uint64_t index,
+                                  mp_blob_module_t* out_module);
 /* child_indices[edge]; UINT64_MAX when out of range. */
 MP_API uint64_t mp_blob_child(const mp_blob_t* blob, uint64_t edge);
 /* The XXH3-64 digest the format uses, for writers and tools. */

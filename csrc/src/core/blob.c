@@ -241,7 +241,8 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
     m->payload_checksum = mp_load_le64(q + ENTRY_FIELD(payload_checksum));
     uint32_t key_offset = mp_load_le32(q + ENTRY_FIELD(type_key_offset));
     uint32_t key_size = mp_load_le32(q + ENTRY_FIELD(type_key_size));
-    if (mp_load_le32(q + ENTRY_FIELD(flags)) != 0 || mp_load_le32(q + ENTRY_FIELD(reserved0)) != 0 ||
+    if (mp_load_le32(q + ENTRY_FIELD(flags)) != 0 ||
+        mp_load_le32(q + ENTRY_FIELD(reserved0)) != 0 ||
         mp_load_le64(q + ENTRY_FIELD(reserved1)) != 0)
       return mp_errorf(MP_ERR_FORMAT,
                        "corrupt blob: module[%" PRIu64 "] has non-zero reserved fields", i);
@@ -291,8 +292,7 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
     return mp_errorf(MP_ERR_FORMAT, "corrupt blob: %" PRIu64 " \"_lib\" entries (at most one)",
                      lib_count);
 
-  mp_status_t status = check_tree(b);
-  if (status != MP_OK) return status;
+  MP_RETURN_IF_ERROR(check_tree(b));
   for (uint64_t i = 0; i < n; ++i) {
     b->modules[i].first_edge = b->row_ptr[i];
     b->modules[i].child_count = b->row_ptr[i + 1] - b->row_ptr[i];

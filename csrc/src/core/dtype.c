@@ -1,7 +1,7 @@
 /* DLPack dtype names and checks, and tensor layout checks (core/dtype.h). */
-#include <stdio.h>
-
 #include "core/dtype.h"
+
+#include <stdio.h>
 
 const char* mp_dtype_string(DLDataType dtype, char* buffer, size_t capacity) {
   /* Indexed by DLPack type code; codes from 7 on are float8 formats whose name says it all. */

@@ -1,10 +1,10 @@
 /* The per-thread error channel: a status code and a message, set where a failure happens and
  * read by whoever reports it (the Python binding, a C application). */
+#include "core/error.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "core/error.h"
 
 enum { MP_ERROR_MESSAGE_CAPACITY = 4096 };
 

@@ -27,9 +27,9 @@ mp_status_t mp_out_of_memory(const char* what);
   } while (0)
 
 /* Return the status of |expr| if it failed, its message prefixed with printf-style context. */
-#define MP_RETURN_IF_ERROR_PREFIX(expr, ...)                                 \
-  do {                                                                       \
-    mp_status_t mp__status = (expr);                                         \
+#define MP_RETURN_IF_ERROR_PREFIX(expr, ...)                                  \
+  do {                                                                        \
+    mp_status_t mp__status = (expr);                                          \
     if (mp__status != MP_OK) return mp_error_prefix(mp__status, __VA_ARGS__); \
   } while (0)
 

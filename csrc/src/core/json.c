@@ -1,8 +1,8 @@
 /* Minimal JSON text writing for module descriptions (modpack inspect). */
+#include "core/json.h"
+
 #include <stdarg.h>
 #include <stdio.h>
-
-#include "core/json.h"
 
 void mp_json_printf(mp_json_t* j, const char* fmt, ...) {
   uint64_t room = j->length < j->capacity ? j->capacity - j->length : 0;

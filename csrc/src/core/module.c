@@ -1,6 +1,8 @@
 /* Modules: reference-counted nodes of the import tree, each a type key, a vtable and the
  * kind's own state. Lookups walk the imports depth-first. A module loaded from a library
  * keeps that library alive; how is the loading layer's business (core/module.h). */
+#include "core/module.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -9,7 +11,6 @@
 
 #include "core/error.h"
 #include "core/json.h"
-#include "core/module.h"
 
 struct mp_module {
   atomic_long refcount;

@@ -1,11 +1,12 @@
 /* The passive registry: type key -> loader (and, for built-in kinds, the kind descriptor with
  * its device), under a lock. It knows no kind itself (core/registry.h). */
+#include "core/registry.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "core/registry.h"
 
 typedef struct {
   char* type_key;

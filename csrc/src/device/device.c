@@ -114,8 +114,8 @@ mp_status_t mp_device_type_from_name(const char* name, int32_t* out_device_type)
   if (!api) {
     char names[256];
     mp_registry_list_devices(names, sizeof names);
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "unknown device type '%s' (supported: cpu, %s)",
-                     name, names);
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "unknown device type '%s' (supported: cpu, %s)", name,
+                     names);
   }
   *out_device_type = api->device_type;
   return MP_OK;

@@ -4,12 +4,12 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "device/driver.h"
+
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "device/driver.h"
 
 bool mp_resolve_symbol(void* library, const char* name, void* slot) {
   void* symbol = dlsym(library, name);

@@ -1,8 +1,8 @@
 /* The one list of built-in kinds. Adding a built-in kind: its folder under kinds/, its
  * descriptor's declaration in builtin.h and one line here. */
-#include <pthread.h>
-
 #include "kinds/builtin.h"
+
+#include <pthread.h>
 
 static const mp_kind_t* const builtin_kinds[] = {
     &mp_const_kind,

@@ -1,10 +1,11 @@
 /* The module context (load/context.h): the functions host code calls through its context
  * slots, and the one table that installs them. Adding a slot: its names in modpack/abi.h, its
  * definition and wrapper in modpack/backend.h, its function and one table row here. */
+#include "load/context.h"
+
 #include <string.h>
 
 #include "core/error.h"
-#include "load/context.h"
 #include "load/library.h"
 
 /* Hands host code a pointer it may keep while the library is loaded (an entry owned by the
@@ -13,8 +14,7 @@ static mp_status_t context_get_function(void* ctx, const char* name, void** out_
   *out_function = NULL;
   mp_module_t* node = ctx;
   mp_library_t* library = node ? mp_module_library(node) : NULL;
-  if (!library)
-    return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up '%s' before load", name);
+  if (!library) return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up '%s' before load", name);
   mp_context_entry_t* entry;
   MP_RETURN_IF_ERROR(mp_library_entry(library, name, &entry));
   /* Fail now, not at the first call, when the function does not exist. */

@@ -6,6 +6,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pread */
 #endif
+#include "load/elf_check.h"
+
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +19,6 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "load/elf_check.h"
 
 static bool read_exact(int fd, void* buf, size_t n, uint64_t offset) {
   uint8_t* p = buf;

@@ -7,6 +7,8 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* dladdr1, dlinfo */
 #endif
+#include "load/library.h"
+
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
@@ -17,7 +19,6 @@
 
 #include "core/error.h"
 #include "core/module.h"
-#include "load/library.h"
 
 struct mp_context_entry {
   char* name;

@@ -2,12 +2,12 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* clock_gettime */
 #endif
+#include "load/trace.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include "load/trace.h"
 
 bool mp_trace_enabled(void) {
   static int enabled = -1; /* benign race: every thread computes the same value */

@@ -2,6 +2,8 @@
  * each entry's loader (found by type key in the registry) builds its module over the payload
  * in place, and the CSR import tree is wired. The "_lib" entry becomes the library's node,
  * whose context is installed so host code can reach the rest. */
+#include "load/tree.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,6 @@
 #include "load/context.h"
 #include "load/library.h"
 #include "load/trace.h"
-#include "load/tree.h"
 
 /* The library's node, context installed (a reused node keeps the context it has). */
 static mp_status_t library_node(mp_library_t* library, mp_module_t** out_node, bool* out_reused) {

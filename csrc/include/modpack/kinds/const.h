@@ -28,8 +28,8 @@ enum {
 };
 
 typedef struct {
-  uint32_t version;     /* MP_CONST_PAYLOAD_VERSION */
-  uint32_t reserved;    /* must be 0 */
+  uint32_t version;  /* MP_CONST_PAYLOAD_VERSION */
+  uint32_t reserved; /* must be 0 */
   uint64_t array_count;
 } mp_const_header_v1_t;
 
@@ -39,8 +39,8 @@ typedef struct {
   uint8_t dtype_code;   /* DLPack dtype */
   uint8_t dtype_bits;
   uint16_t dtype_lanes;
-  uint32_t ndim;        /* <= MP_CONST_MAX_NDIM */
-  uint32_t reserved;    /* must be 0 */
+  uint32_t ndim;         /* <= MP_CONST_MAX_NDIM */
+  uint32_t reserved;     /* must be 0 */
   uint64_t shape_offset; /* ndim u64 extents */
   uint64_t data_offset;  /* a multiple of MP_CONST_DATA_ALIGNMENT */
   uint64_t data_size;    /* product(shape) * bits * lanes / 8 */

@@ -1,12 +1,13 @@
 /* Function-info records of device kernels and the per-call checks shared by every device kind
  * (kinds/common/kernel_info.h). */
+#include "kinds/common/kernel_info.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "kinds/common/kernel_info.h"
 
 void mp_kernel_info_free(mp_kernel_info_t* info) {
   free(info->name);
@@ -18,8 +19,7 @@ void mp_kernel_info_free(mp_kernel_info_t* info) {
 
 mp_status_t mp_kernel_info_read(mp_reader_t* r, mp_kernel_info_t* out) {
   memset(out, 0, sizeof *out);
-  mp_status_t status = mp_read_string(r, MP_KERNEL_MAX_NAME, "", "kernel name", &out->name);
-  if (status != MP_OK) return status;
+  MP_RETURN_IF_ERROR(mp_read_string(r, MP_KERNEL_MAX_NAME, "", "kernel name", &out->name));
   char where[MP_KERNEL_MAX_NAME + 16]; /* "kernel NAME: " */
   snprintf(where, sizeof where, "kernel %s: ", out->name);
   if (!mp_read_u32(r, &out->arg_count)) return mp_reader_error(r, "argument count");

@@ -1,10 +1,11 @@
 /* A device kind's kernels: read, found, listed, described (kinds/common/kernel_table.h). */
+#include "kinds/common/kernel_table.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "kinds/common/kernel_table.h"
 
 /* |tag|'s index in |kind|'s launch tags. */
 static mp_status_t launch_slot(const mp_reader_t* r, const mp_kind_t* kind,

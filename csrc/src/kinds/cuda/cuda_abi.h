@@ -56,37 +56,37 @@ enum {
  * The struct of function pointers below and the dlsym table in cuda_device.c are both
  * generated from this list. Entry points whose ABI changed are resolved by their versioned
  * symbols (cuMemAlloc_v2, ...), the names cuda.h maps the plain ones to. */
-#define MP_CUDA_ENTRY_POINTS(X)                                                                \
-  X(Init, cuInit, CUresult, (unsigned int flags))                                              \
-  X(DriverGetVersion, cuDriverGetVersion, CUresult, (int* version))                            \
-  X(GetErrorName, cuGetErrorName, CUresult, (CUresult error, const char** name))               \
-  X(GetErrorString, cuGetErrorString, CUresult, (CUresult error, const char** text))           \
-  X(DeviceGetCount, cuDeviceGetCount, CUresult, (int* count))                                  \
-  X(DeviceGet, cuDeviceGet, CUresult, (CUdevice * device, int ordinal))                        \
-  X(DeviceGetAttribute, cuDeviceGetAttribute, CUresult,                                        \
-    (int* value, int attribute, CUdevice device))                                              \
-  X(DeviceGetName, cuDeviceGetName, CUresult, (char* name, int length, CUdevice device))       \
-  X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, CUresult,                                \
-    (CUcontext * context, CUdevice device))                                                    \
-  X(CtxSetCurrent, cuCtxSetCurrent, CUresult, (CUcontext context))                             \
-  X(CtxGetCurrent, cuCtxGetCurrent, CUresult, (CUcontext * context))                           \
-  X(CtxGetDevice, cuCtxGetDevice, CUresult, (CUdevice * device))                               \
-  X(CtxSynchronize, cuCtxSynchronize, CUresult, (void))                                        \
-  X(MemAlloc, cuMemAlloc_v2, CUresult, (CUdeviceptr * pointer, size_t nbytes))                 \
-  X(MemFree, cuMemFree_v2, CUresult, (CUdeviceptr pointer))                                    \
-  X(MemcpyHtoD, cuMemcpyHtoD_v2, CUresult, (CUdeviceptr to, const void* from, size_t nbytes))  \
-  X(MemcpyDtoH, cuMemcpyDtoH_v2, CUresult, (void* to, CUdeviceptr from, size_t nbytes))        \
-  X(MemcpyDtoD, cuMemcpyDtoD_v2, CUresult, (CUdeviceptr to, CUdeviceptr from, size_t nbytes))  \
-  X(ModuleLoadData, cuModuleLoadData, CUresult, (CUmodule * module, const void* image))        \
-  X(ModuleUnload, cuModuleUnload, CUresult, (CUmodule module))                                 \
-  X(ModuleGetFunction, cuModuleGetFunction, CUresult,                                          \
-    (CUfunction * function, CUmodule module, const char* name))                                \
-  X(FuncSetAttribute, cuFuncSetAttribute, CUresult,                                            \
-    (CUfunction function, int attribute, int value))                                           \
-  X(LaunchKernel, cuLaunchKernel, CUresult,                                                    \
-    (CUfunction function, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,       \
-     unsigned int block_x, unsigned int block_y, unsigned int block_z,                         \
-     unsigned int shared_bytes, CUstream stream, void** params, void** extra))
+#define MP_CUDA_ENTRY_POINTS(X)                                                                   \
+  X(Init, cuInit, CUresult, (unsigned int flags))                                                 \
+  X(DriverGetVersion, cuDriverGetVersion, CUresult, (int* version))                               \
+  X(GetErrorName, cuGetErrorName, CUresult, (CUresult error, const char** name))                  \
+  X(GetErrorString, cuGetErrorString, CUresult, (CUresult error, const char** text))              \
+  X(DeviceGetCount, cuDeviceGetCount, CUresult, (int* count))                                     \
+  X(DeviceGet, cuDeviceGet, CUresult, (CUdevice * device, int ordinal))                           \
+  X(DeviceGetAttribute, cuDeviceGetAttribute, CUresult,                                           \
+    (int* value, int attribute, CUdevice device))                                                 \
+  X(DeviceGetName, cuDeviceGetName, CUresult, (char* name, int length, CUdevice device))          \
+  X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, CUresult,                                   \
+    (CUcontext * context, CUdevice device))                                                       \
+  X(CtxSetCurrent, cuCtxSetCurrent, CUresult, (CUcontext context))                                \
+  X(CtxGetCurrent, cuCtxGetCurrent, CUresult, (CUcontext * context))                              \
+  X(CtxGetDevice, cuCtxGetDevice, CUresult, (CUdevice * device))                                  \
+  X(CtxSynchronize, cuCtxSynchronize, CUresult, (void))                                           \
+  X(MemAlloc, cuMemAlloc_v2, CUresult, (CUdeviceptr * pointer, size_t nbytes))                    \
+  X(MemFree, cuMemFree_v2, CUresult, (CUdeviceptr pointer))                                       \
+  X(MemcpyHtoD, cuMemcpyHtoD_v2, CUresult, (CUdeviceptr to, const void* from, size_t nbytes))     \
+  X(MemcpyDtoH, cuMemcpyDtoH_v2, CUresult, (void* to, CUdeviceptr from, size_t nbytes))           \
+  X(MemcpyDtoD, cuMemcpyDtoD_v2, CUresult, (CUdeviceptr to, CUdeviceptr from, size_t nbytes))     \
+  X(ModuleLoadData, cuModuleLoadData, CUresult, (CUmodule * module, const void* image))           \
+  X(ModuleUnload, cuModuleUnload, CUresult, (CUmodule module))                                    \
+  X(ModuleGetFunction, cuModuleGetFunction, CUresult,                                             \
+    (CUfunction * function, CUmodule module, const char* name))                                   \
+  X(FuncSetAttribute, cuFuncSetAttribute, CUresult,                                               \
+    (CUfunction function, int attribute, int value))                                              \
+  X(LaunchKernel, cuLaunchKernel, CUresult,                                                       \
+    (CUfunction function, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,          \
+     unsigned int block_x, unsigned int block_y, unsigned int block_z, unsigned int shared_bytes, \
+     CUstream stream, void** params, void** extra))
 
 typedef struct {
 #define MP__CU_MEMBER(member, symbol, ret, params) ret(*member) params;

@@ -299,8 +299,7 @@ static mp_status_t cuda_describe(int32_t device_id, char* buffer, uint64_t capac
 
 static mp_status_t cuda_alloc(int32_t device_id, uint64_t nbytes, void** out_data) {
   CUcontext saved;
-  mp_status_t status = mp_cuda_enter(device_id, &saved);
-  if (status != MP_OK) return status;
+  MP_RETURN_IF_ERROR(mp_cuda_enter(device_id, &saved));
   CUdeviceptr pointer = 0;
   CUresult result = state.cu.MemAlloc(&pointer, nbytes ? nbytes : 1);
   mp_cuda_leave(saved);
@@ -333,8 +332,7 @@ static mp_status_t cuda_free(int32_t device_id, void* data) {
 static mp_status_t cuda_copy_from_host(int32_t device_id, const void* host, void* data,
                                        uint64_t offset, uint64_t nbytes) {
   CUcontext saved;
-  mp_status_t status = mp_cuda_enter(device_id, &saved);
-  if (status != MP_OK) return status;
+  MP_RETURN_IF_ERROR(mp_cuda_enter(device_id, &saved));
   CUresult result = state.cu.MemcpyHtoD(ptr(data, offset), host, nbytes);
   mp_cuda_leave(saved);
   return result == CUDA_SUCCESS ? MP_OK : mp_cuda_fail(result, "copying to a CUDA device");
@@ -343,8 +341,7 @@ static mp_status_t cuda_copy_from_host(int32_t device_id, const void* host, void
 static mp_status_t cuda_copy_to_host(int32_t device_id, const void* data, uint64_t offset,
                                      void* host, uint64_t nbytes) {
   CUcontext saved;
-  mp_status_t status = mp_cuda_enter(device_id, &saved);
-  if (status != MP_OK) return status;
+  MP_RETURN_IF_ERROR(mp_cuda_enter(device_id, &saved));
   CUresult result = state.cu.MemcpyDtoH(host, ptr(data, offset), nbytes);
   mp_cuda_leave(saved);
   return result == CUDA_SUCCESS ? MP_OK : mp_cuda_fail(result, "copying from a CUDA device");
@@ -353,8 +350,7 @@ static mp_status_t cuda_copy_to_host(int32_t device_id, const void* data, uint64
 static mp_status_t cuda_copy_within(int32_t device_id, const void* from, uint64_t from_offset,
                                     void* to, uint64_t to_offset, uint64_t nbytes) {
   CUcontext saved;
-  mp_status_t status = mp_cuda_enter(device_id, &saved);
-  if (status != MP_OK) return status;
+  MP_RETURN_IF_ERROR(mp_cuda_enter(device_id, &saved));
   CUresult result = state.cu.MemcpyDtoD(ptr(to, to_offset), ptr(from, from_offset), nbytes);
   /* Copies are synchronous with respect to the host (the device API's contract). */
   if (result == CUDA_SUCCESS) result = state.cu.CtxSynchronize();
@@ -364,8 +360,7 @@ static mp_status_t cuda_copy_within(int32_t device_id, const void* from, uint64_
 
 static mp_status_t cuda_synchronize(int32_t device_id) {
   CUcontext saved;
-  mp_status_t status = mp_cuda_enter(device_id, &saved);
-  if (status != MP_OK) return status;
+  MP_RETURN_IF_ERROR(mp_cuda_enter(device_id, &saved));
   CUresult result = state.cu.CtxSynchronize();
   mp_cuda_leave(saved);
   return result == CUDA_SUCCESS ? MP_OK : mp_cuda_fail(result, "synchronizing a CUDA device");

@@ -15,6 +15,8 @@
  * non-blocking stream, synchronize before copying. A buffer whose record dtype is the opaque
  * handle type (kDLOpaqueHandle, shown as "void*") is an untyped pointer and accepts an array
  * of any dtype. */
+#include "kinds/cuda/cuda_module.h"
+
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -22,14 +24,13 @@
 #include <string.h>
 
 #include "kinds/builtin.h"
-#include "kinds/cuda/cuda_module.h"
 #include "kinds/cuda/cuda_select.h"
 
 _Static_assert(offsetof(mp_cuda_module_t, table) == 0, "the kernel table must come first");
 
 static const char* const launch_tags[MP_CUDA_SLOT_COUNT] = {
-    "blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
-    "dyn_shared_memory"};
+    "blockIdx.x",  "blockIdx.y",  "blockIdx.z",       "threadIdx.x",
+    "threadIdx.y", "threadIdx.z", "dyn_shared_memory"};
 /* Above this, a kernel must opt in to more dynamic shared memory (cuFuncSetAttribute). */
 enum { DEFAULT_MAX_DYNAMIC_SHARED = 48 * 1024 };
 
@@ -58,7 +59,8 @@ static void cuda_destroy(void* impl) {
   free(m);
 }
 
-/* ---- loading on a device ---------------------------------------------------------------------- */
+/* ---- loading on a device ----------------------------------------------------------------------
+ */
 
 static void list_variants(const mp_cuda_module_t* m, char* buffer, size_t capacity) {
   size_t used = 0;
@@ -72,8 +74,9 @@ static void list_variants(const mp_cuda_module_t* m, char* buffer, size_t capaci
       if (n > 0) used += (size_t)n;
     }
     if (used >= capacity) break;
-    n = snprintf(buffer + used, capacity - used, " (%s%s%s)", mp_cuda_variant_kind_names[variant->kind],
-                 variant->ptx_isa[0] ? ", PTX ISA " : "", variant->ptx_isa);
+    n = snprintf(buffer + used, capacity - used, " (%s%s%s)",
+                 mp_cuda_variant_kind_names[variant->kind], variant->ptx_isa[0] ? ", PTX ISA " : "",
+                 variant->ptx_isa);
     if (n > 0) used += (size_t)n;
   }
 }
@@ -111,8 +114,9 @@ static mp_status_t load_failed(const mp_cuda_module_t* m, const mp_cuda_t* cuda,
                        "run the %s %s variant, %s; rebuild with a target for sm_%d%d or add PTX, "
                        "or update the driver if the binary comes from a newer CUDA toolkit "
                        "(variants: %s)",
-                       (int)device, cc_major, cc_minor, arch, mp_cuda_variant_kind_names[variant->kind], why,
-                       cc_major, cc_minor, variants);
+                       (int)device, cc_major, cc_minor, arch,
+                       mp_cuda_variant_kind_names[variant->kind], why, cc_major, cc_minor,
+                       variants);
     case CUDA_ERROR_JIT_COMPILER_NOT_FOUND:
       return mp_errorf(MP_ERR_UNAVAILABLE,
                        "the driver's PTX JIT compiler (libnvidia-ptxjitcompiler.so) is missing, "
@@ -123,8 +127,8 @@ static mp_status_t load_failed(const mp_cuda_module_t* m, const mp_cuda_t* cuda,
       return mp_errorf(MP_ERR_RUNTIME,
                        "loading the %s %s variant on CUDA device %d (compute capability %d.%d, "
                        "driver for CUDA %d.%d) failed: %s [code %d] (variants: %s)",
-                       arch, mp_cuda_variant_kind_names[variant->kind], (int)device, cc_major, cc_minor,
-                       driver_major, driver_minor, why, (int)result, variants);
+                       arch, mp_cuda_variant_kind_names[variant->kind], (int)device, cc_major,
+                       cc_minor, driver_major, driver_minor, why, (int)result, variants);
   }
 }
 
@@ -144,8 +148,8 @@ static mp_status_t load_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda, int32
   int64_t scores[MP_CUDA_MAX_VARIANTS];
   uint32_t usable = 0;
   int32_t cc_major = cuda->cc_major[device], cc_minor = cuda->cc_minor[device];
-  mp_status_t status = mp_cuda_rank_arches(arches, count, cc_major, cc_minor, order, scores, &usable);
-  if (status != MP_OK) return status;
+  MP_RETURN_IF_ERROR(
+      mp_cuda_rank_arches(arches, count, cc_major, cc_minor, order, scores, &usable));
   if (usable == 0) {
     char variants[768];
     list_variants(m, variants, sizeof variants);
@@ -228,7 +232,8 @@ static mp_status_t load_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda, int32
   return MP_OK;
 }
 
-/* ---- calling ---------------------------------------------------------------------------------- */
+/* ---- calling ----------------------------------------------------------------------------------
+ */
 
 typedef union {
   mp_kernel_scalar_t scalar;
@@ -247,10 +252,9 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   void* params[MP_KERNEL_MAX_ARGS];
   for (uint32_t i = 0; i < info->arg_count; ++i) {
     params[i] = &values[i];
-    mp_status_t status = info->args[i].kind == MP_KERNEL_ARG_SCALAR
-                             ? mp_kernel_pack_scalar(info, i, &args[i], &values[i].scalar, NULL)
-                             : mp_kernel_check_buffer(info, i, &args[i]);
-    if (status != MP_OK) return status;
+    MP_RETURN_IF_ERROR(info->args[i].kind == MP_KERNEL_ARG_SCALAR
+                           ? mp_kernel_pack_scalar(info, i, &args[i], &values[i].scalar, NULL)
+                           : mp_kernel_check_buffer(info, i, &args[i]));
   }
   uint64_t launch[MP_CUDA_SLOT_COUNT] = {1, 1, 1, 1, 1, 1, 0};
   for (uint32_t t = 0; t < info->launch_count; ++t) {
@@ -291,15 +295,15 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   if (!launch[0] || !launch[1] || !launch[2]) return MP_OK; /* an empty grid: nothing to run */
 
   CUcontext saved;
-  mp_status_t status = mp_cuda_enter(device, &saved);
-  if (status != MP_OK) return status;
+  MP_RETURN_IF_ERROR(mp_cuda_enter(device, &saved));
   pthread_mutex_lock(&m->lock);
-  status = m->modules[device] ? MP_OK : load_locked(m, cuda, device);
+  mp_status_t status = m->modules[device] ? MP_OK : load_locked(m, cuda, device);
   CUfunction function = status == MP_OK ? m->functions[device][f->kernel] : NULL;
   if (status == MP_OK && launch[MP_CUDA_SLOT_SHARED] > DEFAULT_MAX_DYNAMIC_SHARED &&
       m->shared_optin[device][f->kernel] < launch[MP_CUDA_SLOT_SHARED]) {
-    CUresult result = cuda->cu.FuncSetAttribute(
-        function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)launch[MP_CUDA_SLOT_SHARED]);
+    CUresult result =
+        cuda->cu.FuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  (int)launch[MP_CUDA_SLOT_SHARED]);
     if (result == CUDA_SUCCESS) {
       m->shared_optin[device][f->kernel] = (uint32_t)launch[MP_CUDA_SLOT_SHARED];
     } else {
@@ -333,7 +337,8 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   return status;
 }
 
-/* ---- describing and loading ------------------------------------------------------------------- */
+/* ---- describing and loading -------------------------------------------------------------------
+ */
 
 /* The variants (arch, kind, size; a fatbin's arches under "contains"; PTX's ISA version) and
  * the kernels' signatures and launch tags. */
@@ -352,8 +357,8 @@ static mp_status_t cuda_describe(mp_module_t* self, char* buffer, uint64_t capac
     }
     mp_json_printf(&j, "%s{\"arch\": ", v ? ", " : "");
     mp_json_string(&j, arch);
-    mp_json_printf(&j, ", \"kind\": \"%s\", \"size\": %" PRIu64, mp_cuda_variant_kind_names[variant->kind],
-                   variant->size);
+    mp_json_printf(&j, ", \"kind\": \"%s\", \"size\": %" PRIu64,
+                   mp_cuda_variant_kind_names[variant->kind], variant->size);
     if (variant->kind == MP_CUDA_VARIANT_PTX) {
       mp_json_printf(&j, ", \"ptx_isa\": ");
       mp_json_string(&j, variant->ptx_isa);

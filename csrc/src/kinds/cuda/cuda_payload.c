@@ -56,7 +56,8 @@ static mp_status_t parse_variant_header(mp_reader_t* r, uint32_t index, mp_cuda_
                        "cuda payload: variant %u names architecture '%s', which is "
                        "not sm_XY[a|f] or compute_XY[a|f]",
                        index, v->arches[a]);
-    if ((v->kind == MP_CUDA_VARIANT_CUBIN && parsed.ptx) || (v->kind == MP_CUDA_VARIANT_PTX && !parsed.ptx))
+    if ((v->kind == MP_CUDA_VARIANT_CUBIN && parsed.ptx) ||
+        (v->kind == MP_CUDA_VARIANT_PTX && !parsed.ptx))
       return mp_errorf(MP_ERR_FORMAT, "cuda payload: %s variant %u is labelled '%s'",
                        mp_cuda_variant_kind_names[v->kind], index, v->arches[a]);
   }

@@ -1,10 +1,11 @@
 /* The variant-selection rule of the cuda kind (modpack/kinds/cuda.h): arch names, how well
  * each fits a compute capability, and the ranking the runtime and mp_cuda_select_variant use. */
+#include "kinds/cuda/cuda_select.h"
+
 #include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "kinds/cuda/cuda_select.h"
 
 bool mp_cuda_parse_arch(const char* name, mp_cuda_arch_t* out) {
   const char* p;
@@ -91,8 +92,8 @@ mp_status_t mp_cuda_select_variant(const char* const* arches, uint32_t count, in
   uint32_t order[MP_CUDA_MAX_VARIANTS];
   int64_t scores[MP_CUDA_MAX_VARIANTS];
   uint32_t usable = 0;
-  mp_status_t status = mp_cuda_rank_arches(arches, count, cc_major, cc_minor, order, scores, &usable);
-  if (status != MP_OK) return status;
+  MP_RETURN_IF_ERROR(
+      mp_cuda_rank_arches(arches, count, cc_major, cc_minor, order, scores, &usable));
   if (usable > 0) {
     *out_index = (int32_t)order[0];
     return MP_OK;

@@ -46,44 +46,43 @@ enum {
 /* The entry points modpack uses, listed once: X(name, return type, parameter list). The
  * struct of function pointers below and the dlsym table in opencl_device.c ("cl" name) are
  * both generated from this list. */
-#define MP_OPENCL_ENTRY_POINTS(X)                                                              \
-  X(GetPlatformIDs, cl_int, (cl_uint, cl_platform_id*, cl_uint*))                              \
-  X(GetPlatformInfo, cl_int, (cl_platform_id, cl_uint, size_t, void*, size_t*))                \
-  X(GetDeviceIDs, cl_int, (cl_platform_id, cl_bitfield, cl_uint, cl_device_id*, cl_uint*))     \
-  X(GetDeviceInfo, cl_int, (cl_device_id, cl_uint, size_t, void*, size_t*))                    \
-  X(CreateContext, cl_context,                                                                 \
-    (const cl_context_properties*, cl_uint, const cl_device_id*,                               \
-     void (*)(const char*, const void*, size_t, void*), void*, cl_int*))                       \
-  X(CreateCommandQueue, cl_command_queue, (cl_context, cl_device_id, cl_bitfield, cl_int*))    \
-  X(CreateBuffer, cl_mem, (cl_context, cl_bitfield, size_t, void*, cl_int*))                   \
-  X(ReleaseMemObject, cl_int, (cl_mem))                                                        \
-  X(EnqueueWriteBuffer, cl_int,                                                                \
-    (cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void*, cl_uint, const cl_event*, \
-     cl_event*))                                                                               \
-  X(EnqueueReadBuffer, cl_int,                                                                 \
-    (cl_command_queue, cl_mem, cl_bool, size_t, size_t, void*, cl_uint, const cl_event*,       \
-     cl_event*))                                                                               \
-  X(EnqueueCopyBuffer, cl_int,                                                                 \
-    (cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, cl_uint, const cl_event*,       \
-     cl_event*))                                                                               \
-  X(Finish, cl_int, (cl_command_queue))                                                        \
-  X(CreateProgramWithSource, cl_program,                                                       \
-    (cl_context, cl_uint, const char**, const size_t*, cl_int*))                               \
-  X(CreateProgramWithBinary, cl_program,                                                       \
-    (cl_context, cl_uint, const cl_device_id*, const size_t*, const unsigned char**, cl_int*,  \
-     cl_int*))                                                                                 \
-  X(BuildProgram, cl_int,                                                                      \
-    (cl_program, cl_uint, const cl_device_id*, const char*, void (*)(cl_program, void*),       \
-     void*))                                                                                   \
-  X(GetProgramBuildInfo, cl_int, (cl_program, cl_device_id, cl_uint, size_t, void*, size_t*)) \
-  X(GetProgramInfo, cl_int, (cl_program, cl_uint, size_t, void*, size_t*))                     \
-  X(ReleaseProgram, cl_int, (cl_program))                                                      \
-  X(CreateKernel, cl_kernel, (cl_program, const char*, cl_int*))                               \
-  X(ReleaseKernel, cl_int, (cl_kernel))                                                        \
-  X(SetKernelArg, cl_int, (cl_kernel, cl_uint, size_t, const void*))                           \
-  X(EnqueueNDRangeKernel, cl_int,                                                              \
-    (cl_command_queue, cl_kernel, cl_uint, const size_t*, const size_t*, const size_t*,        \
-     cl_uint, const cl_event*, cl_event*))
+#define MP_OPENCL_ENTRY_POINTS(X)                                                                \
+  X(GetPlatformIDs, cl_int, (cl_uint, cl_platform_id*, cl_uint*))                                \
+  X(GetPlatformInfo, cl_int, (cl_platform_id, cl_uint, size_t, void*, size_t*))                  \
+  X(GetDeviceIDs, cl_int, (cl_platform_id, cl_bitfield, cl_uint, cl_device_id*, cl_uint*))       \
+  X(GetDeviceInfo, cl_int, (cl_device_id, cl_uint, size_t, void*, size_t*))                      \
+  X(CreateContext, cl_context,                                                                   \
+    (const cl_context_properties*, cl_uint, const cl_device_id*,                                 \
+     void (*)(const char*, const void*, size_t, void*), void*, cl_int*))                         \
+  X(CreateCommandQueue, cl_command_queue, (cl_context, cl_device_id, cl_bitfield, cl_int*))      \
+  X(CreateBuffer, cl_mem, (cl_context, cl_bitfield, size_t, void*, cl_int*))                     \
+  X(ReleaseMemObject, cl_int, (cl_mem))                                                          \
+  X(EnqueueWriteBuffer, cl_int,                                                                  \
+    (cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void*, cl_uint, const cl_event*,   \
+     cl_event*))                                                                                 \
+  X(EnqueueReadBuffer, cl_int,                                                                   \
+    (cl_command_queue, cl_mem, cl_bool, size_t, size_t, void*, cl_uint, const cl_event*,         \
+     cl_event*))                                                                                 \
+  X(EnqueueCopyBuffer, cl_int,                                                                   \
+    (cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, cl_uint, const cl_event*,         \
+     cl_event*))                                                                                 \
+  X(Finish, cl_int, (cl_command_queue))                                                          \
+  X(CreateProgramWithSource, cl_program,                                                         \
+    (cl_context, cl_uint, const char**, const size_t*, cl_int*))                                 \
+  X(CreateProgramWithBinary, cl_program,                                                         \
+    (cl_context, cl_uint, const cl_device_id*, const size_t*, const unsigned char**, cl_int*,    \
+     cl_int*))                                                                                   \
+  X(BuildProgram, cl_int,                                                                        \
+    (cl_program, cl_uint, const cl_device_id*, const char*, void (*)(cl_program, void*), void*)) \
+  X(GetProgramBuildInfo, cl_int, (cl_program, cl_device_id, cl_uint, size_t, void*, size_t*))    \
+  X(GetProgramInfo, cl_int, (cl_program, cl_uint, size_t, void*, size_t*))                       \
+  X(ReleaseProgram, cl_int, (cl_program))                                                        \
+  X(CreateKernel, cl_kernel, (cl_program, const char*, cl_int*))                                 \
+  X(ReleaseKernel, cl_int, (cl_kernel))                                                          \
+  X(SetKernelArg, cl_int, (cl_kernel, cl_uint, size_t, const void*))                             \
+  X(EnqueueNDRangeKernel, cl_int,                                                                \
+    (cl_command_queue, cl_kernel, cl_uint, const size_t*, const size_t*, const size_t*, cl_uint, \
+     const cl_event*, cl_event*))
 
 typedef struct {
 #define MP__CL_MEMBER(name, ret, params) ret(*name) params;

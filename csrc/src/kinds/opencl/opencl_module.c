@@ -62,8 +62,8 @@ static void opencl_destroy(void* impl) {
 /* Builds the program for |device| and creates every kernel. Caller holds the lock. */
 static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32_t device) {
   cl_program program;
-  MP_RETURN_IF_ERROR(mp_opencl_program_build(cl, device, m->source, m->source_size, "",
-                                             m->binaries, m->binary_count, &program));
+  MP_RETURN_IF_ERROR(mp_opencl_program_build(cl, device, m->source, m->source_size, "", m->binaries,
+                                             m->binary_count, &program));
   cl_kernel* kernels = calloc(m->table.count ? m->table.count : 1, sizeof *kernels);
   if (!kernels) {
     cl->cl.ReleaseProgram(program);
@@ -120,8 +120,8 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
                        i);
   }
   int32_t device = -1;
-  MP_RETURN_IF_ERROR(mp_kernel_check_devices(
-      info, args, &mp_opencl_device, "modpack.array(x, device=\"opencl:0\")", &device));
+  MP_RETURN_IF_ERROR(mp_kernel_check_devices(info, args, &mp_opencl_device,
+                                             "modpack.array(x, device=\"opencl:0\")", &device));
   size_t global[3] = {1, 1, 1}, local[3] = {0, 0, 0};
   for (uint32_t t = 0; t < info->launch_count; ++t) {
     const mp_value_t* v = &args[info->arg_count + t];

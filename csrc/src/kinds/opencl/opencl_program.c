@@ -1,11 +1,12 @@
 /* Building OpenCL programs for a device (kinds/opencl/opencl_program.h), and
  * mp_opencl_build_binary, which prebuilds one for an opencl module to carry. */
+#include "kinds/opencl/opencl_program.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kinds/opencl/opencl_program.h"
 #include "modpack/kinds/opencl.h"
 
 /* The build error, with the compiler's log. The log's size is queried first: OpenCL rejects a
