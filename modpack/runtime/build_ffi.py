@@ -14,16 +14,12 @@ import cffi
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
-HEADERS = [
-    "dltensor.h",
-    "abi.h",
-    "format.h",
-    "modpack.h",
-    "kind.h",
-    "kinds/kernel.h",
-    "kinds/const.h",
-    "kinds/opencl.h",
-    "kinds/cuda.h",
+# The core headers in dependency order, then every kind's payload header (kernel.h, shared by
+# the device kinds, first): a new kind's header is read without an edit here.
+_KINDS = sorted((CSRC / "include" / "modpack" / "kinds").glob("*.h"),
+                key=lambda p: (p.name != "kernel.h", p.name))
+HEADERS = ["dltensor.h", "abi.h", "format.h", "modpack.h", "kind.h"] + [
+    f"kinds/{p.name}" for p in _KINDS
 ]
 # String constants of the headers (cffi's cdef takes only integer #defines): declared here,
 # their values compiled from the headers' macros, so Python reads names such as the blob

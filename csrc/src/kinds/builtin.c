@@ -1,8 +1,13 @@
-/* The one list of built-in kinds. Adding a built-in kind: its folder under kinds/, its
- * descriptor's declaration in builtin.h and one line here. */
+/* The one list of built-in kinds. Adding a built-in kind: its folder under kinds/ defining an
+ * mp_kind_t, and its two lines here (docs/architecture.md lists the rest). */
 #include "kinds/builtin.h"
 
 #include <pthread.h>
+
+/* Each kind's descriptor, defined in its own folder. */
+extern const mp_kind_t mp_const_kind;
+extern const mp_kind_t mp_opencl_kind;
+extern const mp_kind_t mp_cuda_kind;
 
 static const mp_kind_t* const builtin_kinds[] = {
     &mp_const_kind,

@@ -5,11 +5,6 @@
 
 #include "core/registry.h"
 
-/* Each built-in kind's descriptor, defined in its own folder. */
-extern const mp_kind_t mp_const_kind;
-extern const mp_kind_t mp_opencl_kind;
-extern const mp_kind_t mp_cuda_kind;
-
 /* Register every built-in kind (once per process; later calls return at once). */
 void mp_kinds_register_builtin(void);
 

@@ -9,7 +9,7 @@
 #include "core/bytes.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "kinds/builtin.h"
+#include "core/registry.h"
 #include "modpack/kinds/const.h"
 
 typedef struct {

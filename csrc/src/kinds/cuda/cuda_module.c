@@ -23,8 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kinds/builtin.h"
+#include "core/registry.h"
 #include "kinds/cuda/cuda_select.h"
+
+extern const mp_kind_t mp_cuda_kind; /* this kind's descriptor, at the end */
 
 _Static_assert(offsetof(mp_cuda_module_t, table) == 0, "the kernel table must come first");
 

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kinds/builtin.h"
+#include "core/registry.h"
 #include "kinds/common/kernel_table.h"
 #include "kinds/opencl/opencl_abi.h"
 #include "kinds/opencl/opencl_program.h"
@@ -35,6 +35,8 @@ typedef struct {
   cl_program programs[MP_OPENCL_MAX_DEVICES];
   cl_kernel* kernels[MP_OPENCL_MAX_DEVICES]; /* [device][kernel] */
 } opencl_module_t;
+
+extern const mp_kind_t mp_opencl_kind; /* this kind's descriptor, at the end */
 
 _Static_assert(offsetof(opencl_module_t, table) == 0, "the kernel table must come first");
 
