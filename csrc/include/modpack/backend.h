@@ -51,10 +51,24 @@ MP_CTX_SYMBOL mp_ctx_call_t MP_CTX_CALL = 0;
 MP_CTX_SYMBOL mp_ctx_set_error_t MP_CTX_SET_ERROR = 0;
 MP_CTX_SYMBOL mp_ctx_get_array_t MP_CTX_GET_ARRAY = 0;
 
-/* Set by mp_backend_errorf. The wrappers MP_EXPORT_FUNC / MP_EXPORT_VOID_FUNC generate clear
- * it before calling the plain function and fail the call if it was set, so even a void function
- * reports failure by calling mp_backend_errorf. Per thread, private to the library. */
+/* The failure mark of the current call: set by mp_backend_errorf and by every mp_backend_*
+ * call that fails. Every exported function (MP_EXPORT_*) clears it when the call starts and
+ * fails the call when it is set at the end, even if the code went on and returned MP_OK or
+ * returned nothing: a failed kernel launch can never turn into a silent wrong result. Per
+ * thread, private to the library. */
 __attribute__((weak, visibility("hidden"))) _Thread_local mp_status_t __mp_backend_reported = 0;
+
+/* Marks the current call failed when |status| is a failure; returns |status|. */
+static inline mp_status_t mp_backend__mark(mp_status_t status) {
+  if (status != MP_OK) __mp_backend_reported = status;
+  return status;
+}
+
+/* Host code that handled a failing mp_backend_* call on purpose (an optional kernel it falls
+ * back from, say) clears the failure mark with this, so the call can still succeed. */
+static inline void mp_backend_clear_error(void) {
+  __mp_backend_reported = MP_OK;
+}
 
 /* Report an error (printf-style) and return |code|, for `return mp_backend_errorf(...);`. */
 static inline mp_status_t mp_backend_errorf(mp_status_t code, const char* fmt, ...)
@@ -73,35 +87,50 @@ static inline mp_status_t mp_backend_errorf(mp_status_t code, const char* fmt, .
 static inline mp_status_t mp_backend__no_context(const char* what) {
   /* Without the runtime there is nobody to report to; the code alone must do. */
   (void)what;
-  return MP_ERR_UNAVAILABLE;
+  return mp_backend__mark(MP_ERR_UNAVAILABLE);
 }
 
 /* Find |name| among the library's imports. The handle stays valid while the library is
  * loaded, so host code may cache it in a static. */
 static inline mp_status_t mp_backend_get_function(const char* name, void** out_function) {
   if (!MP_CTX_GET_FUNCTION || !MP_CTX_LIBRARY) return mp_backend__no_context(name);
-  return MP_CTX_GET_FUNCTION(MP_CTX_LIBRARY, name, out_function);
+  return mp_backend__mark(MP_CTX_GET_FUNCTION(MP_CTX_LIBRARY, name, out_function));
 }
 
+/* Call a function found with mp_backend_get_function (a device kernel, say). */
 static inline mp_status_t mp_backend_call(void* function, const mp_value_t* args, int32_t num_args,
                                           mp_value_t* out_ret) {
   if (!MP_CTX_CALL) return mp_backend__no_context("call");
-  return MP_CTX_CALL(function, args, num_args, out_ret);
+  return mp_backend__mark(MP_CTX_CALL(function, args, num_args, out_ret));
 }
 
 /* Find a named constant array (e.g. weights in a const module) among the imports. */
 static inline mp_status_t mp_backend_get_array(const char* name, const DLTensor** out_array) {
   if (!MP_CTX_GET_ARRAY || !MP_CTX_LIBRARY) return mp_backend__no_context(name);
-  return MP_CTX_GET_ARRAY(MP_CTX_LIBRARY, name, out_array);
+  return mp_backend__mark(MP_CTX_GET_ARRAY(MP_CTX_LIBRARY, name, out_array));
 }
 
 /* ---- exporting functions ----------------------------------------------------------------- */
 
 /* Define a function in the packed ABI by hand:
- *   MP_EXPORT_PACKED(add_one) { ... use args, num_args, out_ret ...; return MP_OK; } */
-#define MP_EXPORT_PACKED(name)                                                    \
-  MP_EXPORT_ATTR mp_status_t __mp_func_##name(void* self, const mp_value_t* args, \
-                                              int32_t num_args, mp_value_t* out_ret)
+ *   MP_EXPORT_PACKED(add_one) { ... use args, num_args, out_ret ...; return MP_OK; }
+ * The exported symbol wraps the body: it clears the failure mark, runs the body and fails the
+ * call if the body failed or any mp_backend_* call in it did. An enclosing call's mark (host
+ * code re-entered through the runtime) is kept. */
+#define MP_EXPORT_PACKED(name)                                                               \
+  static mp_status_t mp__body_##name(void* self, const mp_value_t* args, int32_t num_args,    \
+                                     mp_value_t* out_ret);                                   \
+  MP_EXPORT_ATTR mp_status_t __mp_func_##name(void* self, const mp_value_t* args,            \
+                                              int32_t num_args, mp_value_t* out_ret) {       \
+    mp_status_t mp__enclosing = __mp_backend_reported;                                      \
+    __mp_backend_reported = MP_OK;                                                           \
+    mp_status_t mp__status = mp__body_##name(self, args, num_args, out_ret);                 \
+    if (mp__status == MP_OK) mp__status = __mp_backend_reported;                             \
+    __mp_backend_reported = mp__enclosing;                                                   \
+    return mp__status;                                                                       \
+  }                                                                                          \
+  static mp_status_t mp__body_##name(void* self, const mp_value_t* args, int32_t num_args,    \
+                                     mp_value_t* out_ret)
 
 static inline const char* mp_backend__type_name(int32_t code) {
   switch (code) {
@@ -290,45 +319,45 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
       return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "%s: expected %d arguments, got %d", \
                                mp__name, (int)(n), (int)num_args);
 
+/* clang-format off */
 /* Export `R name(T1, ..., Tn)` (1 to 8 parameters) under the packed ABI. */
-#define MP_EXPORT_FUNC(name, R, ...)                                                     \
-  MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                     \
-  MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__) __mp_backend_reported = MP_OK; \
-  R mp__result = name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                      \
-  if (__mp_backend_reported != MP_OK) return __mp_backend_reported;                      \
-  MP__SET_RET(R, out_ret, mp__result);                                                   \
-  return MP_OK;                                                                          \
+#define MP_EXPORT_FUNC(name, R, ...)                                                         \
+  MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                         \
+  MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                    \
+  R mp__result = name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                          \
+  if (__mp_backend_reported != MP_OK) return __mp_backend_reported;                          \
+  MP__SET_RET(R, out_ret, mp__result);                                                       \
+  return MP_OK;                                                                              \
   }
 
 /* Export `void name(T1, ..., Tn)` (1 to 8 parameters) under the packed ABI. */
-#define MP_EXPORT_VOID_FUNC(name, ...)                                  \
-  MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                    \
-  MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)(void)out_ret; \
-  __mp_backend_reported = MP_OK;                                        \
-  name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                    \
-  return __mp_backend_reported;                                         \
+#define MP_EXPORT_VOID_FUNC(name, ...)                                                       \
+  MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                         \
+  MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                    \
+  (void)out_ret;                                                                             \
+  name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                                         \
+  return MP_OK;                                                                              \
   }
 
 /* Export `R name(void)` under the packed ABI (the variadic forms need a parameter). */
-#define MP_EXPORT_FUNC0(name, R)                                    \
-  MP__WRAPPER_PROLOGUE(name, 0)                                     \
-  (void)args;                                                       \
-  __mp_backend_reported = MP_OK;                                    \
-  R mp__result = name();                                            \
-  if (__mp_backend_reported != MP_OK) return __mp_backend_reported; \
-  MP__SET_RET(R, out_ret, mp__result);                              \
-  return MP_OK;                                                     \
+#define MP_EXPORT_FUNC0(name, R)                                                             \
+  MP__WRAPPER_PROLOGUE(name, 0)                                                              \
+  (void)args;                                                                                \
+  R mp__result = name();                                                                     \
+  if (__mp_backend_reported != MP_OK) return __mp_backend_reported;                          \
+  MP__SET_RET(R, out_ret, mp__result);                                                       \
+  return MP_OK;                                                                              \
   }
 
 /* Export `void name(void)` under the packed ABI. */
-#define MP_EXPORT_VOID_FUNC0(name) \
-  MP__WRAPPER_PROLOGUE(name, 0)    \
-  (void)args;                      \
-  (void)out_ret;                   \
-  __mp_backend_reported = MP_OK;   \
-  name();                          \
-  return __mp_backend_reported;    \
+#define MP_EXPORT_VOID_FUNC0(name)                                                           \
+  MP__WRAPPER_PROLOGUE(name, 0)                                                              \
+  (void)args;                                                                                \
+  (void)out_ret;                                                                             \
+  name();                                                                                    \
+  return MP_OK;                                                                              \
   }
+/* clang-format on */
 
 #ifdef __cplusplus
 }

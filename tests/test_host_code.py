@@ -1,0 +1,161 @@
+"""Host code (modpack/backend.h): a failing kernel call inside any exported function fails the
+call, even when the host code ignores the status and returns normally — from Python and from a
+C program — and host code that handles a failure on purpose can clear it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run
+
+import modpack
+
+# Each function makes a kernel call that fails (a cuda kernel called with too few arguments:
+# refused before any driver is needed, so it fails the same way on every machine), ignores the
+# status, and goes on as if all went well.
+HOST = r"""
+#include "modpack/backend.h"
+
+static void* kernel(void) {
+  void* k = NULL;
+  mp_backend_get_function("noop", &k);
+  return k;
+}
+
+static void ignore_failure(DLTensor* out) {
+  mp_value_t ret;
+  mp_value_t args[1] = {mp_int(1)};
+  mp_backend_call(kernel(), args, 1, &ret); /* wrong count: fails, status ignored */
+  ((float*)out->data)[0] = 42.0f;
+}
+MP_EXPORT_VOID_FUNC(ignore_failure, DLTensor*)
+
+static int64_t ignore_failure_value(int64_t x) {
+  mp_value_t ret;
+  mp_backend_call(kernel(), NULL, 0, &ret);
+  return x + 1;
+}
+MP_EXPORT_FUNC(ignore_failure_value, int64_t, int64_t)
+
+static void ignore_missing(void) {
+  void* k;
+  mp_backend_get_function("no_such_kernel", &k); /* NOT_FOUND, ignored */
+}
+MP_EXPORT_VOID_FUNC0(ignore_missing)
+
+MP_EXPORT_PACKED(packed_ignores) {
+  (void)self; (void)args; (void)num_args;
+  mp_value_t ret;
+  mp_backend_call(kernel(), NULL, 0, &ret);
+  *out_ret = mp_int(7);
+  return MP_OK;
+}
+
+/* Falls back when an optional kernel is missing, on purpose. */
+static int64_t optional_kernel(int64_t x) {
+  void* k;
+  if (mp_backend_get_function("optional_fast_path", &k) != MP_OK) {
+    mp_backend_clear_error();
+    return x * 2;
+  }
+  return -1;
+}
+MP_EXPORT_FUNC(optional_kernel, int64_t, int64_t)
+"""
+
+PTX = rb"""
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry noop(
+  .param .u32 noop_param_0
+)
+{
+  ret;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    host = modpack.csource_module(HOST)
+    host.import_module(modpack.cuda_module(binaries={"compute_80": PTX + b"\0"},
+                                           functions={"noop": ["int32"]}))
+    return host.export_library(tmp_path_factory.mktemp("host") / "host.so")
+
+
+def test_a_failed_kernel_call_fails_a_void_function(library):
+    root = modpack.load_module(library)
+    out = np.zeros(1, np.float32)
+    with pytest.raises(modpack.ArgumentError, match="noop: expected 7 arguments"):
+        root["ignore_failure"](out)
+
+
+def test_a_failed_kernel_call_fails_a_function_with_a_value(library):
+    root = modpack.load_module(library)
+    with pytest.raises(modpack.ArgumentError, match=r"noop: expected 7 arguments .*, got 0"):
+        root["ignore_failure_value"](1)
+
+
+def test_a_failed_lookup_fails_the_call(library):
+    root = modpack.load_module(library)
+    with pytest.raises(modpack.NotFoundError, match="no_such_kernel"):
+        root["ignore_missing"]()
+
+
+def test_a_packed_function_returning_ok_after_a_failure_fails(library):
+    root = modpack.load_module(library)
+    with pytest.raises(modpack.ArgumentError, match="noop"):
+        root["packed_ignores"]()
+
+
+def test_host_code_may_clear_a_failure_it_handled(library):
+    root = modpack.load_module(library)
+    assert root["optional_kernel"](21) == 42
+    # The mark does not leak into the next call of the same thread.
+    assert root["optional_kernel"](5) == 10
+
+
+C_PROGRAM = r"""
+#include <stdio.h>
+#include <string.h>
+#include "modpack/modpack.h"
+
+int main(int argc, char** argv) {
+  (void)argc;
+  mp_module_t* root;
+  if (mp_module_load_from_file(argv[1], 0, &root) != MP_OK) return 2;
+  const char* names[] = {"ignore_failure_value", "ignore_missing", "packed_ignores"};
+  for (int i = 0; i < 3; ++i) {
+    mp_function_t* f;
+    if (mp_module_get_function(root, names[i], 0, &f) != MP_OK) return 3;
+    mp_value_t args[1] = {mp_int(1)}, ret;
+    mp_status_t status = mp_function_call(f, args, i == 0 ? 1 : 0, &ret);
+    printf("%s: status %d: %s\n", names[i], (int)status, mp_error_message());
+    mp_function_release(f);
+    if (status == MP_OK) return 4;
+  }
+  mp_module_release(root);
+  return 0;
+}
+"""
+
+
+def test_the_same_from_a_c_program(library, runtime_prefix: Path, tmp_path: Path):
+    source = tmp_path / "host_errors.c"
+    source.write_text(C_PROGRAM)
+    exe = tmp_path / "host_errors"
+    lib = next(runtime_prefix.glob("lib*/libmodpack_runtime.a"))
+    cc = os.environ.get("CC", "cc")
+    run(cc, "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{runtime_prefix / 'include'}",
+        source, lib, "-ldl", "-lpthread", "-o", exe)
+    proc = subprocess.run([exe, library], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("ignore_failure_value: status 1: noop: expected 7 arguments")
+    assert "ignore_missing: status 3:" in lines[1] and "no_such_kernel" in lines[1]
+    assert "packed_ignores: status 1:" in lines[2]
