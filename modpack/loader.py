@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import FormatError, MissingFileError
-from .exporter.toolchain import create_shared
 from .modules.base import Module
 from .runtime.binding import error_from_status, ffi, lib
 from .runtime.callbacks import register_python_loader, unregister_python_loader
 from .runtime.module import LoadedModule, wrap_module
+from .toolchain.cc import create_shared
 
 __all__ = ["load_module", "register_loader", "unregister_loader"]
 

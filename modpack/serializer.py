@@ -29,7 +29,7 @@ from .format import (
     type_key_is_valid,
 )
 from .format.layout import ALIGNMENT, align_up
-from .modules.base import Module, _walk
+from .modules.tree import HostNode, Node, walk
 
 __all__ = ["BlobPlan", "ModuleSerializer"]
 
@@ -40,8 +40,8 @@ PROGRESS_THRESHOLD = 256 << 20  # bytes of payload before a progress bar is wort
 class BlobPlan:
     """The result of indexing: nodes in index order and the CSR import tree."""
 
-    nodes: list[Module | None]            # None stands for the merged host library (_lib)
-    dso_modules: list[Module]             # what _lib holds, in discovery order
+    nodes: list[Node | None]              # None stands for the merged host library (_lib)
+    dso_modules: list[HostNode]           # what _lib holds, in discovery order
     row_ptr: list[int] = field(default_factory=list)
     child_indices: list[int] = field(default_factory=list)
 
@@ -53,13 +53,13 @@ class BlobPlan:
 class ModuleSerializer:
     """Indexes the tree under |root| and writes its blob."""
 
-    def __init__(self, root: Module) -> None:
+    def __init__(self, root: Node) -> None:
         self.root = root
         self.plan = self._index(root)
 
     @staticmethod
-    def _index(root: Module) -> BlobPlan:
-        reachable = list(_walk(root))
+    def _index(root: Node) -> BlobPlan:
+        reachable = list(walk(root))
         for m in reachable:
             if not (m.is_dso_exportable or m.is_binary_serializable):
                 raise ModpackError(
@@ -71,7 +71,7 @@ class ModuleSerializer:
         dso = [m for m in reachable if m.is_dso_exportable]
         lib_node = object()  # the merged host library's node identity
 
-        def node(m: Module) -> object:
+        def node(m: Node) -> object:
             return lib_node if m.is_dso_exportable else m
 
         def children(n: object) -> list[object]:
@@ -79,7 +79,7 @@ class ModuleSerializer:
             out: list[object] = []
             seen: set[int] = set()
             for member in members:
-                for child in member._imports:  # type: ignore[union-attr]
+                for child in member.imported_modules:  # type: ignore[union-attr]
                     c = node(child)
                     if c is not n and id(c) not in seen:
                         seen.add(id(c))
@@ -155,7 +155,7 @@ class ModuleSerializer:
         return cursor
 
 
-def _stream_payload(node: Module, size: int, f: BinaryIO, progress: Any) -> int:
+def _stream_payload(node: Node, size: int, f: BinaryIO, progress: Any) -> int:
     """Write |node|'s payload chunks to |f| as they come; returns their XXH3-64."""
     digest = xxhash.xxh3_64()
     written = 0

@@ -62,11 +62,24 @@ static double lookup_missing(double x) {
   return x;
 }
 MP_EXPORT_FUNC(lookup_missing, double, double)
+static double lookup_missing_handled(double x) {
+  void* f;
+  if (mp_backend_get_function("not_there", &f) != MP_OK) {
+    mp_backend_clear_error(); /* handled on purpose */
+    return -1.0;
+  }
+  return x;
+}
+MP_EXPORT_FUNC(lookup_missing_handled, double, double)
 """)
     root = modpack.load_module(host.export_library(tmp_path / "err.so"))
     with pytest.raises(modpack.ModpackError, match="fail got 3 arguments"):
         root["fail"](1, 2.0, "three")
-    assert root["lookup_missing"](2.0) == -1.0
+    # A failed lookup fails the call even when the code returns a value of its own...
+    with pytest.raises(modpack.NotFoundError, match="not_there"):
+        root["lookup_missing"](2.0)
+    # ...unless the code says it handled the failure.
+    assert root["lookup_missing_handled"](2.0) == -1.0
 
 
 class DLPackOnly:

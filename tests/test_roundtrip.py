@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 from conftest import VADD_C, consts, run_python
@@ -207,10 +209,14 @@ def test_llvm_packer_and_custom_fpack(host, tmp):
     calls = []
 
     def fpack(blob, workspace):
+        """A packer of one's own: assemble the blob file with .incbin directives."""
         calls.append(blob)
-        from modpack.packers import pack_with_assembler
+        from modpack.packers.directives import blob_directives
 
-        return pack_with_assembler(blob, workspace)
+        source = workspace / "mine.S"
+        source.write_text("\n".join(blob_directives(blob)) + "\n")
+        subprocess.run(["cc", "-c", str(source), "-o", str(workspace / "mine.o")], check=True)
+        return workspace / "mine.o"
 
     root = modpack.load_module(host.export_library(tmp / "custom.so", fpack_imports=fpack))
     assert calls and tags(root.imported_modules[0]) == [2]
@@ -221,7 +227,7 @@ def test_custom_fcompile(host, tmp):
 
     def fcompile(output, objects, options):
         seen["objects"] = objects
-        from modpack.exporter import create_shared
+        from modpack.toolchain import create_shared
 
         create_shared(output, objects, options)
 

@@ -1,6 +1,6 @@
-"""Turning a module tree into one deployable library: compiler drivers and export_library."""
+"""Turning a module tree into one deployable library: ``export_library``. (The compilers and
+linkers it drives are in :mod:`modpack.toolchain`.)"""
 
 from .export import export_library
-from .toolchain import create_shared, create_tar, include_dir
 
-__all__ = ["create_shared", "create_tar", "export_library", "include_dir"]
+__all__ = ["export_library"]

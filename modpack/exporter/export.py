@@ -11,11 +11,11 @@ from typing import Any
 
 from ..errors import ModpackError
 from ..format import ALIGNMENT
-from ..modules.base import Module
-from ..packers import pack_with_assembler, pack_with_llvm
-from ..packers.elf import ELF_MACHINES, pack_elf_object
+from ..format.section import machine_name
+from ..modules.tree import Node
+from ..packers import ELF_MACHINES, PACKERS
 from ..serializer import ModuleSerializer
-from .toolchain import create_shared, create_tar, target_machine
+from ..toolchain.cc import create_shared, create_tar, target_machine
 
 __all__ = ["export_library"]
 
@@ -24,7 +24,7 @@ LARGE_BLOB = 1 << 30  # from here on, link with GNU ld (see below)
 
 
 def export_library(
-    root: Module,
+    root: Node,
     path: str | os.PathLike,
     fcompile: Callable[..., Any] | None = None,
     workspace_dir: str | os.PathLike | None = None,
@@ -57,7 +57,7 @@ def export_library(
     try:
         objects: list[Path] = []
         for i, module in enumerate(serializer.plan.dso_modules):
-            objects += module.compile_objects(workspace, f"lib{i}", cc, options)  # type: ignore[attr-defined]
+            objects += module.compile_objects(workspace, f"lib{i}", cc, options)
         if len(serializer.plan.nodes) > 1 or serializer.plan.nodes[0] is not None:
             objects.append(_pack(serializer, workspace, packer, fpack_imports, cc,
                                  payload_alignment or ALIGNMENT))
@@ -102,21 +102,20 @@ def _scratch_root(payload_bytes: int) -> str | None:
 def _pack(serializer: ModuleSerializer, workspace: Path, packer: str,
           fpack_imports: Callable[[Path, Path], Path] | None, cc: str | None,
           alignment: int) -> Path:
-    """The blob object: written directly as ELF when the target allows (one pass over the
-    payloads, no assembler), else through a blob file and the assembler or llvmlite."""
-    machine = target_machine(cc) or ""
-    if packer == "auto":
-        direct = fpack_imports is None and machine.split("-")[0] in ELF_MACHINES
-        packer = "elf" if direct else "asm"
-    if packer == "elf" and fpack_imports is None:
-        return pack_elf_object(serializer, workspace, machine or "x86_64", alignment)
-    blob = workspace / "devc.bin"
-    serializer.write_blob(blob, alignment)
+    """The blob object: written directly as ELF where the target allows (one pass over the
+    payloads, no assembler), else with the assembler or llvmlite; or by the caller's own
+    packer, which takes a blob file."""
+
+    def write_blob(f: Any, offset: int) -> int:
+        return serializer.write_blob_to(f, offset, alignment)
+
     if fpack_imports is not None:
+        blob = workspace / "devc.bin"
+        serializer.write_blob(blob, alignment)
         return Path(fpack_imports(blob, workspace))
-    if packer == "llvm":
-        return pack_with_llvm(blob, workspace, alignment=alignment)
-    return pack_with_assembler(blob, workspace, cc, alignment)
+    if packer == "auto":
+        packer = "elf" if machine_name(target_machine(cc)) in ELF_MACHINES else "asm"
+    return PACKERS[packer](write_blob, workspace, cc, alignment)
 
 
 def _call_fcompile(fcompile: Callable[..., Any], output: Path, objects: list[Path],

@@ -11,13 +11,14 @@ Two capabilities decide how a module travels in ``export_library``:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import ModpackError
+from .tree import walk
 
-__all__ = ["BinaryModule", "Module"]
+__all__ = ["BinaryModule", "HostModule", "Module"]
 
 
 class Module:
@@ -39,7 +40,7 @@ class Module:
         """Import |module|; refuses an import that would make the tree cyclic."""
         if not isinstance(module, Module):
             raise TypeError(f"import_module expects a modpack.Module, got {type(module).__name__}")
-        if module is self or any(m is self for m in _walk(module)):
+        if module is self or any(m is self for m in walk(module)):
             raise ModpackError(
                 f"importing this {module.type_key} module into the {self.type_key} module "
                 "would create a cycle in the import tree"
@@ -117,6 +118,21 @@ class Module:
         return f"<modpack.Module type_key={self.type_key!r} imports={len(self._imports)}>"
 
 
+class HostModule(Module):
+    """Base class for kinds compiled into the library's own code (``c``, ``llvm``): they merge
+    into the tree's ``_lib`` node."""
+
+    @property
+    def is_dso_exportable(self) -> bool:
+        return True
+
+    def compile_objects(self, workspace: Path, stem: str, cc: str | None,
+                        options: Sequence[str]) -> list[Path]:
+        """Compile into object files in |workspace| (names starting with |stem|) with the C
+        compiler |cc| (None: the default) and extra |options|; returns the objects."""
+        raise NotImplementedError(f"{type(self).__name__} must implement compile_objects()")
+
+
 class BinaryModule(Module):
     """Base class for binary-serializable kinds, including user-registered ones.
 
@@ -133,16 +149,3 @@ class BinaryModule(Module):
         if type(self).save_to_binary is Module.save_to_binary:
             raise NotImplementedError(f"{type(self).__name__} must implement save_to_binary()")
         return [self.save_to_binary()]
-
-
-def _walk(root: Module) -> Iterator[Module]:
-    """Every module reachable from |root| once, depth-first, without recursion."""
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        module = stack.pop()
-        if id(module) in seen:
-            continue
-        seen.add(id(module))
-        yield module
-        stack.extend(reversed(module._imports))

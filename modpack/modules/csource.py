@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .base import Module
+from ..toolchain.cc import compile_c
+from .base import HostModule
 
 __all__ = ["CSourceModule", "csource_module"]
 
 
-class CSourceModule(Module):
+class CSourceModule(HostModule):
     """C source compiled into the host library. Functions are exported with the macros of
     ``modpack/backend.h`` (``MP_EXPORT_FUNC``, ``MP_EXPORT_VOID_FUNC``, ``MP_EXPORT_PACKED``)."""
 
@@ -24,15 +25,9 @@ class CSourceModule(Module):
         self.options = list(options)
         self.name = name
 
-    @property
-    def is_dso_exportable(self) -> bool:
-        return True
-
     def compile_objects(self, workspace: Path, stem: str, cc: str | None,
                         options: Sequence[str]) -> list[Path]:
         """Write the source into |workspace| and compile it; returns the object files."""
-        from ..exporter.toolchain import compile_c
-
         source = workspace / f"{stem}.c"
         source.write_text(self.code)
         return [compile_c(source, workspace / f"{stem}.o", [*self.options, *options], cc)]

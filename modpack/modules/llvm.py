@@ -9,41 +9,17 @@ Plain functions are exported by listing their C signature in ``signatures``
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import CompileError
-from .base import Module
+from ..toolchain.cc import compile_c
+from ..toolchain.llvm import llvm, target_machine
+from .base import HostModule
 
-__all__ = ["LLVMModule", "llvm_module", "target_machine"]
+__all__ = ["LLVMModule", "llvm_module"]
 
 _SIGNATURE = re.compile(r"^\s*(?P<ret>[^()]+?)\s*\((?P<args>[^()]*)\)\s*$")
-_init_lock = threading.Lock()
-_initialized = False
-
-
-def _llvm():
-    """llvmlite's binding, with the native target, printer and asm parser initialised.
-    (The asm parser is needed for the ``.incbin`` packer; llvmlite aborts without it.)"""
-    global _initialized
-    import llvmlite.binding as llvm
-
-    with _init_lock:
-        if not _initialized:
-            llvm.initialize_native_target()
-            llvm.initialize_native_asmprinter()
-            llvm.initialize_native_asmparser()
-            _initialized = True
-    return llvm
-
-
-def target_machine(triple: str | None = None):
-    """A PIC target machine for |triple| (default: this process's)."""
-    llvm = _llvm()
-    triple = triple or llvm.get_process_triple()
-    target = llvm.Target.from_triple(triple)
-    return target.create_target_machine(opt=2, reloc="pic", codemodel="default")
 
 
 def _shim_source(signatures: Mapping[str, str]) -> str:
@@ -67,7 +43,7 @@ def _shim_source(signatures: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-class LLVMModule(Module):
+class LLVMModule(HostModule):
     """LLVM IR compiled into the host library."""
 
     type_key = "llvm"
@@ -83,15 +59,10 @@ class LLVMModule(Module):
         if self.signatures:
             _shim_source(self.signatures)  # validate now, not at export
 
-    @property
-    def is_dso_exportable(self) -> bool:
-        return True
-
     def compile_objects(self, workspace: Path, stem: str, cc: str | None,
                         options: Sequence[str]) -> list[Path]:
-        llvm = _llvm()
         try:
-            module = llvm.parse_assembly(self.ir)
+            module = llvm().parse_assembly(self.ir)
             module.verify()
         except RuntimeError as exc:
             raise CompileError(f"invalid LLVM IR in an llvm module: {exc}") from None
@@ -102,8 +73,6 @@ class LLVMModule(Module):
         obj.write_bytes(machine.emit_object(module))
         objects = [obj]
         if self.signatures:
-            from ..exporter.toolchain import compile_c
-
             shim = workspace / f"{stem}_exports.c"
             shim.write_text(_shim_source(self.signatures))
             objects.append(compile_c(shim, workspace / f"{stem}_exports.o", options, cc))

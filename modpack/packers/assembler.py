@@ -1,23 +1,23 @@
-"""Packer through the system assembler: write a ``.S`` file and let ``$CC -c`` assemble it."""
+"""Packer through the system assembler: write a ``.S`` file and let ``$CC -c`` assemble it (a
+cross compiler makes an object for its own target)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..exporter.toolchain import c_compiler, run_tool, target_machine
-from ..format import ALIGNMENT
+from ..toolchain.cc import c_compiler, run_tool, target_machine
+from .blob import BlobWriter, write_blob_file
 from .directives import blob_directives
 
 __all__ = ["pack_with_assembler"]
 
 
-def pack_with_assembler(blob_path: Path, workspace: Path, cc: str | None = None,
-                        alignment: int = ALIGNMENT) -> Path:
-    """Assemble ``devc.o`` from |blob_path| with the C compiler driver (a cross compiler
-    makes an object for its own target)."""
+def pack_with_assembler(write_blob: BlobWriter, workspace: Path, cc: str | None,
+                        alignment: int) -> Path:
+    """``workspace/devc.o`` from the blob, assembled with the C compiler driver |cc|."""
+    blob = write_blob_file(write_blob, workspace)
     source = workspace / "devc.S"
-    directives = blob_directives(blob_path, target_machine(cc), alignment)
-    source.write_text("\n".join(directives) + "\n")
+    source.write_text("\n".join(blob_directives(blob, target_machine(cc), alignment)) + "\n")
     obj = workspace / "devc.o"
     run_tool([*c_compiler(cc), "-c", str(source), "-o", str(obj)], "assembling the blob object")
     return obj

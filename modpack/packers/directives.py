@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import platform
 from pathlib import Path
 
 from ..format import ALIGNMENT, BLOB_SYMBOL
+from ..format.section import blob_section
 
 __all__ = ["blob_directives"]
 
@@ -13,24 +13,17 @@ __all__ = ["blob_directives"]
 def blob_directives(blob_path: Path, machine: str | None = None,
                     alignment: int = ALIGNMENT) -> list[str]:
     """Directives for a read-only ``__dev_mblob`` holding the file's bytes, aligned to
-    |alignment| (the payload alignment, so payload offsets keep it in memory). |machine| is
-    the target's architecture (``x86_64``, ``aarch64``; default: this machine's).
-
-    On x86-64 the blob goes to a *large* data section (``.lrodata``, flag ``l``), which the
-    linker places after the code and data: blobs over 2 GiB then still link, where
-    ``.rodata`` fails with relocation overflows. ``.note.GNU-stack`` keeps the stack
-    non-executable (glibc refuses to dlopen libraries that ask for one).
-    """
-    machine = (machine or platform.machine()).split("-")[0]
+    |alignment| (the payload alignment, so payload offsets keep it in memory), in the blob's
+    section for |machine| (a triple or architecture; default: this machine's).
+    ``.note.GNU-stack`` keeps the stack non-executable (glibc refuses to dlopen libraries that
+    ask for one)."""
     if alignment < ALIGNMENT or alignment & (alignment - 1):
         raise ValueError(f"blob alignment must be a power of two >= {ALIGNMENT}")
     path = str(Path(blob_path).resolve()).replace("\\", "\\\\").replace('"', '\\"')
-    if machine in ("x86_64", "AMD64"):
-        section = f'.section .lrodata.{BLOB_SYMBOL},"al",@progbits'
-    else:
-        section = f'.section .rodata.{BLOB_SYMBOL},"a",@progbits'
+    section = blob_section(machine)
+    flags = "al" if section.large else "a"
     return [
-        section,
+        f'.section {section.name},"{flags}",@progbits',
         f".globl {BLOB_SYMBOL}",
         f".type {BLOB_SYMBOL},@object",
         f".p2align {alignment.bit_length() - 1}",

@@ -1,10 +1,10 @@
-"""The direct packer: write ``devc.o`` as a minimal ELF relocatable object, with the serializer
-streaming the blob straight into its section — no intermediate blob file, no assembler pass.
+"""The direct packer: write ``devc.o`` as a minimal ELF relocatable object, the blob written
+straight into its section — no intermediate blob file, no assembler pass.
 
-The object holds one allocated, read-only section for the blob (``.lrodata.__dev_mblob`` with
-the x86-64 *large* flag, so blobs past 2 GiB link; ``.rodata.__dev_mblob`` on aarch64), an empty
-``.note.GNU-stack`` (a non-executable stack), and a symbol table defining ``__dev_mblob`` with
-its size. The layout follows the System V ABI's ELF-64 object file format.
+The object holds one allocated, read-only section for the blob (its name and flags from
+:func:`modpack.format.section.blob_section`), an empty ``.note.GNU-stack`` (a non-executable
+stack), and a symbol table defining ``__dev_mblob`` with its size. The layout follows the
+System V ABI's ELF-64 object file format.
 """
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ import struct
 from pathlib import Path
 
 from ..format import BLOB_SYMBOL
+from ..format.section import blob_section, machine_name
+from ..toolchain.cc import target_machine
+from .blob import BlobWriter
 
 __all__ = ["ELF_MACHINES", "pack_elf_object"]
 
-# Targets whose relocatable objects need no e_flags: architecture name -> e_machine.
-ELF_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183}
+# Targets whose relocatable objects need no e_flags: architecture -> e_machine.
+ELF_MACHINES = {"x86_64": 62, "aarch64": 183}
 
 _SHT_PROGBITS, _SHT_SYMTAB, _SHT_STRTAB = 1, 2, 3
 _SHF_ALLOC, _SHF_X86_64_LARGE = 0x2, 0x10000000
@@ -31,14 +34,16 @@ def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-def pack_elf_object(serializer, workspace: Path, machine: str, alignment: int) -> Path:
-    """Write ``workspace/devc.o`` for |machine| (a key of ELF_MACHINES) holding the blob of
-    |serializer| aligned to |alignment|; returns its path."""
-    arch = machine.split("-")[0].lower()
+def pack_elf_object(write_blob: BlobWriter, workspace: Path, cc: str | None,
+                    alignment: int) -> Path:
+    """Write ``workspace/devc.o`` for the target of |cc| (an architecture of ELF_MACHINES)
+    holding the blob aligned to |alignment|; returns its path."""
+    machine = target_machine(cc) or ""
+    arch = machine_name(machine or None)
     if arch not in ELF_MACHINES:
-        raise ValueError(f"the ELF packer does not support {machine!r}; use packer='asm'")
-    large = arch in ("x86_64", "amd64")
-    section = f".{'l' if large else ''}rodata.{BLOB_SYMBOL}"
+        raise ValueError(f"the ELF packer does not support {machine or arch!r}; use packer='asm'")
+    placement = blob_section(arch)
+    large, section = placement.large, placement.name
     shstrtab = b"\0" + section.encode() + b"\0.note.GNU-stack\0.symtab\0.strtab\0.shstrtab\0"
     names = {n: shstrtab.index(b"\0" + n.encode() + b"\0") + 1
              for n in (section, ".note.GNU-stack", ".symtab", ".strtab", ".shstrtab")}
@@ -47,7 +52,7 @@ def pack_elf_object(serializer, workspace: Path, machine: str, alignment: int) -
     path = workspace / "devc.o"
     with open(path, "w+b") as f:
         data_at = _align(_EHDR.size, alignment)
-        size = serializer.write_blob_to(f, data_at, alignment)
+        size = write_blob(f, data_at)
         symtab_at = _align(data_at + size, 8)
         symbols = _SYM.pack(0, 0, 0, 0, 0, 0) + _SYM.pack(
             1, (_STB_GLOBAL << 4) | _STT_OBJECT, 0, 1, 0, size)

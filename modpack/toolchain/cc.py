@@ -1,6 +1,8 @@
-"""Compiler drivers: the system C compiler for C sources, linking and the assembler packer.
+"""The system toolchain: the C compiler for host sources, the linker, the archiver for ``.tar``
+exports, and the target it builds for.
 
-Every failure raises CompileError with the command and the tool's own output.
+A leaf of the package: it knows compilers, not modules. Every failure raises CompileError with
+the command and the tool's own output.
 """
 
 from __future__ import annotations

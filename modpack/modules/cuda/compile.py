@@ -1,0 +1,107 @@
+"""Compiling CUDA C++ for one target: with NVRTC (NVIDIA's runtime compiler, from PyPI) or with
+nvcc (the CUDA toolkit)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ...errors import CompileError, ModpackError
+from ...toolchain.cc import run_tool
+
+__all__ = ["INSTALL_HINT", "find_nvcc", "nvcc_compile", "nvrtc_compile"]
+
+INSTALL_HINT = "pip install modpack[cuda]"
+
+
+def _nvrtc() -> Any:
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError:
+        raise ModpackError(
+            "compiling CUDA source with NVRTC needs cuda-python and NVIDIA's NVRTC wheel: "
+            f"{INSTALL_HINT}; or pass compiler='nvcc' to use an installed CUDA toolkit"
+        ) from None
+    try:
+        nvrtc.nvrtcVersion()
+    except Exception as exc:  # cuda.pathfinder raises its own RuntimeError subclasses
+        raise ModpackError(
+            f"NVRTC's library (libnvrtc) cannot be loaded ({exc}): {INSTALL_HINT} installs "
+            "nvidia-cuda-nvrtc; or pass compiler='nvcc'"
+        ) from None
+    return nvrtc
+
+
+def nvrtc_compile(source: str, target: str, options: Sequence[str]) -> tuple[bytes, bytes]:
+    """(PTX with its NUL, cubin or b"") for one target."""
+    nvrtc = _nvrtc()
+
+    def check(result: Any, what: str) -> Any:
+        err, *values = result
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"NVRTC {what} failed: {err.name}")
+        return values[0] if len(values) == 1 else values
+
+    program = check(nvrtc.nvrtcCreateProgram(source.encode(), b"module.cu", 0, [], []),
+                    "nvrtcCreateProgram")
+    try:
+        opts = [f"--gpu-architecture={target}".encode(), *(o.encode() for o in options)]
+        (err,) = nvrtc.nvrtcCompileProgram(program, len(opts), opts)
+        size = check(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
+        log = b" " * size
+        check(nvrtc.nvrtcGetProgramLog(program, log), "nvrtcGetProgramLog")
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            text = log.rstrip(b"\0").decode("utf-8", "replace").strip()
+            raise CompileError(f"NVRTC failed to compile the CUDA source for {target} "
+                               f"({err.name}):\n{text}")
+        size = check(nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize")
+        ptx = b" " * size
+        check(nvrtc.nvrtcGetPTX(program, ptx), "nvrtcGetPTX")
+        cubin = b""
+        if target.startswith("sm_"):
+            size = check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
+            cubin = b" " * size
+            check(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")
+        return (ptx if ptx.endswith(b"\0") else ptx + b"\0"), cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+
+
+def find_nvcc() -> str:
+    """``$NVCC``, else nvcc on PATH, else under ``$CUDA_HOME`` or /usr/local/cuda."""
+    explicit = os.environ.get("NVCC")
+    if explicit:
+        return explicit
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home and Path(home, "bin", "nvcc").exists():
+            return str(Path(home, "bin", "nvcc"))
+    raise CompileError(
+        "nvcc was not found (not on PATH, $NVCC, $CUDA_HOME): install the CUDA toolkit, or "
+        f"compile with NVRTC instead (compiler='nvrtc', {INSTALL_HINT})"
+    )
+
+
+def nvcc_compile(source: str, target: str, options: Sequence[str], ptx_only: bool = False
+                  ) -> bytes:
+    """The cubin (sm_XY) or PTX with its NUL (compute_XY, or |ptx_only|) for one target."""
+    nvcc = find_nvcc()
+    with tempfile.TemporaryDirectory(prefix="modpack-nvcc-") as tmp:
+        src = Path(tmp, "module.cu")
+        src.write_text(source)
+        if target.startswith("sm_") and not ptx_only:
+            out = Path(tmp, "module.cubin")
+            cmd = [nvcc, "-cubin", f"-arch={target}", *options, "-o", str(out), str(src)]
+        else:
+            out = Path(tmp, "module.ptx")
+            arch = "compute_" + target.split("_", 1)[1]
+            cmd = [nvcc, "-ptx", f"-arch={arch}", *options, "-o", str(out), str(src)]
+        run_tool(cmd, f"nvcc for {target}")
+        data = out.read_bytes()
+    return data if out.suffix == ".cubin" or data.endswith(b"\0") else data + b"\0"

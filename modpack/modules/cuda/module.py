@@ -1,0 +1,213 @@
+"""The ``cuda`` kind: CUDA kernels as one or several binary variants plus a function-info
+record per kernel, built from source or taken as binaries, and its payload writer.
+
+Read by the C runtime's ``loadbinary_cuda`` (csrc/src/kinds/cuda/), which needs no GPU to load
+the library and picks the variant for each device at its first launch. The payload's layout and
+numbers are in csrc/include/modpack/kinds/cuda.h, read here through the runtime binding.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ...errors import ModpackError
+from ...format.layout import check_struct
+from ...runtime.binding import lib
+from ..base import BinaryModule
+from ..kernel_info import KernelInfo
+from .arch import DEFAULT_TARGETS, check_arch
+from .compile import nvcc_compile, nvrtc_compile
+from .ptx import check_against_ptx, infos_from_ptx, ptx_entries, ptx_target
+from .records import check_launch_tags, records
+from .signatures import parse_cuda_signatures
+from .variants import CUDAVariant, variant_from_bytes
+
+__all__ = ["CUDAModule", "cuda_module"]
+
+_HEADER = check_struct(struct.Struct("<III"), "mp_cuda_header_v1_t")
+_VARIANT_KINDS = {"cubin": lib.MP_CUDA_VARIANT_CUBIN, "ptx": lib.MP_CUDA_VARIANT_PTX,
+                  "fatbin": lib.MP_CUDA_VARIANT_FATBIN}
+
+
+class CUDAModule(BinaryModule):
+    """CUDA kernels carried in the library and launched through the runtime's CUDA device.
+
+    ``variants`` are the binaries (``CUDAVariant``), ``functions`` the kernel records.
+    """
+
+    type_key = "cuda"
+
+    def __init__(self, variants: Sequence[CUDAVariant], functions: Sequence[KernelInfo],
+                 ptx_checks: Sequence[tuple[str, bytes]] = (), source: str | None = None,
+                 compiler: str | None = None) -> None:
+        super().__init__()
+        if not variants:
+            raise ValueError("a CUDA module needs at least one binary variant")
+        self.variants = list(variants)
+        self.functions = list(functions)
+        self.source = source
+        self.compiler = compiler
+        # (label, PTX) pairs the records are checked against at export.
+        self._ptx_checks = list(ptx_checks)
+        self.validate()
+
+    @property
+    def arches(self) -> list[str]:
+        """Every architecture of every variant, in order."""
+        return [a for v in self.variants for a in v.arches]
+
+    def validate(self) -> None:
+        """Check the records: names unique, launch tags valid, and parameters matching every
+        PTX the module was built with or carries. Raises ModpackError on a mismatch."""
+        names = [f.name for f in self.functions]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ModpackError(f"kernels declared more than once: {dupes}")
+        for info in self.functions:
+            check_launch_tags(info)
+        checks = list(self._ptx_checks)
+        checks += [(f"{v.arch} PTX", v.data) for v in self.variants if v.kind == "ptx"]
+        for label, ptx in checks:
+            entries = ptx_entries(ptx)
+            for info in self.functions:
+                check_against_ptx(info, entries, f"cuda_module ({label})")
+
+    def save_to_binary(self) -> bytes:
+        return b"".join(bytes(c) for c in self.payload_chunks())
+
+    def payload_chunks(self) -> list[bytes]:
+        self.validate()  # refuse a record that disagrees with the compiled code at export
+        head = [_HEADER.pack(lib.MP_CUDA_PAYLOAD_VERSION, 0, len(self.variants))]
+        for v in self.variants:
+            head.append(struct.pack("<II", _VARIANT_KINDS[v.kind], len(v.arches)))
+            for arch in v.arches:
+                head += [struct.pack("<I", len(arch)), arch.encode()]
+            head.append(struct.pack("<Q", len(v.data)))
+        head.append(struct.pack("<I", len(self.functions)))
+        head += [f.encode() for f in self.functions]
+        chunks = [b"".join(head)]
+        offset = len(chunks[0])
+        for v in self.variants:
+            pad = -offset % lib.MP_CUDA_VARIANT_ALIGNMENT
+            chunks += [b"\0" * pad, v.data]
+            offset += pad + len(v.data)
+        return chunks
+
+    def __repr__(self) -> str:
+        kernels = ", ".join(f.name for f in self.functions)
+        variants = ", ".join(f"{v.arch} ({v.kind})" for v in self.variants)
+        return f"<modpack.CUDAModule kernels=[{kernels}] variants=[{variants}]>"
+
+
+def cuda_module(
+    source: str | None = None,
+    targets: Sequence[str] | None = None,
+    functions: Mapping[str, Any] | Iterable[KernelInfo] | None = None,
+    compiler: str = "nvrtc",
+    *,
+    binaries: Mapping[str, Any] | None = None,
+    options: Sequence[str] = (),
+) -> CUDAModule:
+    """A CUDA module, from CUDA C++ source or from existing binaries.
+
+    ``cuda_module(source, targets=["sm_80", "sm_90", "compute_90"])`` compiles |source| once
+    per target: ``sm_XY`` (also ``sm_XYa``, ``sm_XYf``) to a cubin, ``compute_XY`` to PTX that
+    the driver JIT-compiles for newer GPUs. |compiler| is ``"nvrtc"`` (NVIDIA's runtime
+    compiler from PyPI, no toolkit needed: ``pip install modpack[cuda]``) or ``"nvcc"``.
+    |options| are extra compiler flags. Kernels need ``extern "C"`` so their names are not
+    mangled. Default targets: ``DEFAULT_TARGETS``.
+
+    ``cuda_module(binaries={"sm_80": cubin, "sm_90": cubin, "ptx": text})`` takes existing
+    binaries: cubins keyed by their ``sm_XY`` (checked against the cubin's ELF header), PTX
+    keyed ``"ptx"`` or its ``compute_XY`` (from its ``.target``), fatbins under any key (their
+    architectures are read from the container).
+
+    functions : per-kernel argument specs, ``{"vadd": ["float32*", "float32*", "float32*",
+        "int32"]}`` (``"void*"`` for an untyped pointer), optionally with launch tags:
+        ``{"k": {"args": [...], "launch": [*LAUNCH_TAGS, "dyn_shared_memory"]}}``. When
+        omitted, records come from the ``__global__`` signatures of the source (checked
+        against the compiled PTX), or, for binaries, from a PTX variant's ``.entry``
+        signatures, where 64-bit parameters are taken as ``void*`` pointers and other
+        parameters as scalars of the PTX type (a kernel with a 64-bit integer scalar needs
+        functions=). Binaries without PTX (cubins, fatbins) need functions=.
+
+    Every kernel is called with its arguments followed by grid x, y, z and block x, y, z
+    (and the dynamic shared memory bytes when its launch tags end with
+    ``"dyn_shared_memory"``).
+    """
+    if (source is None) == (binaries is None):
+        raise TypeError("cuda_module takes CUDA source or binaries=, exactly one of them")
+    if binaries is not None:
+        if targets is not None:
+            raise TypeError("targets= is for compiling source; binaries are used as given")
+        return _from_binaries(binaries, functions)
+    if not isinstance(source, str):
+        raise TypeError("cuda_module expects CUDA C++ source as a str")
+    if compiler not in ("nvrtc", "nvcc"):
+        raise ValueError(f"compiler must be 'nvrtc' or 'nvcc', not {compiler!r}")
+    if isinstance(targets, str | bytes):
+        raise TypeError("targets must be a list such as ['sm_80', 'compute_80'], not a str")
+    targets = list(DEFAULT_TARGETS if targets is None else targets)
+    if not targets:
+        raise ValueError("targets must be a non-empty list such as ['sm_80', 'compute_80']")
+    for t in targets:
+        check_arch(t, "targets")
+    if len(set(targets)) != len(targets):
+        raise ValueError(f"targets has duplicates: {targets}")
+    return _from_source(source, targets, functions, compiler, list(options))
+
+
+def _from_source(source: str, targets: list[str], functions: Any, compiler: str,
+                 options: list[str]) -> CUDAModule:
+    variants, checks = [], []
+    for target in targets:
+        if compiler == "nvrtc":
+            ptx, cubin = nvrtc_compile(source, target, options)
+        else:
+            cubin = nvcc_compile(source, target, options) if target.startswith("sm_") else b""
+            ptx = b"" if cubin else nvcc_compile(source, target, options)
+        if cubin:
+            variants.append(CUDAVariant("cubin", (target,), cubin))
+            if ptx:
+                checks.append((f"{target} build", ptx))
+        else:
+            variants.append(CUDAVariant("ptx", (ptx_target(ptx),), ptx))
+    if not checks and not any(v.kind == "ptx" for v in variants):
+        # nvcc made only cubins: compile PTX once so the records can be checked against it.
+        first = targets[0]
+        checks.append((f"{first} build", nvcc_compile(source, first, options, ptx_only=True)))
+    if functions is None:
+        try:
+            infos = parse_cuda_signatures(source)
+        except ValueError as exc:
+            raise ModpackError(f"cuda_module: {exc}") from None
+        if not infos:
+            raise ModpackError("no __global__ kernels found in the CUDA source (template "
+                               "kernels need functions= and extern \"C\" instantiations)")
+    else:
+        infos = records(functions)
+    return CUDAModule(variants, infos, checks, source=source, compiler=compiler)
+
+
+def _from_binaries(binaries: Mapping[str, Any], functions: Any) -> CUDAModule:
+    if not isinstance(binaries, Mapping) or not binaries:
+        raise ValueError("binaries must map keys ('sm_80', 'ptx', 'fatbin', ...) to bytes")
+    variants = [variant_from_bytes(str(key), data) for key, data in binaries.items()]
+    if functions is not None:
+        return CUDAModule(variants, records(functions))
+    ptx = [v for v in variants if v.kind == "ptx"]
+    if not ptx:
+        raise ModpackError(
+            "cuda_module(binaries=...) without PTX needs functions=: cubins and fatbins do not "
+            "record parameter types (e.g. functions={'vadd': ['float32*', 'float32*', "
+            "'float32*', 'int32']})"
+        )
+    try:
+        infos = infos_from_ptx(ptx[0].data, f"PTX {ptx[0].arch}")
+    except ValueError as exc:
+        raise ModpackError(f"cuda_module: {exc}") from None
+    if not infos:
+        raise ModpackError(f"the {ptx[0].arch} PTX defines no kernel (.entry)")
+    return CUDAModule(variants, infos)
