@@ -8,6 +8,7 @@ import struct
 
 import numpy as np
 import pytest
+import xxhash
 from blobtools import blob_extent, layout, parse, read_blob, reseal, write_blob
 from conftest import VADD_C, run_python
 
@@ -232,3 +233,25 @@ def test_random_bit_flips_never_crash(good):
         damaged[bit // 8] ^= 1 << (bit % 8)
         err = parse(damaged)
         assert isinstance(err, modpack.FormatError), f"flip of bit {bit} was not detected"
+
+
+def test_const_records_must_have_a_valid_width(tmp_path):
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({"h": np.zeros(32, np.float16)}))
+    path = host.export_library(tmp_path / "bits.so")
+    blob = read_blob(path)
+    entry = layout(blob)["entries"] + 48
+    offset, size = struct.unpack_from("<QQ", blob, entry)
+    record = offset + 16
+    blob[record + 12] = 4  # code: bfloat, keeping 16 bits -> valid; now claim 8 bits
+    blob[record + 13] = 8
+    digest = xxhash.xxh3_64_intdigest(bytes(blob[offset : offset + size]))
+    struct.pack_into("<Q", blob, entry + 16, digest)
+    write_blob(path, reseal(blob))
+    with pytest.raises(modpack.FormatError, match="invalid dtype"):
+        modpack.load_module(path)
+
+
+def test_huge_arrays_are_refused():
+    with pytest.raises(modpack.ArgumentError, match="too large"):
+        modpack.empty((2**63 - 1,), "int16")

@@ -1,6 +1,7 @@
-"""Host code (modpack/backend.h): a failing kernel call inside any exported function fails the
-call, even when the host code ignores the status and returns normally — from Python and from a
-C program — and host code that handles a failure on purpose can clear it."""
+"""Host code (modpack/backend.h): the exported functions' argument checks (read-only arrays reach
+only `const DLTensor*` parameters), and a failing kernel call inside any exported function
+failing the call, even when the host code ignores the status and returns normally — from Python
+and from a C program — unless host code clears a failure it handled on purpose."""
 
 from __future__ import annotations
 
@@ -159,3 +160,26 @@ def test_the_same_from_a_c_program(library, runtime_prefix: Path, tmp_path: Path
     assert lines[0].startswith("ignore_failure_value: status 1: noop: expected 7 arguments")
     assert "ignore_missing: status 3:" in lines[1] and "no_such_kernel" in lines[1]
     assert "packed_ignores: status 1:" in lines[2]
+
+
+def test_read_only_arrays_only_reach_const_parameters(tmp_path):
+    host = modpack.csource_module(r"""
+#include "modpack/backend.h"
+static void fill(DLTensor* x) { ((int64_t*)x->data)[0] = 42; }
+MP_EXPORT_VOID_FUNC(fill, DLTensor*)
+static int64_t first(const DLTensor* x) { return ((const int64_t*)x->data)[0]; }
+MP_EXPORT_FUNC(first, int64_t, const DLTensor*)
+""")
+    host.import_module(modpack.const_module({"w": np.arange(4, dtype=np.int64) + 7}))
+    root = modpack.load_module(host.export_library(tmp_path / "ro.so"))
+    weights = root.imported_modules[0].arrays["w"]
+    frozen = np.zeros(4, np.int64)
+    frozen.flags.writeable = False
+    for array in (weights, frozen, frozen[::2]):
+        with pytest.raises(modpack.ArgumentError, match="read-only array"):
+            root["fill"](array)
+        assert root["first"](array) == array[0]
+    assert weights[0] == 7 and frozen[0] == 0
+    writable = np.zeros(4, np.int64)
+    root["fill"](writable)
+    assert writable[0] == 42
