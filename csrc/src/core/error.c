@@ -49,10 +49,14 @@ mp_status_t mp_error_prefix(mp_status_t code, const char* fmt, ...) {
   va_end(ap);
   memcpy(previous, tls_message, sizeof previous);
   /* Truncating an over-long message is intended. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
   snprintf(tls_message, sizeof tls_message, "%s: %s", prefix, previous);
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
   tls_code = code;
   return code;
 }

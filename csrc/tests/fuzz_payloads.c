@@ -1,0 +1,83 @@
+/* libFuzzer target over the runtime's trust boundary: the blob reader (mp_blob_parse) and each
+ * built-in kind's payload loader (mp_module_load_from_payload), the code that reads bytes from
+ * a library before anything else looks at them.
+ *
+ * The first input byte chooses what the rest is: a blob (then each of its payloads goes to its
+ * kind's loader too, its checksum skipped so mutated payloads get through), or a payload of
+ * const, opencl or cuda. Whatever loads is exercised the way inspect and lookups do: listing,
+ * describing, looking functions up, and reading every byte of every array view (so a view
+ * reaching past its payload is caught by AddressSanitizer). Nothing is called: a kernel call
+ * would start a device driver. Public API only; see README.md in this folder. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "modpack/kind.h"
+
+static const char* const kinds[] = {"const", "opencl", "cuda"};
+enum { BLOB = 3 };
+
+static volatile uint8_t sink;
+
+static void exercise(mp_module_t* module) {
+  uint64_t count = mp_module_function_count(module);
+  for (uint64_t i = 0; i < count; ++i) {
+    const char* name = mp_module_function_name(module, i);
+    mp_function_t* function = NULL;
+    if (name && mp_module_get_function(module, name, 0, &function) == MP_OK)
+      mp_function_release(function);
+  }
+  count = mp_module_array_count(module);
+  for (uint64_t i = 0; i < count; ++i) {
+    const char* name;
+    const DLTensor* array;
+    if (mp_module_array_at(module, i, &name, &array) != MP_OK) continue;
+    sink ^= (uint8_t)name[0];
+    const uint8_t* bytes = array->data;
+    for (uint64_t b = 0, n = mp_array_nbytes(array); b < n; ++b) sink ^= bytes[b];
+  }
+  char small[16], large[1 << 14];
+  uint64_t needed = 0;
+  mp_module_describe(module, small, sizeof small, &needed);
+  mp_module_describe(module, large, sizeof large, &needed);
+}
+
+static void load_payload(const char* type_key, const uint8_t* data, size_t size) {
+  mp_module_t* module = NULL;
+  mp_const_byte_span_t payload = {data, size};
+  if (mp_module_load_from_payload(type_key, payload, &module) != MP_OK) return;
+  exercise(module);
+  mp_module_release(module);
+}
+
+static void load_blob(const uint8_t* data, size_t size, uint32_t flags) {
+  mp_blob_t* blob = NULL;
+  mp_const_byte_span_t bytes = {data, size};
+  if (mp_blob_parse(bytes, flags, &blob) != MP_OK) return;
+  mp_blob_info_t info;
+  mp_blob_info(blob, &info);
+  for (uint64_t i = 0; i < info.module_count; ++i) {
+    mp_blob_module_t entry;
+    if (mp_blob_module(blob, i, &entry) != MP_OK) continue;
+    for (uint64_t k = 0; k < entry.child_count; ++k)
+      sink ^= (uint8_t)mp_blob_child(blob, entry.first_edge + k);
+    for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; ++kind)
+      if (strcmp(entry.type_key, kinds[kind]) == 0)
+        load_payload(kinds[kind], data + entry.payload_offset, entry.payload_size);
+  }
+  mp_blob_free(blob);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  uint8_t selector = data[0] % 4;
+  if (selector == BLOB) {
+    load_blob(data + 1, size - 1, 0);
+    load_blob(data + 1, size - 1, MP_LOAD_SKIP_PAYLOAD_CHECKSUMS);
+  } else {
+    load_payload(kinds[selector], data + 1, size - 1);
+  }
+  return 0;
+}

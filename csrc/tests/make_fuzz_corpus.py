@@ -1,0 +1,83 @@
+"""Write the seed corpus of fuzz_payloads.c into a folder: the golden blob, each of its
+payloads, and small valid payloads of every built-in kind made by modpack's own writers. Each
+seed starts with the selector byte the fuzz target reads (0 const, 1 opencl, 2 cuda, 3 blob).
+
+    python csrc/tests/make_fuzz_corpus.py CORPUS_DIR
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import modpack
+from modpack.runtime.binding import check, ffi, lib
+
+ROOT = Path(__file__).resolve().parents[2]
+SELECTOR = {"const": 0, "opencl": 1, "cuda": 2, "blob": 3}
+
+OPENCL = """
+kernel void scale(global float* x, float k, int n) {
+  int i = get_global_id(0);
+  if (i < n) x[i] *= k;
+}
+kernel void copy_any(global const uchar* a, global uchar* b) {
+  b[get_global_id(0)] = a[get_global_id(0)];
+}
+"""
+PTX = b""".version 8.0
+.target sm_80
+.address_size 64
+.visible .entry vadd(.param .u64 a, .param .u64 b, .param .u32 n)
+{
+  ret;
+}
+"""
+
+
+def golden_seeds() -> dict[str, bytes]:
+    """The golden blob and each of its payloads, located by the runtime's own reader."""
+    blob = (ROOT / "tests" / "data" / "golden_v1" / "devc.bin").read_bytes()
+    seeds = {"blob-golden": bytes([SELECTOR["blob"]]) + blob}
+    data = ffi.from_buffer(blob)
+    parsed = ffi.new("mp_blob_t**")
+    check(lib.mp_blob_parse({"data": data, "size": len(blob)}, 0, parsed))
+    info = ffi.new("mp_blob_info_t*")
+    lib.mp_blob_info(parsed[0], info)
+    entry = ffi.new("mp_blob_module_t*")
+    for i in range(info.module_count):
+        check(lib.mp_blob_module(parsed[0], i, entry))
+        kind = ffi.string(entry.type_key).decode()
+        if kind in SELECTOR:
+            payload = blob[entry.payload_offset:entry.payload_offset + entry.payload_size]
+            seeds[f"{kind}-golden-{i}"] = bytes([SELECTOR[kind]]) + payload
+    lib.mp_blob_free(parsed[0])
+    return seeds
+
+
+def writer_seeds() -> dict[str, bytes]:
+    const = modpack.const_module({
+        "w": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "scalar": np.array(7, dtype=np.int64),
+        "flags": np.array([True, False]),
+    })
+    opencl = modpack.opencl_module(OPENCL, binaries={"p/d/v": b"\x01\x02\x03"})
+    cuda = modpack.cuda_module(binaries={"ptx": PTX})
+    return {
+        "const-writer": bytes([SELECTOR["const"]]) + const.save_to_binary(),
+        "opencl-writer": bytes([SELECTOR["opencl"]]) + opencl.save_to_binary(),
+        "cuda-writer": bytes([SELECTOR["cuda"]]) + cuda.save_to_binary(),
+    }
+
+
+def main(folder: str) -> None:
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in {**golden_seeds(), **writer_seeds()}.items():
+        (out / name).write_bytes(data)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

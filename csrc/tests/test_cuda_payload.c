@@ -1,0 +1,198 @@
+/* ctest: the "cuda" kind's payload parser (layout: modpack/kinds/cuda.h) and its public
+ * variant-selection rule. Loading never touches the driver, so this runs without a GPU. Public
+ * API only. */
+#include "modpack/kinds/cuda.h"
+#include "modpack/kinds/kernel.h"
+#include "test_util.h"
+
+static const char PTX[] = ".version 8.0\n.target sm_80\n.address_size 64\n";
+
+typedef struct {
+  uint32_t version, reserved, variant_count;
+  uint32_t cubin_kind;     /* the first variant's kind (a cubin) */
+  const char* cubin_arch;  /* and its arch name */
+  uint32_t ptx_arch_count; /* the second variant (PTX) lists this many arches */
+  uint32_t fatbin_arches;  /* the third variant (fatbin) lists this many */
+  const char* kernel2;     /* the second kernel's name */
+  const char* shared_tag;  /* the first kernel's last launch tag */
+  int bad_elf, ptx_no_nul, bad_padding, trailing;
+} spec_t;
+
+static spec_t defaults(void) {
+  spec_t s = {MP_CUDA_PAYLOAD_VERSION,
+              0,
+              3,
+              MP_CUDA_VARIANT_CUBIN,
+              "sm_80",
+              1,
+              2,
+              "copy",
+              "dyn_shared_memory",
+              0,
+              0,
+              0,
+              0};
+  return s;
+}
+
+static void build(buf_t* b, spec_t s) {
+  memset(b, 0, sizeof *b);
+  put_u32(b, s.version);
+  put_u32(b, s.reserved);
+  put_u32(b, s.variant_count);
+  const uint64_t cubin_size = 16, ptx_size = sizeof PTX, fatbin_size = 24;
+  /* cubin */
+  put_u32(b, s.cubin_kind);
+  put_u32(b, 1);
+  put_str(b, s.cubin_arch);
+  put_u64(b, cubin_size);
+  /* ptx */
+  if (s.variant_count > 1) {
+    put_u32(b, MP_CUDA_VARIANT_PTX);
+    put_u32(b, s.ptx_arch_count);
+    for (uint32_t i = 0; i < s.ptx_arch_count; ++i) put_str(b, "compute_80");
+    put_u64(b, ptx_size);
+  }
+  /* fatbin */
+  if (s.variant_count > 2) {
+    put_u32(b, MP_CUDA_VARIANT_FATBIN);
+    put_u32(b, s.fatbin_arches);
+    for (uint32_t i = 0; i < s.fatbin_arches; ++i) put_str(b, i % 2 ? "compute_90" : "sm_90a");
+    put_u64(b, fatbin_size);
+  }
+  /* kernels: k(void* p, int32 n) with grid, block and shared memory; copy(float16* x) */
+  put_u32(b, 2);
+  put_str(b, "k");
+  put_u32(b, 2);
+  put(b, (uint8_t[4]){MP_KERNEL_ARG_BUFFER, kDLOpaqueHandle, 8, 1}, 4);
+  put(b, (uint8_t[4]){MP_KERNEL_ARG_SCALAR, kDLInt, 32, 1}, 4);
+  static const char* const tags[6] = {"blockIdx.x",  "blockIdx.y",  "blockIdx.z",
+                                      "threadIdx.x", "threadIdx.y", "threadIdx.z"};
+  put_u32(b, 7);
+  for (int i = 0; i < 6; ++i) put_str(b, tags[i]);
+  put_str(b, s.shared_tag);
+  put_str(b, s.kernel2);
+  put_u32(b, 1);
+  put(b, (uint8_t[4]){MP_KERNEL_ARG_BUFFER, kDLFloat, 16, 1}, 4);
+  put_u32(b, 6);
+  for (int i = 0; i < 6; ++i) put_str(b, tags[i]);
+  /* the variants' bytes, each 64-byte aligned */
+  pad_to(b, MP_CUDA_VARIANT_ALIGNMENT);
+  put(b,
+      s.bad_elf ? "NOTELF.........."
+                : "\x7f"
+                  "ELF............",
+      cubin_size);
+  if (s.variant_count > 1) {
+    pad_to(b, MP_CUDA_VARIANT_ALIGNMENT); /* 48 bytes after the 16-byte cubin */
+    if (s.bad_padding) b->data[b->size - 1] = 1;
+    put(b, PTX, ptx_size);
+    if (s.ptx_no_nul) b->data[b->size - 1] = '\n';
+  }
+  if (s.variant_count > 2) {
+    pad_to(b, MP_CUDA_VARIANT_ALIGNMENT);
+    put(b,
+        "\x50\xed\x55\xba"
+        "fatbin..............",
+        fatbin_size);
+  }
+  for (int i = 0; i < s.trailing; ++i) put_u8(b, 0);
+}
+
+static void select_rule(void) {
+  const char* arches[] = {"sm_80", "compute_80", "sm_90a", "compute_90"};
+  int32_t index = -1;
+  CHECK(mp_cuda_select_variant(arches, 4, 8, 0, &index) == MP_OK && index == 0, "8.0: exact SASS");
+  CHECK(mp_cuda_select_variant(arches, 4, 8, 6, &index) == MP_OK && index == 0,
+        "8.6: compatible SASS");
+  CHECK(mp_cuda_select_variant(arches, 4, 9, 0, &index) == MP_OK && index == 2, "9.0: sm_90a");
+  CHECK(mp_cuda_select_variant(arches, 4, 10, 0, &index) == MP_OK && index == 3,
+        "10.0: the newest PTX");
+  CHECK(mp_cuda_select_variant(arches, 4, 7, 5, &index) == MP_ERR_UNAVAILABLE && index == -1 &&
+            strstr(mp_error_message(), "compute capability 7.5") != NULL,
+        "7.5: nothing runs: %s", mp_error_message());
+  const char* bad[] = {"sm_8"};
+  CHECK(mp_cuda_select_variant(bad, 1, 8, 0, &index) == MP_ERR_INVALID_ARGUMENT,
+        "not an arch name");
+}
+
+int main(void) {
+  static buf_t b;
+  build(&b, defaults());
+  mp_module_t* m = load("cuda", b.data, b.size);
+  if (m) {
+    CHECK(mp_module_function_count(m) == 2, "two kernels");
+    const char* text = describe(m);
+    CHECK(strstr(text, "{\"arch\": \"sm_80\", \"kind\": \"cubin\", \"size\": 16}") != NULL, "%s",
+          text);
+    char ptx_entry[96];
+    snprintf(ptx_entry, sizeof ptx_entry, "\"kind\": \"ptx\", \"size\": %zu, \"ptx_isa\": \"8.0\"",
+             sizeof PTX);
+    CHECK(strstr(text, ptx_entry) != NULL, "%s", text);
+    CHECK(strstr(text, "\"arch\": \"sm_90a+compute_90\", \"kind\": \"fatbin\"") != NULL, "%s",
+          text);
+    CHECK(strstr(text, "\"contains\": [\"sm_90a\", \"compute_90\"]") != NULL, "%s", text);
+    CHECK(strstr(text, "\"args\": [\"void*\", \"int32\"], \"launch\": [\"blockIdx.x\"") != NULL,
+          "%s", text);
+    CHECK(strstr(text, "\"dyn_shared_memory\"]") != NULL, "%s", text);
+    mp_function_t* f = NULL;
+    CHECK(mp_module_get_function(m, "k", 0, &f) == MP_OK && f, "lookup");
+    if (f) {
+      mp_value_t ret;
+      CHECK(mp_function_call(f, NULL, 0, &ret) == MP_ERR_INVALID_ARGUMENT &&
+                strstr(mp_error_message(), "k: expected 9 arguments") != NULL,
+            "a wrong count is refused before the driver: %s", mp_error_message());
+      mp_function_release(f);
+    }
+    mp_module_release(m);
+  }
+  CHECK(strcmp(mp_kind_launch_tag("cuda", 6), "dyn_shared_memory") == 0, "the last cuda tag");
+  CHECK(mp_kind_launch_tag("cuda", 7) == NULL && mp_kind_launch_tag("const", 0) == NULL,
+        "no tags past the end, none for const");
+  select_rule();
+
+  struct {
+    const char* what;
+    spec_t spec;
+    mp_status_t code;
+    const char* needle;
+  } cases[] = {
+      {"version 2", defaults(), MP_ERR_INCOMPATIBLE, "version 2 is not supported"},
+      {"reserved", defaults(), MP_ERR_FORMAT, "reserved header field"},
+      {"no variants", defaults(), MP_ERR_FORMAT, "variant count"},
+      {"variant kind 3", defaults(), MP_ERR_FORMAT, "unknown kind 3"},
+      {"cubin labelled as PTX", defaults(), MP_ERR_FORMAT, "cubin variant 0 is labelled"},
+      {"not an arch", defaults(), MP_ERR_FORMAT, "'sm_8'"},
+      {"PTX with two arches", defaults(), MP_ERR_FORMAT, "ptx variant 1 lists 2"},
+      {"fatbin with 65 arches", defaults(), MP_ERR_FORMAT, "fatbin variant 2 lists 65"},
+      {"kernel declared twice", defaults(), MP_ERR_FORMAT, "kernel k is declared twice"},
+      {"unknown launch tag", defaults(), MP_ERR_FORMAT, "unknown launch tag 'gridDim.x'"},
+      {"a launch tag twice", defaults(), MP_ERR_FORMAT, "launch tag 'blockIdx.x' twice"},
+      {"cubin without ELF magic", defaults(), MP_ERR_FORMAT, "ELF magic"},
+      {"PTX without NUL", defaults(), MP_ERR_FORMAT, "not NUL-terminated"},
+      {"non-zero padding", defaults(), MP_ERR_FORMAT, "nonzero padding"},
+      {"trailing bytes", defaults(), MP_ERR_FORMAT, "2 unexpected trailing bytes"},
+  };
+  cases[0].spec.version = 2;
+  cases[1].spec.reserved = 1;
+  cases[2].spec.variant_count = 0;
+  cases[3].spec.cubin_kind = 3;
+  cases[4].spec.cubin_arch = "compute_80";
+  cases[5].spec.cubin_arch = "sm_8";
+  cases[6].spec.ptx_arch_count = 2;
+  cases[7].spec.fatbin_arches = 65;
+  cases[8].spec.kernel2 = "k";
+  cases[9].spec.shared_tag = "gridDim.x";
+  cases[10].spec.shared_tag = "blockIdx.x";
+  cases[11].spec.bad_elf = 1;
+  cases[12].spec.ptx_no_nul = 1;
+  cases[13].spec.bad_padding = 1;
+  cases[14].spec.trailing = 2;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    build(&b, cases[i].spec);
+    expect_refused(cases[i].what, "cuda", b.data, b.size, cases[i].code, cases[i].needle);
+  }
+  build(&b, defaults());
+  every_prefix_refused("cuda", &b);
+  return finish("test_cuda_payload");
+}

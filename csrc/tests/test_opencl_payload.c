@@ -1,0 +1,149 @@
+/* ctest: the "opencl" kind's payload parser (layout: modpack/kinds/opencl.h) and the kernel
+ * records it shares with cuda (modpack/kinds/kernel.h). Loading never touches OpenCL, so this
+ * runs anywhere. Public API only. */
+#include "modpack/kinds/kernel.h"
+#include "modpack/kinds/opencl.h"
+#include "test_util.h"
+
+static const char* const SOURCE = "kernel void scale(global float* x, int n) {}\n";
+
+/* A record: |name|, |args| as (kind, code, bits, lanes) quadruples, |tags| launch tags. */
+static void record(buf_t* b, const char* name, int nargs, const uint8_t (*args)[4], int ntags,
+                   const char* const* tags) {
+  put_str(b, name);
+  put_u32(b, (uint32_t)nargs);
+  for (int i = 0; i < nargs; ++i) put(b, args[i], 4);
+  put_u32(b, (uint32_t)ntags);
+  for (int i = 0; i < ntags; ++i) put_str(b, tags[i]);
+}
+
+static const char* const TAGS[6] = {"global.x", "global.y", "global.z",
+                                    "local.x",  "local.y",  "local.z"};
+static const uint8_t SCALE_ARGS[2][4] = {{MP_KERNEL_ARG_BUFFER, kDLFloat, 32, 1},
+                                         {MP_KERNEL_ARG_SCALAR, kDLInt, 32, 1}};
+static const uint8_t UNTYPED[1][4] = {{MP_KERNEL_ARG_BUFFER, kDLOpaqueHandle, 8, 1}};
+
+typedef struct {
+  uint32_t version, reserved;
+  const char* name;       /* of the first kernel */
+  uint32_t arg_count;     /* claimed by the first kernel */
+  uint8_t first_arg_kind; /* of the first kernel's first argument */
+  uint8_t first_arg_bits;
+  int ntags;                /* of the first kernel */
+  const char* first_tag;    /* replaces its first tag */
+  const char* second_tag;   /* replaces its second tag */
+  uint32_t binary_key_size; /* of the binary */
+  int trailing;             /* extra bytes at the end */
+} spec_t;
+
+static spec_t defaults(void) {
+  spec_t s = {
+      MP_OPENCL_PAYLOAD_VERSION, 0, "scale", 2, MP_KERNEL_ARG_BUFFER, 32, 6, NULL, NULL, 5, 0};
+  return s;
+}
+
+static void build(buf_t* b, spec_t s) {
+  memset(b, 0, sizeof *b);
+  put_u32(b, s.version);
+  put_u32(b, s.reserved);
+  put_u64(b, strlen(SOURCE));
+  put(b, SOURCE, strlen(SOURCE));
+  put_u32(b, 2);
+  uint8_t args[2][4];
+  memcpy(args, SCALE_ARGS, sizeof args);
+  args[0][0] = s.first_arg_kind;
+  args[0][2] = s.first_arg_bits;
+  const char* tags[6];
+  memcpy(tags, TAGS, sizeof tags);
+  if (s.first_tag) tags[0] = s.first_tag;
+  if (s.second_tag) tags[1] = s.second_tag;
+  put_str(b, s.name);
+  put_u32(b, s.arg_count);
+  for (uint32_t i = 0; i < 2 && i < s.arg_count; ++i) put(b, args[i], 4);
+  put_u32(b, (uint32_t)s.ntags);
+  for (int i = 0; i < s.ntags; ++i) put_str(b, tags[i % 6]);
+  record(b, "copy_any", 1, UNTYPED, 6, TAGS);
+  put_u32(b, 1); /* one binary */
+  put_u32(b, s.binary_key_size);
+  put(b, "a/b/c", s.binary_key_size < 5 ? s.binary_key_size : 5);
+  put_u64(b, 4);
+  put(b, "\x01\x02\x03\x04", 4);
+  for (int i = 0; i < s.trailing; ++i) put_u8(b, 0);
+}
+
+int main(void) {
+  static buf_t b;
+  build(&b, defaults());
+  mp_module_t* m = load("opencl", b.data, b.size);
+  if (m) {
+    CHECK(mp_module_function_count(m) == 2, "two kernels");
+    CHECK(strcmp(mp_module_function_name(m, 0), "scale") == 0, "first kernel's name");
+    CHECK(mp_module_function_name(m, 2) == NULL, "no third kernel");
+    const char* text = describe(m);
+    CHECK(strstr(text, "\"source_bytes\": 45") != NULL, "%s", text);
+    CHECK(strstr(text, "{\"name\": \"scale\", \"args\": [\"float32*\", \"int32\"]") != NULL, "%s",
+          text);
+    CHECK(strstr(text, "\"args\": [\"void*\"]") != NULL, "untyped pointer: %s", text);
+    CHECK(strstr(text, "\"binaries\": [{\"device\": \"a/b/c\", \"size\": 4}]") != NULL, "%s", text);
+    mp_function_t* f = NULL;
+    CHECK(mp_module_get_function(m, "scale", 0, &f) == MP_OK && f, "lookup");
+    if (f) {
+      mp_value_t args[1] = {mp_int(1)}, ret;
+      CHECK(mp_function_call(f, args, 1, &ret) == MP_ERR_INVALID_ARGUMENT &&
+                strstr(mp_error_message(), "scale: expected 8 arguments") != NULL,
+            "a wrong count is refused before OpenCL is touched: %s", mp_error_message());
+      mp_function_release(f);
+    }
+    CHECK(mp_module_get_function(m, "absent", 0, &f) == MP_ERR_NOT_FOUND, "absent kernel");
+    mp_module_release(m);
+  }
+  for (uint32_t i = 0;; ++i) {
+    const char* tag = mp_kind_launch_tag("opencl", i);
+    if (i < 6) CHECK(tag && strcmp(tag, TAGS[i]) == 0, "launch tag %u is %s", i, tag ? tag : "-");
+    if (!tag) {
+      CHECK(i == 6, "opencl has 6 launch tags, not %u", i);
+      break;
+    }
+  }
+
+  static char long_name[MP_KERNEL_MAX_NAME + 2];
+  memset(long_name, 'k', MP_KERNEL_MAX_NAME + 1);
+  struct {
+    const char* what;
+    spec_t spec;
+    mp_status_t code;
+    const char* needle;
+  } cases[] = {
+      {"version 2", defaults(), MP_ERR_INCOMPATIBLE, "version 2 is not supported"},
+      {"reserved", defaults(), MP_ERR_FORMAT, "reserved header field"},
+      {"empty kernel name", defaults(), MP_ERR_FORMAT, "kernel name is empty"},
+      {"kernel name too long", defaults(), MP_ERR_FORMAT, "exceeds 1024"},
+      {"257 arguments", defaults(), MP_ERR_FORMAT, "argument count of 257 exceeds 256"},
+      {"argument kind 2", defaults(), MP_ERR_FORMAT, "has kind 2"},
+      {"0-bit argument", defaults(), MP_ERR_FORMAT, "bits 0"},
+      {"17 launch tags", defaults(), MP_ERR_FORMAT, "launch tag count of 17 exceeds 16"},
+      {"unknown launch tag", defaults(), MP_ERR_FORMAT, "unknown launch tag 'global.w'"},
+      {"a launch tag twice", defaults(), MP_ERR_FORMAT, "launch tag 'global.x' twice"},
+      {"empty binary key", defaults(), MP_ERR_FORMAT, "program binary"},
+      {"trailing bytes", defaults(), MP_ERR_FORMAT, "3 unexpected trailing bytes"},
+  };
+  cases[0].spec.version = 2;
+  cases[1].spec.reserved = 1;
+  cases[2].spec.name = "";
+  cases[3].spec.name = long_name;
+  cases[4].spec.arg_count = 257;
+  cases[5].spec.first_arg_kind = 2;
+  cases[6].spec.first_arg_bits = 0;
+  cases[7].spec.ntags = 17;
+  cases[8].spec.first_tag = "global.w";
+  cases[9].spec.second_tag = "global.x";
+  cases[10].spec.binary_key_size = 0;
+  cases[11].spec.trailing = 3;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    build(&b, cases[i].spec);
+    expect_refused(cases[i].what, "opencl", b.data, b.size, cases[i].code, cases[i].needle);
+  }
+  build(&b, defaults());
+  every_prefix_refused("opencl", &b);
+  return finish("test_opencl_payload");
+}
