@@ -102,11 +102,15 @@ static inline mp_value_t mp_tensor(DLTensor* v) {
  * dlopen; each is named once here, as an identifier for backend.h's definitions and as a
  * string (MP_CTX_*_SYMBOL) for the runtime's dlsym, so the two cannot drift apart. */
 #define MP_FUNC_SYMBOL_PREFIX "__mp_func_"
-#define MP_CTX_LIBRARY __mp_library_ctx           /* the library's own node in the tree */
-#define MP_CTX_GET_FUNCTION __mp_ctx_get_function /* find a function among its imports */
-#define MP_CTX_CALL __mp_ctx_call                 /* call a function found that way */
-#define MP_CTX_SET_ERROR __mp_ctx_set_error       /* report an error */
-#define MP_CTX_GET_ARRAY __mp_ctx_get_array       /* find a named constant array */
+#define MP_CTX_LIBRARY __mp_library_ctx                 /* the library's own node in the tree */
+#define MP_CTX_GET_FUNCTION __mp_ctx_get_function       /* find a function among its imports */
+#define MP_CTX_CALL __mp_ctx_call                       /* call a function found that way */
+#define MP_CTX_SET_ERROR __mp_ctx_set_error             /* report an error */
+#define MP_CTX_GET_ARRAY __mp_ctx_get_array             /* find a named constant array */
+#define MP_CTX_GET_ARRAY_ON __mp_ctx_get_array_on       /* ... on a device */
+#define MP_CTX_ALLOC_WORKSPACE __mp_ctx_alloc_workspace /* scratch device memory */
+#define MP_CTX_FREE_WORKSPACE __mp_ctx_free_workspace
+#define MP_CTX_COPY __mp_ctx_copy /* copy arrays between devices */
 
 #define MP__STRINGIFY(x) MP__STRINGIFY_(x)
 #define MP__STRINGIFY_(x) #x
@@ -115,6 +119,10 @@ static inline mp_value_t mp_tensor(DLTensor* v) {
 #define MP_CTX_CALL_SYMBOL MP__STRINGIFY(MP_CTX_CALL)
 #define MP_CTX_SET_ERROR_SYMBOL MP__STRINGIFY(MP_CTX_SET_ERROR)
 #define MP_CTX_GET_ARRAY_SYMBOL MP__STRINGIFY(MP_CTX_GET_ARRAY)
+#define MP_CTX_GET_ARRAY_ON_SYMBOL MP__STRINGIFY(MP_CTX_GET_ARRAY_ON)
+#define MP_CTX_ALLOC_WORKSPACE_SYMBOL MP__STRINGIFY(MP_CTX_ALLOC_WORKSPACE)
+#define MP_CTX_FREE_WORKSPACE_SYMBOL MP__STRINGIFY(MP_CTX_FREE_WORKSPACE)
+#define MP_CTX_COPY_SYMBOL MP__STRINGIFY(MP_CTX_COPY)
 
 /* The context functions' types: what the runtime installs and host code calls. */
 typedef mp_status_t (*mp_ctx_get_function_t)(void* ctx, const char* name, void** out_function);
@@ -122,6 +130,11 @@ typedef mp_status_t (*mp_ctx_call_t)(void* function, const mp_value_t* args, int
                                      mp_value_t* out_ret);
 typedef void (*mp_ctx_set_error_t)(mp_status_t code, const char* message);
 typedef mp_status_t (*mp_ctx_get_array_t)(void* ctx, const char* name, const DLTensor** out_array);
+typedef mp_status_t (*mp_ctx_get_array_on_t)(void* ctx, const char* name, DLDevice device,
+                                             const DLTensor** out_array);
+typedef mp_status_t (*mp_ctx_alloc_workspace_t)(DLDevice device, uint64_t nbytes, void** out_data);
+typedef mp_status_t (*mp_ctx_free_workspace_t)(DLDevice device, void* data);
+typedef mp_status_t (*mp_ctx_copy_t)(const DLTensor* from, DLTensor* to);
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_value_t) == 16, "mp_value_t must be 16 bytes");

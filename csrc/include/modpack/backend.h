@@ -50,6 +50,10 @@ MP_CTX_SYMBOL mp_ctx_get_function_t MP_CTX_GET_FUNCTION = 0;
 MP_CTX_SYMBOL mp_ctx_call_t MP_CTX_CALL = 0;
 MP_CTX_SYMBOL mp_ctx_set_error_t MP_CTX_SET_ERROR = 0;
 MP_CTX_SYMBOL mp_ctx_get_array_t MP_CTX_GET_ARRAY = 0;
+MP_CTX_SYMBOL mp_ctx_get_array_on_t MP_CTX_GET_ARRAY_ON = 0;
+MP_CTX_SYMBOL mp_ctx_alloc_workspace_t MP_CTX_ALLOC_WORKSPACE = 0;
+MP_CTX_SYMBOL mp_ctx_free_workspace_t MP_CTX_FREE_WORKSPACE = 0;
+MP_CTX_SYMBOL mp_ctx_copy_t MP_CTX_COPY = 0;
 
 /* The failure mark of the current call: set by mp_backend_errorf and by every mp_backend_*
  * call that fails. Every exported function (MP_EXPORT_*) clears it when the call starts and
@@ -110,6 +114,39 @@ static inline mp_status_t mp_backend_get_array(const char* name, const DLTensor*
   return mp_backend__mark(MP_CTX_GET_ARRAY(MP_CTX_LIBRARY, name, out_array));
 }
 
+/* ---- devices: scratch memory, copies, weights on a device -------------------------------- */
+
+/* |nbytes| of scratch memory on |device|, what a DLTensor of that device holds in `data`
+ * (a host pointer for the CPU, a cl_mem for OpenCL, a CUdeviceptr for CUDA), so host code
+ * builds tensors over it and passes them to kernels. From a per-device pool: no driver
+ * allocation per call in steady state. Give it back with mp_backend_free_workspace. */
+static inline mp_status_t mp_backend_alloc_workspace(DLDevice device, uint64_t nbytes,
+                                                     void** out_data) {
+  if (!MP_CTX_ALLOC_WORKSPACE) return mp_backend__no_context("alloc_workspace");
+  return mp_backend__mark(MP_CTX_ALLOC_WORKSPACE(device, nbytes, out_data));
+}
+
+static inline mp_status_t mp_backend_free_workspace(DLDevice device, void* data) {
+  if (!MP_CTX_FREE_WORKSPACE) return mp_backend__no_context("free_workspace");
+  return mp_backend__mark(MP_CTX_FREE_WORKSPACE(device, data));
+}
+
+/* Copy between two compact arrays of the same shape and dtype: host <-> device, or within a
+ * device. Synchronous with respect to the host. */
+static inline mp_status_t mp_backend_copy(const DLTensor* from, DLTensor* to) {
+  if (!MP_CTX_COPY) return mp_backend__no_context("copy");
+  return mp_backend__mark(MP_CTX_COPY(from, to));
+}
+
+/* A named constant array (a const module's weights) on |device|: uploaded the first time it
+ * is asked for on that device and kept for the life of the library; on the CPU, the
+ * zero-copy view into the library. Thread-safe. */
+static inline mp_status_t mp_backend_get_array_on(const char* name, DLDevice device,
+                                                  const DLTensor** out_array) {
+  if (!MP_CTX_GET_ARRAY_ON || !MP_CTX_LIBRARY) return mp_backend__no_context(name);
+  return mp_backend__mark(MP_CTX_GET_ARRAY_ON(MP_CTX_LIBRARY, name, device, out_array));
+}
+
 /* ---- exporting functions ----------------------------------------------------------------- */
 
 /* Define a function in the packed ABI by hand:
@@ -117,19 +154,19 @@ static inline mp_status_t mp_backend_get_array(const char* name, const DLTensor*
  * The exported symbol wraps the body: it clears the failure mark, runs the body and fails the
  * call if the body failed or any mp_backend_* call in it did. An enclosing call's mark (host
  * code re-entered through the runtime) is kept. */
-#define MP_EXPORT_PACKED(name)                                                               \
-  static mp_status_t mp__body_##name(void* self, const mp_value_t* args, int32_t num_args,    \
-                                     mp_value_t* out_ret);                                   \
-  MP_EXPORT_ATTR mp_status_t __mp_func_##name(void* self, const mp_value_t* args,            \
-                                              int32_t num_args, mp_value_t* out_ret) {       \
-    mp_status_t mp__enclosing = __mp_backend_reported;                                      \
-    __mp_backend_reported = MP_OK;                                                           \
-    mp_status_t mp__status = mp__body_##name(self, args, num_args, out_ret);                 \
-    if (mp__status == MP_OK) mp__status = __mp_backend_reported;                             \
-    __mp_backend_reported = mp__enclosing;                                                   \
-    return mp__status;                                                                       \
-  }                                                                                          \
-  static mp_status_t mp__body_##name(void* self, const mp_value_t* args, int32_t num_args,    \
+#define MP_EXPORT_PACKED(name)                                                             \
+  static mp_status_t mp__body_##name(void* self, const mp_value_t* args, int32_t num_args, \
+                                     mp_value_t* out_ret);                                 \
+  MP_EXPORT_ATTR mp_status_t __mp_func_##name(void* self, const mp_value_t* args,          \
+                                              int32_t num_args, mp_value_t* out_ret) {     \
+    mp_status_t mp__enclosing = __mp_backend_reported;                                     \
+    __mp_backend_reported = MP_OK;                                                         \
+    mp_status_t mp__status = mp__body_##name(self, args, num_args, out_ret);               \
+    if (mp__status == MP_OK) mp__status = __mp_backend_reported;                           \
+    __mp_backend_reported = mp__enclosing;                                                 \
+    return mp__status;                                                                     \
+  }                                                                                        \
+  static mp_status_t mp__body_##name(void* self, const mp_value_t* args, int32_t num_args, \
                                      mp_value_t* out_ret)
 
 static inline const char* mp_backend__type_name(int32_t code) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "device/workspace.h"
 #include "load/library.h"
 
 /* Hands host code a pointer it may keep while the library is loaded (an entry owned by the
@@ -48,11 +49,35 @@ static mp_status_t context_get_array(void* ctx, const char* name, const DLTensor
   return mp_module_get_array(module, name, 1, out_array);
 }
 
+static mp_status_t context_get_array_on(void* ctx, const char* name, DLDevice device,
+                                        const DLTensor** out_array) {
+  *out_array = NULL;
+  mp_module_t* module = ctx;
+  mp_library_t* library = module ? mp_module_library(module) : NULL;
+  if (!library)
+    return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up array '%s' before load", name);
+  const DLTensor* view;
+  MP_RETURN_IF_ERROR(mp_module_get_array(module, name, 1, &view));
+  MP_RETURN_IF_ERROR_PREFIX(mp_library_array_on(library, view, device, out_array),
+                            "array '%s' on device %d:%d", name, (int)device.device_type,
+                            (int)device.device_id);
+  return MP_OK;
+}
+
+static mp_status_t context_copy(const DLTensor* from, DLTensor* to) {
+  if (!from || !to) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_backend_copy: NULL array");
+  return mp_array_copy(from, to);
+}
+
 /* Each context function and the slot it goes into. */
 static const mp_ctx_get_function_t get_function = context_get_function;
 static const mp_ctx_call_t call = context_call;
 static const mp_ctx_set_error_t set_error = context_set_error;
 static const mp_ctx_get_array_t get_array = context_get_array;
+static const mp_ctx_get_array_on_t get_array_on = context_get_array_on;
+static const mp_ctx_alloc_workspace_t alloc_workspace = mp_workspace_alloc;
+static const mp_ctx_free_workspace_t free_workspace = mp_workspace_free;
+static const mp_ctx_copy_t copy = context_copy;
 
 static const struct {
   const char* symbol;
@@ -63,6 +88,10 @@ static const struct {
     {MP_CTX_CALL_SYMBOL, &call, sizeof call},
     {MP_CTX_SET_ERROR_SYMBOL, &set_error, sizeof set_error},
     {MP_CTX_GET_ARRAY_SYMBOL, &get_array, sizeof get_array},
+    {MP_CTX_GET_ARRAY_ON_SYMBOL, &get_array_on, sizeof get_array_on},
+    {MP_CTX_ALLOC_WORKSPACE_SYMBOL, &alloc_workspace, sizeof alloc_workspace},
+    {MP_CTX_FREE_WORKSPACE_SYMBOL, &free_workspace, sizeof free_workspace},
+    {MP_CTX_COPY_SYMBOL, &copy, sizeof copy},
 };
 
 void mp_context_install(mp_library_t* library, mp_module_t* node) {

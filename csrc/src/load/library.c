@@ -27,6 +27,14 @@ struct mp_context_entry {
   struct mp_context_entry* next;
 };
 
+/* A constant array copied to a device, kept for the life of the library. */
+typedef struct device_array {
+  const void* source; /* the view's data, in the library mapping: the key, with the device */
+  DLDevice device;
+  DLTensor* array; /* from mp_array_empty */
+  struct device_array* next;
+} device_array_t;
+
 struct mp_library {
   atomic_long refcount;
   void* handle; /* from dlopen */
@@ -34,6 +42,7 @@ struct mp_library {
   mp_module_t* root;       /* the root of its live tree (not owned), under the library lock */
   mp_module_t* lib_module; /* the "library" node (not owned) while it lives, same lock */
   mp_context_entry_t* context_entries; /* under entry_lock */
+  device_array_t* device_arrays;       /* under entry_lock */
 };
 
 /* ---- the library lock and the live libraries ------------------------------------------- */
@@ -99,6 +108,12 @@ void mp_library_release(mp_library_t* library) {
     free(e->name);
     free(e);
     e = next;
+  }
+  for (device_array_t* a = library->device_arrays; a;) {
+    device_array_t* next = a->next;
+    mp_array_release(a->array);
+    free(a);
+    a = next;
   }
   dlclose(library->handle);
   free(library->path);
@@ -348,5 +363,55 @@ mp_status_t mp_library_entry_resolve(mp_context_entry_t* entry, mp_function_t** 
   }
   pthread_mutex_unlock(&entry_lock);
   *out_function = found;
+  return MP_OK;
+}
+
+/* ---- constant arrays on devices ---------------------------------------------------------- */
+
+static DLTensor* cached_array(mp_library_t* library, const void* source, DLDevice device) {
+  for (device_array_t* a = library->device_arrays; a; a = a->next)
+    if (a->source == source && a->device.device_type == device.device_type &&
+        a->device.device_id == device.device_id)
+      return a->array;
+  return NULL;
+}
+
+mp_status_t mp_library_array_on(mp_library_t* library, const DLTensor* array, DLDevice device,
+                                const DLTensor** out_array) {
+  *out_array = NULL;
+  if (device.device_type == kDLCPU) {
+    *out_array = array;
+    return MP_OK;
+  }
+  pthread_mutex_lock(&entry_lock);
+  DLTensor* found = cached_array(library, array->data, device);
+  pthread_mutex_unlock(&entry_lock);
+  if (found) {
+    *out_array = found;
+    return MP_OK;
+  }
+  /* Copy outside the lock; if another thread got there first, its copy wins. */
+  DLTensor* copy = NULL;
+  MP_RETURN_IF_ERROR(mp_array_empty(array->shape, array->ndim, array->dtype, device, &copy));
+  mp_status_t status = mp_array_copy(array, copy);
+  device_array_t* entry = status == MP_OK ? calloc(1, sizeof *entry) : NULL;
+  if (status == MP_OK && !entry) status = mp_out_of_memory("a device array record");
+  if (status != MP_OK) {
+    mp_array_release(copy);
+    return status;
+  }
+  pthread_mutex_lock(&entry_lock);
+  found = cached_array(library, array->data, device);
+  if (!found) {
+    *entry = (device_array_t){array->data, device, copy, library->device_arrays};
+    library->device_arrays = entry;
+    found = copy;
+    entry = NULL;
+    copy = NULL;
+  }
+  pthread_mutex_unlock(&entry_lock);
+  free(entry);
+  mp_array_release(copy);
+  *out_array = found;
   return MP_OK;
 }

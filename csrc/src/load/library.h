@@ -52,4 +52,10 @@ mp_status_t mp_library_entry(mp_library_t* library, const char* name,
  * current "library" node on first use, and again after that node died. */
 mp_status_t mp_library_entry_resolve(mp_context_entry_t* entry, mp_function_t** out_function);
 
+/* |array| (a CPU array of the library's tree, e.g. a const module's weights) on |device|: copied
+ * there the first time it is asked for and kept for the life of the library (so for every tree
+ * loaded over it); the view itself when |device| is the CPU. Thread-safe. */
+mp_status_t mp_library_array_on(mp_library_t* library, const DLTensor* array, DLDevice device,
+                                const DLTensor** out_array);
+
 #endif /* MODPACK_LOAD_LIBRARY_H_ */
