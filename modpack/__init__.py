@@ -40,6 +40,7 @@ from .runtime.binding import lib as _lib
 from .runtime.devices import device_count, device_name, get_stream, set_stream, synchronize
 from .runtime.function import Function
 from .runtime.module import LoadedModule
+from .runtime.values import local_memory
 from .runtime.warmup import warm_up as _warm_up
 from .serializer import ModuleSerializer
 
@@ -81,6 +82,7 @@ __all__ = [
     "get_stream",
     "llvm_module",
     "load_module",
+    "local_memory",
     "opencl_binaries",
     "opencl_module",
     "register_loader",

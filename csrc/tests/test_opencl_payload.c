@@ -34,20 +34,21 @@ typedef struct {
   const char* second_tag;   /* replaces its second tag */
   uint32_t binary_key_size; /* of the binary */
   int trailing;             /* extra bytes at the end */
+  const char* options;      /* build options: a version 2 payload (NULL: version 1) */
 } spec_t;
 
 static spec_t defaults(void) {
-  spec_t s = {
-      MP_OPENCL_PAYLOAD_VERSION, 0, "scale", 2, MP_KERNEL_ARG_BUFFER, 32, 6, NULL, NULL, 5, 0};
+  spec_t s = {1, 0, "scale", 2, MP_KERNEL_ARG_BUFFER, 32, 6, NULL, NULL, 5, 0, NULL};
   return s;
 }
 
 static void build(buf_t* b, spec_t s) {
   memset(b, 0, sizeof *b);
-  put_u32(b, s.version);
+  put_u32(b, s.options ? 2 : s.version);
   put_u32(b, s.reserved);
   put_u64(b, strlen(SOURCE));
   put(b, SOURCE, strlen(SOURCE));
+  if (s.options) put_str(b, s.options);
   put_u32(b, 2);
   uint8_t args[2][4];
   memcpy(args, SCALE_ARGS, sizeof args);
@@ -114,12 +115,13 @@ int main(void) {
     mp_status_t code;
     const char* needle;
   } cases[] = {
-      {"version 2", defaults(), MP_ERR_INCOMPATIBLE, "version 2 is not supported"},
+      {"version 3", defaults(), MP_ERR_INCOMPATIBLE, "version 3 is not supported"},
+      {"build options with NUL", defaults(), MP_ERR_FORMAT, "no NUL byte"},
       {"reserved", defaults(), MP_ERR_FORMAT, "reserved header field"},
       {"empty kernel name", defaults(), MP_ERR_FORMAT, "kernel name is empty"},
       {"kernel name too long", defaults(), MP_ERR_FORMAT, "exceeds 1024"},
       {"257 arguments", defaults(), MP_ERR_FORMAT, "argument count of 257 exceeds 256"},
-      {"argument kind 2", defaults(), MP_ERR_FORMAT, "has kind 2"},
+      {"argument kind 3", defaults(), MP_ERR_FORMAT, "has kind 3"},
       {"0-bit argument", defaults(), MP_ERR_FORMAT, "bits 0"},
       {"17 launch tags", defaults(), MP_ERR_FORMAT, "launch tag count of 17 exceeds 16"},
       {"unknown launch tag", defaults(), MP_ERR_FORMAT, "unknown launch tag 'global.w'"},
@@ -127,22 +129,34 @@ int main(void) {
       {"empty binary key", defaults(), MP_ERR_FORMAT, "program binary"},
       {"trailing bytes", defaults(), MP_ERR_FORMAT, "3 unexpected trailing bytes"},
   };
-  cases[0].spec.version = 2;
-  cases[1].spec.reserved = 1;
-  cases[2].spec.name = "";
-  cases[3].spec.name = long_name;
-  cases[4].spec.arg_count = 257;
-  cases[5].spec.first_arg_kind = 2;
-  cases[6].spec.first_arg_bits = 0;
-  cases[7].spec.ntags = 17;
-  cases[8].spec.first_tag = "global.w";
-  cases[9].spec.second_tag = "global.x";
-  cases[10].spec.binary_key_size = 0;
-  cases[11].spec.trailing = 3;
+  cases[0].spec.version = 3;
+  cases[1].spec.options = "-DA=1";
+  cases[2].spec.reserved = 1;
+  cases[3].spec.name = "";
+  cases[4].spec.name = long_name;
+  cases[5].spec.arg_count = 257;
+  cases[6].spec.first_arg_kind = 3;
+  cases[7].spec.first_arg_bits = 0;
+  cases[8].spec.ntags = 17;
+  cases[9].spec.first_tag = "global.w";
+  cases[10].spec.second_tag = "global.x";
+  cases[11].spec.binary_key_size = 0;
+  cases[12].spec.trailing = 3;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     build(&b, cases[i].spec);
+    if (cases[i].spec.options) b.data[16 + strlen(SOURCE) + 4 + 3] = 0; /* "-DA\0" */
     expect_refused(cases[i].what, "opencl", b.data, b.size, cases[i].code, cases[i].needle);
   }
+  spec_t v2 = defaults();
+  v2.options = "-DT=float -cl-mad-enable";
+  build(&b, v2);
+  m = load("opencl", b.data, b.size);
+  if (m) {
+    CHECK(strstr(describe(m), "\"build_options\": \"-DT=float -cl-mad-enable\"") != NULL, "%s",
+          describe(m));
+    mp_module_release(m);
+  }
+  every_prefix_refused("opencl", &b);
   build(&b, defaults());
   every_prefix_refused("opencl", &b);
   return finish("test_opencl_payload");

@@ -8,9 +8,10 @@ kind's launch tags come from the runtime too (:func:`launch_tags`).
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,10 +19,12 @@ import numpy as np
 from ..runtime.binding import ffi, lib
 from ..runtime.dtypes import dtype_to_dl
 
-__all__ = ["UNTYPED_POINTER", "KernelArg", "KernelInfo", "kernel_infos", "launch_tags"]
+__all__ = ["BUFFER", "LOCAL", "SCALAR", "UNTYPED_POINTER", "KernelArg", "KernelInfo",
+           "kernel_infos", "launch_tags"]
 
-BUFFER, SCALAR = "buffer", "scalar"
-_ARG_KINDS = {BUFFER: lib.MP_KERNEL_ARG_BUFFER, SCALAR: lib.MP_KERNEL_ARG_SCALAR}
+BUFFER, SCALAR, LOCAL = "buffer", "scalar", "local"
+_ARG_KINDS = {BUFFER: lib.MP_KERNEL_ARG_BUFFER, SCALAR: lib.MP_KERNEL_ARG_SCALAR,
+              LOCAL: lib.MP_KERNEL_ARG_LOCAL}
 # What the C reader accepts (modpack/kinds/kernel.h); checked when a record is made.
 MAX_NAME_BYTES: int = lib.MP_KERNEL_MAX_NAME
 MAX_ARGS: int = lib.MP_KERNEL_MAX_ARGS
@@ -42,33 +45,50 @@ def launch_tags(type_key: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class KernelArg:
-    kind: str  # "buffer" or "scalar"
+    """One parameter of a kernel: a buffer in device memory (of one dtype, or untyped), a
+    scalar (a vector of |lanes| values for OpenCL vector types passed by value), or local
+    memory (OpenCL ``__local``: sized at the call with ``modpack.local_memory(nbytes)``)."""
+
+    kind: str  # "buffer", "scalar" or "local"
     dtype: np.dtype | None  # None: an untyped pointer (``void*``) taking arrays of any dtype
+    lanes: int = 1
+    # Where the source put it ("global", "constant", "local"); informative, not stored.
+    address_space: str | None = field(default=None, compare=False)
 
     @classmethod
     def parse(cls, spec: str | KernelArg) -> KernelArg:
         """``"float32*"`` is a buffer of float32, ``"int32"`` a scalar, ``"void*"`` a buffer
-        of any dtype."""
+        of any dtype, ``"float32x4"`` a vector scalar, ``"local float32*"`` (or ``"local*"``)
+        local memory."""
         if isinstance(spec, KernelArg):
             return spec
-        text = spec.strip()
-        if text.replace(" ", "") == "void*":
-            return UNTYPED_POINTER
-        kind = BUFFER if text.endswith("*") else SCALAR
+        text = " ".join(spec.replace("*", " * ").split())
+        kind = LOCAL if text.startswith("local ") or text == "local *" else (
+            BUFFER if text.endswith("*") else SCALAR)
+        base = text.removeprefix("local").rstrip("*").strip()
+        if kind != SCALAR and base in ("", "void"):
+            return UNTYPED_POINTER if kind == BUFFER else cls(LOCAL, None)
+        lanes = 1
+        vector = re.fullmatch(r"(\w+)x(\d+)", base)
+        if kind == SCALAR and vector:
+            base, lanes = vector[1], int(vector[2])
         try:
-            dtype = np.dtype(text.rstrip("*").strip())
+            dtype = np.dtype(base)
             dtype_to_dl(dtype)
         except TypeError:
             raise ValueError(
                 f"argument spec {spec!r}: use a numpy dtype name, with '*' for a buffer "
-                "(e.g. 'float32*', 'int64')"
+                "(e.g. 'float32*', 'int64', 'void*', 'float32x4', 'local float32*')"
             ) from None
-        return cls(kind, dtype)
+        return cls(kind, dtype, lanes)
 
     def __str__(self) -> str:
-        if self.dtype is None:
-            return "void*"
-        return f"{self.dtype}{'*' if self.kind == BUFFER else ''}"
+        name = "void" if self.dtype is None else str(self.dtype)
+        if self.kind == LOCAL:
+            return f"local {name}*"
+        if self.kind == BUFFER:
+            return f"{name}*"
+        return name if self.lanes == 1 else f"{name}x{self.lanes}"
 
 
 UNTYPED_POINTER = KernelArg(BUFFER, None)
@@ -112,6 +132,7 @@ class KernelInfo:
             code, bits, lanes = (
                 (_DL_OPAQUE_HANDLE, 8, 1) if arg.dtype is None else dtype_to_dl(arg.dtype)
             )
+            lanes = arg.lanes if arg.kind == SCALAR else lanes
             parts.append(struct.pack("<BBBB", _ARG_KINDS[arg.kind], code, bits, lanes))
         parts.append(struct.pack("<I", len(self.launch_tags)))
         for tag in self.launch_tags:

@@ -19,6 +19,7 @@ enum { STACK_ARGS = 16, MAX_NDIM = 32 };
 static const modpack_calls_api_t* api; /* from init() */
 static PyObject* array_type;           /* modpack.Array: `_address` is its DLTensor* */
 static PyObject* function_type;        /* modpack.Function: `_address` is its mp_function_t* */
+static PyObject* local_memory_type;    /* modpack.local_memory(): `nbytes` */
 static PyObject* ndarray_type;
 static PyObject* buffer_formats; /* dict: buffer format -> (code, bits, lanes) */
 static PyObject* normalize;      /* normalize(value, index) -> a form convert() takes */
@@ -116,6 +117,13 @@ static int convert(PyObject* obj, int index, mp_value_t* out, arg_array_t* array
   } else if ((PyObject*)type == function_type) {
     out->type_code = MP_TYPE_FUNCTION;
     return address_of(obj, &out->v_handle);
+  } else if ((PyObject*)type == local_memory_type) {
+    PyObject* nbytes = PyObject_GetAttrString(obj, "nbytes");
+    if (!nbytes) return -1;
+    out->type_code = MP_TYPE_LOCAL_MEMORY;
+    out->v_int64 = PyLong_AsLongLong(nbytes);
+    Py_DECREF(nbytes);
+    return out->v_int64 == -1 && PyErr_Occurred() ? -1 : 0;
   } else if (PyCapsule_IsValid(obj, "dltensor")) {
     /* Borrowed for the call: the capsule keeps ownership, and its destructor runs the
      * producer's deleter when the capsule goes. */
@@ -265,14 +273,14 @@ static PyObject* calls_dlpack_capsule(PyObject* module, PyObject* address) {
   return PyCapsule_New(managed, "dltensor", capsule_destructor);
 }
 
-/* init(api_address, Array, Function, ndarray, buffer_formats, normalize, make_function,
- *      make_error, ArgumentError); the objects are kept for the life of the process. */
+/* init(api_address, Array, Function, LocalMemory, ndarray, buffer_formats, normalize,
+ *      make_function, make_error, ArgumentError); kept for the life of the process. */
 static PyObject* calls_init(PyObject* module, PyObject* args) {
   (void)module;
   PyObject* address;
-  PyObject *a, *f, *nd, *formats, *norm, *make_fn, *make_err, *arg_err;
-  if (!PyArg_ParseTuple(args, "OOOOO!OOOO", &address, &a, &f, &nd, &PyDict_Type, &formats, &norm,
-                        &make_fn, &make_err, &arg_err))
+  PyObject *a, *f, *local, *nd, *formats, *norm, *make_fn, *make_err, *arg_err;
+  if (!PyArg_ParseTuple(args, "OOOOOO!OOOO", &address, &a, &f, &local, &nd, &PyDict_Type, &formats,
+                        &norm, &make_fn, &make_err, &arg_err))
     return NULL;
   const modpack_calls_api_t* table = PyLong_AsVoidPtr(address);
   if (!table) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "NULL table");
@@ -283,6 +291,7 @@ static PyObject* calls_init(PyObject* module, PyObject* args) {
                         table->size, sizeof *table);
   array_type = Py_NewRef(a);
   function_type = Py_NewRef(f);
+  local_memory_type = Py_NewRef(local);
   ndarray_type = Py_NewRef(nd);
   buffer_formats = Py_NewRef(formats);
   normalize = Py_NewRef(norm);

@@ -15,7 +15,7 @@ from . import _calls
 from .array import Array
 from .binding import error_from_status, ffi, lib
 from .dtypes import BUFFER_FORMATS
-from .values import normalize
+from .values import LocalMemory, normalize
 
 __all__ = ["Function", "lookup"]
 
@@ -66,5 +66,5 @@ def lookup(module_address: int, name: str, query_imports: bool) -> Function:
     return Function._from_address(_calls.lookup(module_address, name, query_imports), name)
 
 
-_calls.init(lib.modpack_calls_api(), Array, Function, np.ndarray, BUFFER_FORMATS, normalize,
-            Function._from_address, error_from_status, ArgumentError)
+_calls.init(lib.modpack_calls_api(), Array, Function, LocalMemory, np.ndarray, BUFFER_FORMATS,
+            normalize, Function._from_address, error_from_status, ArgumentError)

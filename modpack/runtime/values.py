@@ -18,9 +18,32 @@ from ..errors import ArgumentError
 from .binding import ffi, lib
 from .dtypes import dtype_from_dl, dtype_to_dl
 
-__all__ = ["normalize", "value_to_python"]
+__all__ = ["LocalMemory", "local_memory", "normalize", "value_to_python"]
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+class LocalMemory:
+    """The value of an OpenCL kernel's ``__local`` parameter: how many bytes of local memory
+    the launch gives it (``clSetKernelArg(kernel, i, nbytes, NULL)``)."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int) -> None:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int | np.integer):
+            raise ArgumentError(f"local_memory takes a number of bytes, not {nbytes!r}")
+        if not 0 < int(nbytes) <= _INT64[1]:
+            raise ArgumentError(f"local_memory({nbytes}): the size must be positive")
+        self.nbytes = int(nbytes)
+
+    def __repr__(self) -> str:
+        return f"modpack.local_memory({self.nbytes})"
+
+
+def local_memory(nbytes: int) -> LocalMemory:
+    """|nbytes| of OpenCL ``__local`` memory, passed for a kernel's ``__local`` parameter:
+    ``kernel(x, modpack.local_memory(256 * 4), n, *launch)``."""
+    return LocalMemory(nbytes)
 
 
 def normalize(value: Any, index: int) -> Any:

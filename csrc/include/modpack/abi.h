@@ -38,12 +38,13 @@ enum {
 /* Type codes of mp_value_t. */
 typedef enum {
   MP_TYPE_NONE = 0,
-  MP_TYPE_INT = 1,      /* v_int64 */
-  MP_TYPE_FLOAT = 2,    /* v_float64 */
-  MP_TYPE_HANDLE = 3,   /* v_handle: an opaque pointer */
-  MP_TYPE_STR = 4,      /* v_str: NUL-terminated UTF-8, borrowed for the call */
-  MP_TYPE_DLTENSOR = 5, /* v_tensor: borrowed for the call */
-  MP_TYPE_FUNCTION = 6, /* v_handle: an mp_function_t*, borrowed for the call */
+  MP_TYPE_INT = 1,          /* v_int64 */
+  MP_TYPE_FLOAT = 2,        /* v_float64 */
+  MP_TYPE_HANDLE = 3,       /* v_handle: an opaque pointer */
+  MP_TYPE_STR = 4,          /* v_str: NUL-terminated UTF-8, borrowed for the call */
+  MP_TYPE_DLTENSOR = 5,     /* v_tensor: borrowed for the call */
+  MP_TYPE_FUNCTION = 6,     /* v_handle: an mp_function_t*, borrowed for the call */
+  MP_TYPE_LOCAL_MEMORY = 7, /* v_int64: bytes of OpenCL __local memory for a kernel argument */
 } mp_type_code_t;
 
 /* mp_value_t.flags */
@@ -87,6 +88,14 @@ static inline mp_value_t mp_float(double v) {
   x.type_code = MP_TYPE_FLOAT;
   x.flags = 0;
   x.v_float64 = v;
+  return x;
+}
+/* |nbytes| of local memory for a kernel's `__local` parameter (OpenCL). */
+static inline mp_value_t mp_local_memory(uint64_t nbytes) {
+  mp_value_t x;
+  x.type_code = MP_TYPE_LOCAL_MEMORY;
+  x.flags = 0;
+  x.v_int64 = (int64_t)nbytes;
   return x;
 }
 static inline mp_value_t mp_tensor(DLTensor* v) {

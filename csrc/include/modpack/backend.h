@@ -185,6 +185,8 @@ static inline const char* mp_backend__type_name(int32_t code) {
       return "DLTensor*";
     case MP_TYPE_FUNCTION:
       return "function";
+    case MP_TYPE_LOCAL_MEMORY:
+      return "local memory";
     default:
       return "unknown";
   }

@@ -79,6 +79,8 @@ const char* mp_type_code_name(int32_t type_code) {
       return "array";
     case MP_TYPE_FUNCTION:
       return "function";
+    case MP_TYPE_LOCAL_MEMORY:
+      return "local memory";
     default:
       return "unknown";
   }

@@ -8,6 +8,7 @@
  *
  *   u32 name_size, name bytes (1..MP_KERNEL_MAX_NAME, no NUL)
  *   u32 arg_count (<= MP_KERNEL_MAX_ARGS), arg_count x {u8 kind, u8 dtype code, u8 bits, u8 lanes}
+ *       (kind: MP_KERNEL_ARG_*; for local memory the dtype is informative, the size the call's)
  *   u32 launch_count (<= MP_KERNEL_MAX_LAUNCH_TAGS), each: u32 size, tag bytes
  *                                                    (1..MP_KERNEL_MAX_LAUNCH_TAG, no NUL)
  *
@@ -25,6 +26,7 @@ extern "C" {
 enum {
   MP_KERNEL_ARG_BUFFER = 0, /* an array in device memory */
   MP_KERNEL_ARG_SCALAR = 1, /* a number passed by value */
+  MP_KERNEL_ARG_LOCAL = 2,  /* OpenCL __local memory, sized by the caller (MP_TYPE_LOCAL_MEMORY) */
   MP_KERNEL_MAX_NAME = 1024,
   MP_KERNEL_MAX_ARGS = 256,
   MP_KERNEL_MAX_LAUNCH_TAGS = 16,

@@ -33,7 +33,7 @@ mp_status_t mp_kernel_info_read(mp_reader_t* r, mp_kernel_info_t* out) {
     if (!mp_read_u8(r, &kind) || !mp_read_u8(r, &code) || !mp_read_u8(r, &bits) ||
         !mp_read_u8(r, &lanes))
       return mp_reader_error(r, "kernel argument");
-    if (kind > MP_KERNEL_ARG_SCALAR || bits == 0 || lanes == 0)
+    if (kind > MP_KERNEL_ARG_LOCAL || bits == 0 || lanes == 0)
       return mp_errorf(MP_ERR_FORMAT, "%s: %sargument %u has kind %u, bits %u, lanes %u", r->what,
                        where, i, kind, bits, lanes);
     out->args[i] = (mp_kernel_arg_t){kind, {code, bits, lanes}};
@@ -57,12 +57,13 @@ void mp_kernel_info_describe(mp_json_t* j, const mp_kernel_info_t* info) {
   for (uint32_t a = 0; a < info->arg_count; ++a) {
     const mp_kernel_arg_t* arg = &info->args[a];
     char dtype[32];
-    if (arg->kind == MP_KERNEL_ARG_BUFFER && arg->dtype.code == kDLOpaqueHandle)
+    if (arg->kind != MP_KERNEL_ARG_SCALAR && arg->dtype.code == kDLOpaqueHandle)
       snprintf(dtype, sizeof dtype, "void"); /* an untyped pointer: any dtype */
     else
       mp_dtype_string(arg->dtype, dtype, sizeof dtype);
-    mp_json_printf(j, "%s\"%s%s\"", a ? ", " : "", dtype,
-                   arg->kind == MP_KERNEL_ARG_BUFFER ? "*" : "");
+    mp_json_printf(j, "%s\"%s%s%s\"", a ? ", " : "",
+                   arg->kind == MP_KERNEL_ARG_LOCAL ? "local " : "", dtype,
+                   arg->kind == MP_KERNEL_ARG_SCALAR ? "" : "*");
   }
   mp_json_printf(j, "], \"launch\": [");
   for (uint32_t t = 0; t < info->launch_count; ++t) {
@@ -105,6 +106,19 @@ mp_status_t mp_kernel_check_buffer(const mp_kernel_info_t* info, uint32_t index,
                      "%s: argument %u is not compact (row-major); kernels get a plain pointer, "
                      "so pass a contiguous array",
                      info->name, index);
+  return MP_OK;
+}
+
+mp_status_t mp_kernel_check_local(const mp_kernel_info_t* info, uint32_t index,
+                                  const mp_value_t* value, uint64_t* out_nbytes) {
+  if (value->type_code != MP_TYPE_LOCAL_MEMORY || value->v_int64 <= 0)
+    return mp_errorf(
+        MP_ERR_INVALID_ARGUMENT,
+        "%s: argument %u is __local memory: pass its size in bytes, "
+        "modpack.local_memory(nbytes) (C: mp_local_memory(nbytes)), got %s",
+        info->name, index,
+        value->type_code == MP_TYPE_LOCAL_MEMORY ? "0 bytes" : mp_type_code_name(value->type_code));
+  *out_nbytes = (uint64_t)value->v_int64;
   return MP_OK;
 }
 

@@ -53,6 +53,9 @@ mp_status_t mp_kernel_check_count(const mp_kernel_info_t* info, int32_t num_args
 /* Argument |index| must be a compact array of the record's dtype (any dtype if untyped). */
 mp_status_t mp_kernel_check_buffer(const mp_kernel_info_t* info, uint32_t index,
                                    const mp_value_t* value);
+/* Argument |index| is local memory: the value must say how many bytes (> 0). */
+mp_status_t mp_kernel_check_local(const mp_kernel_info_t* info, uint32_t index,
+                                  const mp_value_t* value, uint64_t* out_nbytes);
 /* Every array argument must be on |device|'s type, all on one device (its id, or -1 if there
  * is no array argument, goes to |out_device|); |how_to_create| completes the error message. */
 mp_status_t mp_kernel_check_devices(const mp_kernel_info_t* info, const mp_value_t* args,

@@ -112,6 +112,13 @@ mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, const mp_kind_t* kind,
     MP_RETURN_IF_ERROR(parse_variant_header(&r, v, &m->variants[v]));
   }
   MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, true, &m->table));
+  for (uint32_t k = 0; k < m->table.count; ++k)
+    for (uint32_t a = 0; a < m->table.kernels[k].arg_count; ++a)
+      if (m->table.kernels[k].args[a].kind == MP_KERNEL_ARG_LOCAL)
+        return mp_errorf(MP_ERR_FORMAT,
+                         "cuda payload: kernel %s argument %u is __local memory, which CUDA "
+                         "kernels do not have (use dyn_shared_memory)",
+                         m->table.kernels[k].name, a);
   /* The variants' bytes, each 64-byte aligned within the payload, read in place. */
   for (uint32_t v = 0; v < m->variant_count; ++v) {
     mp_cuda_variant_t* variant = &m->variants[v];

@@ -29,6 +29,7 @@ typedef struct {
   mp_kernel_table_t table; /* first: the kernel table's vtable entries read it from impl */
   char* source;
   uint64_t source_size;
+  char* build_options; /* "" when the payload has none (version 1) */
   uint32_t binary_count;
   mp_opencl_binary_t* binaries;
   pthread_mutex_t lock; /* guards lazy builds and clSetKernelArg + enqueue on shared kernels */
@@ -55,6 +56,7 @@ static void opencl_destroy(void* impl) {
   for (uint32_t b = 0; b < m->binary_count; ++b) free(m->binaries[b].key);
   free(m->binaries);
   free(m->source);
+  free(m->build_options);
   pthread_mutex_destroy(&m->lock);
   free(m);
 }
@@ -64,8 +66,9 @@ static void opencl_destroy(void* impl) {
 /* Builds the program for |device| and creates every kernel. Caller holds the lock. */
 static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32_t device) {
   cl_program program;
-  MP_RETURN_IF_ERROR(mp_opencl_program_build(cl, device, m->source, m->source_size, "", m->binaries,
-                                             m->binary_count, &program));
+  MP_RETURN_IF_ERROR(mp_opencl_program_build(cl, device, m->source, m->source_size,
+                                             m->build_options, m->binaries, m->binary_count,
+                                             &program));
   cl_kernel* kernels = calloc(m->table.count ? m->table.count : 1, sizeof *kernels);
   if (!kernels) {
     cl->cl.ReleaseProgram(program);
@@ -115,6 +118,12 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
       MP_RETURN_IF_ERROR(mp_kernel_pack_scalar(info, i, &args[i], &scalars[i], &scalar_sizes[i]));
       continue;
     }
+    if (info->args[i].kind == MP_KERNEL_ARG_LOCAL) {
+      uint64_t nbytes;
+      MP_RETURN_IF_ERROR(mp_kernel_check_local(info, i, &args[i], &nbytes));
+      scalar_sizes[i] = (size_t)nbytes;
+      continue;
+    }
     MP_RETURN_IF_ERROR(mp_kernel_check_buffer(info, i, &args[i]));
     if (args[i].v_tensor->byte_offset != 0)
       return mp_errorf(MP_ERR_INVALID_ARGUMENT,
@@ -158,6 +167,8 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
     if (info->args[i].kind == MP_KERNEL_ARG_BUFFER) {
       cl_mem mem = args[i].v_tensor->data;
       status = set_arg(cl, kernel, info, i, sizeof mem, &mem);
+    } else if (info->args[i].kind == MP_KERNEL_ARG_LOCAL) {
+      status = set_arg(cl, kernel, info, i, scalar_sizes[i], NULL); /* __local: a size */
     } else {
       status = set_arg(cl, kernel, info, i, scalar_sizes[i], &scalars[i]);
     }
@@ -185,10 +196,10 @@ static mp_status_t parse(opencl_module_t* m, mp_const_byte_span_t payload) {
   const uint8_t* source;
   if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
     return mp_reader_error(&r, "header");
-  if (version != MP_OPENCL_PAYLOAD_VERSION)
+  if (version == 0 || version > MP_OPENCL_PAYLOAD_VERSION)
     return mp_errorf(MP_ERR_INCOMPATIBLE,
                      "opencl payload version %u is not supported (this runtime "
-                     "reads %d); upgrade modpack",
+                     "reads 1 to %d); upgrade modpack",
                      version, MP_OPENCL_PAYLOAD_VERSION);
   if (reserved != 0)
     return mp_errorf(MP_ERR_FORMAT, "opencl payload: reserved header field is not 0");
@@ -199,6 +210,19 @@ static mp_status_t parse(opencl_module_t* m, mp_const_byte_span_t payload) {
   memcpy(m->source, source, source_size);
   m->source[source_size] = '\0';
   m->source_size = source_size;
+  uint32_t options_size = 0;
+  const uint8_t* options = NULL;
+  if (version >= 2 &&
+      (!mp_read_u32(&r, &options_size) || !mp_read_bytes(&r, options_size, &options)))
+    return mp_reader_error(&r, "build options");
+  if (options_size > MP_OPENCL_MAX_BUILD_OPTIONS || (options && memchr(options, 0, options_size)))
+    return mp_errorf(MP_ERR_FORMAT,
+                     "opencl payload: build options of %u bytes (at most %d, no NUL byte)",
+                     options_size, MP_OPENCL_MAX_BUILD_OPTIONS);
+  m->build_options = malloc((size_t)options_size + 1);
+  if (!m->build_options) return mp_out_of_memory("the OpenCL build options");
+  if (options_size) memcpy(m->build_options, options, options_size);
+  m->build_options[options_size] = '\0';
   MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, &mp_opencl_kind, false, &m->table));
   if (!mp_read_u32(&r, &count) || count > r.size / 12) return mp_reader_error(&r, "binary count");
   m->binaries = calloc(count ? count : 1, sizeof *m->binaries);
@@ -228,7 +252,9 @@ static mp_status_t opencl_describe(mp_module_t* self, char* buffer, uint64_t cap
                                    uint64_t* out_length) {
   opencl_module_t* m = mp_module_impl(self);
   mp_json_t j = {buffer, capacity, 0};
-  mp_json_printf(&j, "\"source_bytes\": %" PRIu64 ", ", m->source_size);
+  mp_json_printf(&j, "\"source_bytes\": %" PRIu64 ", \"build_options\": ", m->source_size);
+  mp_json_string(&j, m->build_options ? m->build_options : "");
+  mp_json_printf(&j, ", ");
   mp_kernel_table_describe(&j, &m->table);
   mp_json_printf(&j, ", \"binaries\": [");
   for (uint32_t b = 0; b < m->binary_count; ++b) {

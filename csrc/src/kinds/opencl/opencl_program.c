@@ -14,7 +14,7 @@
  * are the ones that matter. The message carries the log's first bytes (the first errors) and
  * says how much was left out. */
 static mp_status_t build_failed(const mp_opencl_t* cl, cl_program program, int32_t device,
-                                cl_int err) {
+                                const char* options, cl_int err) {
   enum { MAX_SHOWN_LOG = 3000 };
   cl_device_id dev = cl->devices[device];
   size_t size = 0;
@@ -39,11 +39,13 @@ static mp_status_t build_failed(const mp_opencl_t* cl, cl_program program, int32
   const char* text = shown ? log : "(empty)";
   char more[64] = "";
   if (shown < length) snprintf(more, sizeof more, "\n... (%zu more bytes)", length - shown);
-  mp_status_t status = mp_errorf(MP_ERR_RUNTIME,
-                                 "OpenCL program failed to build for device %d (%s): %s (%d)\n"
-                                 "build log:\n%.*s%s",
-                                 (int)device, cl->device_keys[device], mp_cl_error_name(err),
-                                 (int)err, (int)(shown ? shown : strlen(text)), text, more);
+  mp_status_t status =
+      mp_errorf(MP_ERR_RUNTIME,
+                "OpenCL program failed to build for device %d (%s)%s%s%s: %s "
+                "(%d)\nbuild log:\n%.*s%s",
+                (int)device, cl->device_keys[device], options[0] ? " with options '" : "", options,
+                options[0] ? "'" : "", mp_cl_error_name(err), (int)err,
+                (int)(shown ? shown : strlen(text)), text, more);
   free(log);
   return status;
 }
@@ -76,7 +78,7 @@ mp_status_t mp_opencl_program_build(const mp_opencl_t* cl, int32_t device, const
                        mp_cl_error_name(err), (int)err);
     err = cl->cl.BuildProgram(program, 1, &dev, options, NULL, NULL);
     if (err != CL_SUCCESS) {
-      mp_status_t status = build_failed(cl, program, device, err);
+      mp_status_t status = build_failed(cl, program, device, options, err);
       cl->cl.ReleaseProgram(program);
       return status;
     }
@@ -139,8 +141,9 @@ static mp_status_t program_binary(const mp_opencl_t* cl, cl_program program, cl_
   return status;
 }
 
-mp_status_t mp_opencl_build_binary(const char* source, uint64_t source_size, int32_t device_id,
-                                   uint8_t* buffer, uint64_t capacity, uint64_t* out_size) {
+mp_status_t mp_opencl_build_binary(const char* source, uint64_t source_size,
+                                   const char* build_options, int32_t device_id, uint8_t* buffer,
+                                   uint64_t capacity, uint64_t* out_size) {
   *out_size = 0;
   const mp_opencl_t* cl = mp_opencl();
   if (!cl) return mp_error_code();
@@ -148,8 +151,8 @@ mp_status_t mp_opencl_build_binary(const char* source, uint64_t source_size, int
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "OpenCL device %d does not exist (%u available)",
                      (int)device_id, cl->device_count);
   cl_program program;
-  MP_RETURN_IF_ERROR(
-      mp_opencl_program_build(cl, device_id, source, source_size, "", NULL, 0, &program));
+  MP_RETURN_IF_ERROR(mp_opencl_program_build(
+      cl, device_id, source, source_size, build_options ? build_options : "", NULL, 0, &program));
   mp_status_t status =
       program_binary(cl, program, cl->devices[device_id], buffer, capacity, out_size);
   cl->cl.ReleaseProgram(program);

@@ -1,0 +1,16 @@
+"""The ``opencl`` kind, by job: the module and its payload writer (:mod:`.module`), kernel
+records read from the source as the OpenCL compiler sees it (:mod:`.signatures`), and prebuilt
+program binaries (:mod:`.binaries`)."""
+
+from .binaries import opencl_binaries
+from .module import LAUNCH_TAGS, OpenCLModule, opencl_module
+from .signatures import parse_kernel_signatures, preprocess
+
+__all__ = [
+    "LAUNCH_TAGS",
+    "OpenCLModule",
+    "opencl_binaries",
+    "opencl_module",
+    "parse_kernel_signatures",
+    "preprocess",
+]

@@ -1,0 +1,107 @@
+"""The ``opencl`` kind: OpenCL C source, the build options it is built with, and a
+function-info record per kernel.
+
+Stored as source (portable; programs are built lazily per device at the first call, and
+PoCL/driver caches make rebuilds cheap), optionally with prebuilt program binaries keyed by
+``"platform/device/driver"`` that the runtime uses when they match the device. Read by the C
+runtime's ``loadbinary_opencl`` (csrc/src/kinds/opencl/); the payload's layout and numbers are
+in csrc/include/modpack/kinds/opencl.h, read here through the runtime binding.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ...format.layout import check_struct
+from ...runtime.binding import lib
+from ..base import BinaryModule
+from ..kernel_info import KernelInfo, kernel_infos, launch_tags
+from .signatures import parse_kernel_signatures
+
+__all__ = ["LAUNCH_TAGS", "OpenCLModule", "opencl_module"]
+
+LAUNCH_TAGS = launch_tags("opencl")  # global x, y, z, local x, y, z
+_HEADER = check_struct(struct.Struct("<IIQ"), "mp_opencl_header_v1_t")
+
+
+def check_build_options(build_options: str | None) -> str:
+    """|build_options| as stored: a str of at most MP_OPENCL_MAX_BUILD_OPTIONS bytes."""
+    if build_options is None:
+        return ""
+    if not isinstance(build_options, str):
+        raise TypeError(
+            f"build_options must be a str such as '-DT=float -cl-mad-enable', not "
+            f"{type(build_options).__name__}"
+        )
+    size = len(build_options.encode())
+    if size > lib.MP_OPENCL_MAX_BUILD_OPTIONS or "\0" in build_options:
+        raise ValueError(f"build_options of {size} bytes: at most "
+                         f"{lib.MP_OPENCL_MAX_BUILD_OPTIONS}, with no NUL character")
+    return build_options
+
+
+class OpenCLModule(BinaryModule):
+    """OpenCL kernels carried in the library and run through the runtime's OpenCL device."""
+
+    type_key = "opencl"
+
+    def __init__(self, source: str, functions: Mapping[str, Any] | Iterable[KernelInfo] | None,
+                 binaries: Mapping[str, bytes] | None = None,
+                 build_options: str | None = None) -> None:
+        super().__init__()
+        if not isinstance(source, str):
+            raise TypeError("opencl_module expects OpenCL C source as a str")
+        self.source = source
+        self.build_options = check_build_options(build_options)
+        if functions is None:
+            self.functions = parse_kernel_signatures(source, self.build_options, LAUNCH_TAGS)
+            if not self.functions:
+                raise ValueError("no __kernel functions found in the OpenCL source (after "
+                                 f"preprocessing with build options {self.build_options!r})")
+        else:
+            self.functions = kernel_infos(functions, LAUNCH_TAGS)
+        for info in self.functions:
+            bad = [t for t in info.launch_tags if t not in LAUNCH_TAGS]
+            if bad:
+                raise ValueError(
+                    f"kernel {info.name}: unknown launch tags {bad}; use {LAUNCH_TAGS}"
+                )
+        self.binaries = dict(binaries or {})
+
+    def save_to_binary(self) -> bytes:
+        source = self.source.encode()
+        # Version 1 when there are no build options, so runtimes before version 2 read it.
+        options = self.build_options.encode()
+        version = lib.MP_OPENCL_PAYLOAD_VERSION if options else 1
+        parts = [_HEADER.pack(version, 0, len(source)), source]
+        if version >= 2:
+            parts += [struct.pack("<I", len(options)), options]
+        parts.append(struct.pack("<I", len(self.functions)))
+        parts += [f.encode() for f in self.functions]
+        parts.append(struct.pack("<I", len(self.binaries)))
+        for key, data in self.binaries.items():
+            k = key.encode()
+            parts += [struct.pack("<I", len(k)), k, struct.pack("<Q", len(data)), bytes(data)]
+        return b"".join(parts)
+
+
+def opencl_module(source: str, functions: Mapping[str, Any] | Iterable[KernelInfo] | None = None,
+                  binaries: Mapping[str, bytes] | None = None,
+                  build_options: str | None = None) -> OpenCLModule:
+    """An OpenCL module. Each kernel is called with its arguments followed by six integers:
+    global x, y, z and local x, y, z (local 0 lets the runtime choose).
+
+    functions : per-kernel argument specs (``{"vadd": ["float32*", "float32*", "int32"]}``);
+        when omitted, read from the source as the OpenCL compiler sees it with
+        |build_options| (preprocessed: macros and ``#if`` resolved, typedefs followed;
+        ``void*``/``char*`` buffers take arrays of any dtype, a ``float4*`` buffer an array of
+        float32, a ``__local`` pointer ``modpack.local_memory(nbytes)``).
+    binaries : prebuilt program binaries keyed by ``"platform/device/driver"``
+        (see ``modpack.device_name``), built with the same |build_options|
+        (``modpack.opencl_binaries``); used when they match the device, else the source.
+    build_options : OpenCL build options (``"-DT=float -cl-std=CL3.0 -cl-mad-enable"``), stored
+        with the source and used for every build of it.
+    """
+    return OpenCLModule(source, functions, binaries, build_options)
