@@ -25,8 +25,8 @@ def version() -> str:
 class BuildPyWithHeaders(build_py):
     def run(self) -> None:
         super().run()
-        source = ROOT / "csrc" / "include" / "modpack"
-        target = Path(self.build_lib) / "modpack" / "include" / "modpack"
+        source = ROOT / "csrc" / "include"  # modpack/ and dlpack/
+        target = Path(self.build_lib) / "modpack" / "include"
         for header in source.rglob("*.h"):
             (target / header.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(header, target / header.relative_to(source))

@@ -32,6 +32,7 @@ from .modules import (
     csource_module,
     cuda_module,
     llvm_module,
+    object_module,
     opencl_binaries,
     opencl_module,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "llvm_module",
     "load_module",
     "local_memory",
+    "object_module",
     "opencl_binaries",
     "opencl_module",
     "register_loader",

@@ -6,6 +6,7 @@ and from a C program — unless host code clears a failure it handled on purpose
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -183,3 +184,99 @@ MP_EXPORT_FUNC(first, int64_t, const DLTensor*)
     writable = np.zeros(4, np.int64)
     root["fill"](writable)
     assert writable[0] == 42
+
+
+CXX_HOST = r"""
+#include <dlpack/dlpack.h>   // generated code includes DLPack itself, before modpack
+#include <numeric>
+#include <string>
+#include <vector>
+#include "modpack/backend.h"
+
+namespace {
+template <typename T>
+T total(const DLTensor* x) {
+  const T* p = static_cast<const T*>(x->data);
+  return std::accumulate(p, p + x->shape[0], T(0));
+}
+double sum(const DLTensor* x) { return total<double>(x); }
+unsigned long long length(const char* s) { return std::string(s).size(); }
+void iota(DLTensor* x) {
+  std::vector<float> values(x->shape[0]);
+  std::iota(values.begin(), values.end(), 1.0f);
+  std::copy(values.begin(), values.end(), static_cast<float*>(x->data));
+}
+}  // namespace
+MP_EXPORT_FUNC(sum, double, const DLTensor*)
+MP_EXPORT_FUNC(length, unsigned long long, const char*)
+MP_EXPORT_VOID_FUNC(iota, DLTensor*)
+"""
+
+
+@pytest.mark.parametrize("cxx", [None, "clang++"])
+def test_host_code_in_cpp(cxx, tmp_path):
+    if cxx and shutil.which(cxx) is None:
+        pytest.skip(f"{cxx} is not installed")
+    host = modpack.csource_module(CXX_HOST, language="c++")
+    root = modpack.load_module(host.export_library(tmp_path / "cpp.so", cxx=cxx))
+    assert root["sum"](np.arange(5, dtype=np.float64)) == 10.0
+    assert root["length"]("modpack") == 7
+    out = np.zeros(4, np.float32)
+    root["iota"](out)
+    assert out.tolist() == [1.0, 2.0, 3.0, 4.0]
+    with pytest.raises(ValueError, match="language must be"):
+        modpack.csource_module("", language="fortran")
+
+
+OBJECT_SOURCE = r"""
+#include "modpack/backend.h"
+static int64_t triple(int64_t x) { return 3 * x; }
+MP_EXPORT_FUNC(triple, int64_t, int64_t)
+"""
+ARCHIVE_SOURCES = {
+    "first.c": '#include "modpack/backend.h"\n'
+               "static int64_t plus_one(int64_t x) { return x + 1; }\n"
+               "MP_EXPORT_FUNC(plus_one, int64_t, int64_t)\n",
+    "second.c": '#include "modpack/backend.h"\n'
+                "static int64_t minus_one(int64_t x) { return x - 1; }\n"
+                "MP_EXPORT_FUNC(minus_one, int64_t, int64_t)\n",
+}
+
+
+def compile_object(source: Path, output: Path) -> Path:
+    from modpack.toolchain import include_dir
+
+    run("cc", "-c", "-fPIC", "-fvisibility=hidden", f"-I{include_dir()}", source, "-o", output)
+    return output
+
+
+@pytest.mark.parametrize("suffix", [".so", ".tar"])
+def test_prebuilt_objects_and_archives(suffix, tmp_path):
+    (tmp_path / "triple.c").write_text(OBJECT_SOURCE)
+    obj = compile_object(tmp_path / "triple.c", tmp_path / "triple.o")
+    members = []
+    for name, text in ARCHIVE_SOURCES.items():
+        (tmp_path / name).write_text(text)
+        members.append(compile_object(tmp_path / name, tmp_path / name.replace(".c", ".o")))
+    archive = tmp_path / "libops.a"
+    run("ar", "rcs", archive, *members)
+    host = modpack.csource_module(VADD_C_MINIMAL)
+    host.import_module(modpack.const_module({"w": np.ones(2)}))
+    root_module = modpack.object_module(obj)
+    root_module.import_module(host)
+    root_module.import_module(modpack.object_module(archive))
+    root = modpack.load_module(root_module.export_library(tmp_path / f"prebuilt{suffix}"))
+    assert root["triple"](14) == 42
+    assert root["plus_one"](1) == 2 and root["minus_one"](1) == 0  # every archive member
+    assert root["add_int"](2, 3) == 5
+    with pytest.raises(ValueError, match="neither an ELF relocatable object"):
+        modpack.object_module(tmp_path / "triple.c")
+    with pytest.raises(FileNotFoundError):
+        modpack.object_module(tmp_path / "absent.o")
+
+
+VADD_C_MINIMAL = r"""
+#include "modpack/backend.h"
+static int64_t add_int(int64_t a, int64_t b) { return a + b; }
+MP_EXPORT_FUNC(add_int, int64_t, int64_t, int64_t)
+"""

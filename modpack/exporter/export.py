@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from ..format.section import machine_name
 from ..modules.tree import Node
 from ..packers import ELF_MACHINES, PACKERS
 from ..serializer import ModuleSerializer
-from ..toolchain.cc import create_shared, create_tar, target_machine
+from ..toolchain.cc import Toolchain, create_shared, create_tar, target_machine
 
 __all__ = ["export_library"]
 
@@ -31,6 +32,7 @@ def export_library(
     *,
     options: list[str] | None = None,
     cc: str | None = None,
+    cxx: str | None = None,
     packer: str = "auto",
     fpack_imports: Callable[[Path, Path], Path] | None = None,
     payload_alignment: int | None = None,
@@ -56,8 +58,13 @@ def export_library(
     workspace.mkdir(parents=True, exist_ok=True)
     try:
         objects: list[Path] = []
+        toolchain = Toolchain(cc, cxx)
         for i, module in enumerate(serializer.plan.dso_modules):
-            objects += module.compile_objects(workspace, f"lib{i}", cc, options)
+            objects += module.compile_objects(workspace, f"lib{i}", toolchain, options)
+        # C++ host code is linked by the C++ driver, which brings the C++ runtime.
+        linker = cc
+        if any(m.language == "c++" for m in serializer.plan.dso_modules):
+            linker = shlex.join(toolchain.cpp())
         if len(serializer.plan.nodes) > 1 or serializer.plan.nodes[0] is not None:
             objects.append(_pack(serializer, workspace, packer, fpack_imports, cc,
                                  payload_alignment or ALIGNMENT))
@@ -74,7 +81,7 @@ def export_library(
         os.close(fd)
         tmp = Path(tmp_name)
         try:
-            _call_fcompile(fcompile, tmp, objects, link_options, cc)
+            _call_fcompile(fcompile, tmp, objects, link_options, linker)
             os.chmod(tmp, 0o755 if output.suffix != ".tar" else 0o644)
             os.replace(tmp, output)
         finally:

@@ -1,11 +1,12 @@
 """Module kinds: the base class and each kind a user can build or load."""
 
-from .base import BinaryModule, Module
+from .base import BinaryModule, HostModule, Module
 from .const import ConstModule, const_module
 from .csource import CSourceModule, csource_module
 from .cuda import CUDAModule, cuda_module
 from .kernel_info import KernelArg, KernelInfo
 from .llvm import LLVMModule, llvm_module
+from .objects import ObjectModule, object_module
 from .opencl import OpenCLModule, opencl_binaries, opencl_module
 
 __all__ = [
@@ -13,15 +14,18 @@ __all__ = [
     "CSourceModule",
     "CUDAModule",
     "ConstModule",
+    "HostModule",
     "KernelArg",
     "KernelInfo",
     "LLVMModule",
     "Module",
+    "ObjectModule",
     "OpenCLModule",
     "const_module",
     "csource_module",
     "cuda_module",
     "llvm_module",
+    "object_module",
     "opencl_binaries",
     "opencl_module",
 ]

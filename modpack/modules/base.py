@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModpackError
+from ..toolchain.cc import Toolchain
 from .tree import walk
 
 __all__ = ["BinaryModule", "HostModule", "Module"]
@@ -105,7 +106,8 @@ class Module:
         fcompile : ``fcompile(output, objects, options)`` links the objects (a cross compiler,
             say); the default runs ``$CC`` (or ``cc``) ``-shared``.
         workspace_dir : keep the intermediate files (sources, objects, blob) here.
-        options : ``options`` (extra compiler flags), ``cc``, ``packer`` (``"auto"``: a
+        options : ``options`` (extra compiler flags), ``cc`` and ``cxx`` (the C and C++
+            compilers; default ``$CC``/``cc`` and ``$CXX``/``c++``), ``packer`` (``"auto"``: a
             direct ELF object where the target allows, else ``"asm"``; or ``"elf"``,
             ``"asm"``, ``"llvm"``), ``fpack_imports`` (a custom blob packer taking the blob
             file and the workspace, returning an object file), ``payload_alignment``.
@@ -119,17 +121,19 @@ class Module:
 
 
 class HostModule(Module):
-    """Base class for kinds compiled into the library's own code (``c``, ``llvm``): they merge
-    into the tree's ``_lib`` node."""
+    """Base class for kinds compiled into the library's own code (``c``, ``llvm``, prebuilt
+    objects): they merge into the tree's ``_lib`` node."""
+
+    language = "c"  # "c++" when linking the library needs the C++ driver (and its runtime)
 
     @property
     def is_dso_exportable(self) -> bool:
         return True
 
-    def compile_objects(self, workspace: Path, stem: str, cc: str | None,
+    def compile_objects(self, workspace: Path, stem: str, toolchain: Toolchain,
                         options: Sequence[str]) -> list[Path]:
-        """Compile into object files in |workspace| (names starting with |stem|) with the C
-        compiler |cc| (None: the default) and extra |options|; returns the objects."""
+        """Compile into object files in |workspace| (names starting with |stem|) with
+        |toolchain|'s compilers and extra |options|; returns the objects."""
         raise NotImplementedError(f"{type(self).__name__} must implement compile_objects()")
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import CompileError
-from ..toolchain.cc import compile_c
+from ..toolchain.cc import Toolchain, compile_c
 from ..toolchain.llvm import llvm, target_machine
 from .base import HostModule
 
@@ -59,7 +59,7 @@ class LLVMModule(HostModule):
         if self.signatures:
             _shim_source(self.signatures)  # validate now, not at export
 
-    def compile_objects(self, workspace: Path, stem: str, cc: str | None,
+    def compile_objects(self, workspace: Path, stem: str, toolchain: Toolchain,
                         options: Sequence[str]) -> list[Path]:
         try:
             module = llvm().parse_assembly(self.ir)
@@ -75,7 +75,8 @@ class LLVMModule(HostModule):
         if self.signatures:
             shim = workspace / f"{stem}_exports.c"
             shim.write_text(_shim_source(self.signatures))
-            objects.append(compile_c(shim, workspace / f"{stem}_exports.o", options, cc))
+            objects.append(compile_c(shim, workspace / f"{stem}_exports.o", options,
+                                     toolchain.cc))
         return objects
 
 

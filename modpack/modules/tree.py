@@ -37,9 +37,12 @@ class Node(Protocol):
 
 @runtime_checkable
 class HostNode(Node, Protocol):
-    """A module compiled into the library's own code (``c``, ``llvm``)."""
+    """A module compiled into the library's own code (``c``, ``llvm``, prebuilt objects);
+    ``language`` is ``"c++"`` when linking it needs the C++ driver."""
 
-    def compile_objects(self, workspace: Path, stem: str, cc: str | None,
+    language: str
+
+    def compile_objects(self, workspace: Path, stem: str, toolchain: Any,
                         options: Sequence[str]) -> list[Path]: ...
 
 

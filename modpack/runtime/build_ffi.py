@@ -18,9 +18,9 @@ CSRC = ROOT / "csrc"
 # the device kinds, first): a new kind's header is read without an edit here.
 _KINDS = sorted((CSRC / "include" / "modpack" / "kinds").glob("*.h"),
                 key=lambda p: (p.name != "kernel.h", p.name))
-HEADERS = ["dltensor.h", "abi.h", "format.h", "modpack.h", "kind.h"] + [
-    f"kinds/{p.name}" for p in _KINDS
-]
+HEADERS = ["dlpack/dlpack.h"] + [
+    f"modpack/{name}" for name in ("abi.h", "format.h", "modpack.h", "kind.h")
+] + [f"modpack/kinds/{p.name}" for p in _KINDS]
 # String constants of the headers (cffi's cdef takes only integer #defines): declared here,
 # their values compiled from the headers' macros, so Python reads names such as the blob
 # symbol from the one place C defines them.
@@ -48,7 +48,7 @@ mp_status_t modpack_probe_module(mp_module_t**);
 
 # The binding's C: every header the declarations come from, then the binding's own C (which may
 # use Python's C API, unlike csrc/): see binding.c.
-BINDING_SOURCE = "".join(f'#include "modpack/{name}"\n' for name in HEADERS) + (
+BINDING_SOURCE = "".join(f'#include "{name}"\n' for name in HEADERS) + (
     Path(__file__).parent / "binding.c"
 ).read_text()
 
@@ -57,7 +57,7 @@ def api_declarations() -> str:
     """Concatenate the cffi-parsable API blocks of the public headers."""
     parts = []
     for name in HEADERS:
-        text = (CSRC / "include" / "modpack" / name).read_text()
+        text = (CSRC / "include" / name).read_text()
         for block in re.findall(r"/\* MP_API_BEGIN \*/(.*?)/\* MP_API_END \*/", text, re.S):
             block = re.sub(r"/\*.*?\*/", "", block, flags=re.S)
             parts.append(block.replace("MP_API ", ""))

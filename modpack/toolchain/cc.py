@@ -14,15 +14,19 @@ import shutil
 import subprocess
 import tarfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CompileError
 
 __all__ = [
+    "Toolchain",
     "c_compiler",
     "compile_c",
+    "compile_cxx",
     "create_shared",
     "create_tar",
+    "cxx_compiler",
     "include_dir",
     "run_tool",
     "target_machine",
@@ -44,6 +48,27 @@ def c_compiler(cc: str | None = None) -> list[str]:
     return shlex.split(cc or os.environ.get("CC") or "cc")
 
 
+def cxx_compiler(cxx: str | None = None) -> list[str]:
+    """The C++ compiler command: |cxx|, else ``$CXX``, else ``c++``."""
+    return shlex.split(cxx or os.environ.get("CXX") or "c++")
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The compilers of one export: C (|cc|, else ``$CC``, else ``cc``) and C++ (|cxx|, else
+    ``$CXX``, else ``c++``). Host modules compile with it; the linker driver is the C++ one
+    when C++ code is linked."""
+
+    cc: str | None = None
+    cxx: str | None = None
+
+    def c(self) -> list[str]:
+        return c_compiler(self.cc)
+
+    def cpp(self) -> list[str]:
+        return cxx_compiler(self.cxx)
+
+
 @functools.lru_cache(maxsize=8)
 def _dumpmachine(cc: tuple[str, ...]) -> str:
     try:
@@ -58,10 +83,10 @@ def target_machine(cc: str | None = None) -> str | None:
     return _dumpmachine(tuple(c_compiler(cc))) or None
 
 
-def run_tool(cmd: Sequence[str], what: str) -> None:
-    """Run |cmd|; raise CompileError with its output if it fails or cannot start."""
+def run_tool(cmd: Sequence[str], what: str, cwd: Path | None = None) -> None:
+    """Run |cmd| (in |cwd|); raise CompileError with its output if it fails or cannot start."""
     try:
-        proc = subprocess.run(list(cmd), capture_output=True, text=True, check=False)
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, check=False, cwd=cwd)
     except FileNotFoundError as exc:
         raise CompileError(f"{what}: cannot run {cmd[0]!r} ({exc.strerror}); install it or "
                            "set $CC") from None
@@ -70,6 +95,16 @@ def run_tool(cmd: Sequence[str], what: str) -> None:
         raise CompileError(
             f"{what} failed (exit {proc.returncode}): {shlex.join(cmd)}\n{output}"
         )
+
+
+def compile_cxx(
+    source: Path, output: Path, options: Sequence[str] = (), cxx: str | None = None
+) -> Path:
+    """Compile one C++ file as :func:`compile_c` compiles C (modpack/backend.h is C++ too)."""
+    cmd = [*cxx_compiler(cxx), "-c", "-fPIC", "-O2", "-fvisibility=hidden",
+           f"-I{include_dir()}", *options, str(source), "-o", str(output)]
+    run_tool(cmd, f"compiling {source.name}")
+    return output
 
 
 def compile_c(

@@ -42,6 +42,15 @@ extern "C" {
 
 #define MP_CTX_SYMBOL __attribute__((weak, visibility("default")))
 #define MP_EXPORT_ATTR __attribute__((visibility("default")))
+/* C and C++ alike: the exported functions have C linkage (found by their plain names), and the
+ * failure mark is per thread. */
+#ifdef __cplusplus
+#define MP__C_LINKAGE extern "C"
+#define MP__THREAD_LOCAL thread_local
+#else
+#define MP__C_LINKAGE
+#define MP__THREAD_LOCAL _Thread_local
+#endif
 
 /* ---- the module context (filled in by the runtime at load time) -------------------------- */
 
@@ -60,7 +69,7 @@ MP_CTX_SYMBOL mp_ctx_copy_t MP_CTX_COPY = 0;
  * fails the call when it is set at the end, even if the code went on and returned MP_OK or
  * returned nothing: a failed kernel launch can never turn into a silent wrong result. Per
  * thread, private to the library. */
-__attribute__((weak, visibility("hidden"))) _Thread_local mp_status_t __mp_backend_reported = 0;
+__attribute__((weak, visibility("hidden"))) MP__THREAD_LOCAL mp_status_t __mp_backend_reported = 0;
 
 /* Marks the current call failed when |status| is a failure; returns |status|. */
 static inline mp_status_t mp_backend__mark(mp_status_t status) {
@@ -157,8 +166,8 @@ static inline mp_status_t mp_backend_get_array_on(const char* name, DLDevice dev
 #define MP_EXPORT_PACKED(name)                                                             \
   static mp_status_t mp__body_##name(void* self, const mp_value_t* args, int32_t num_args, \
                                      mp_value_t* out_ret);                                 \
-  MP_EXPORT_ATTR mp_status_t __mp_func_##name(void* self, const mp_value_t* args,          \
-                                              int32_t num_args, mp_value_t* out_ret) {     \
+  MP__C_LINKAGE MP_EXPORT_ATTR mp_status_t __mp_func_##name(                                 \
+      void* self, const mp_value_t* args, int32_t num_args, mp_value_t* out_ret) {         \
     mp_status_t mp__enclosing = __mp_backend_reported;                                     \
     __mp_backend_reported = MP_OK;                                                         \
     mp_status_t mp__status = mp__body_##name(self, args, num_args, out_ret);               \
@@ -272,7 +281,9 @@ static inline mp_status_t mp_backend__arg_handle(const mp_value_t* v, void* out,
   return MP_OK;
 }
 
-/* The converter for a parameter of type T, chosen at compile time. */
+/* The converter for a parameter of type T, chosen at compile time (C: _Generic; C++: the
+ * mp__converter template below). A type not listed does not compile. */
+#ifndef __cplusplus
 #define MP__ARG_CONVERTER(T)                          \
   _Generic((T*)0,                                     \
       signed char*: mp_backend__arg_schar,            \
@@ -294,6 +305,7 @@ static inline mp_status_t mp_backend__arg_handle(const mp_value_t* v, void* out,
       const char**: mp_backend__arg_str,              \
       char**: mp_backend__arg_str,                    \
       void**: mp_backend__arg_handle)
+#endif
 
 static inline void mp_backend__ret_int(mp_value_t* r, int64_t v) {
   *r = mp_int(v);
@@ -310,6 +322,7 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
   r->v_handle = (void*)v;
 }
 
+#ifndef __cplusplus
 #define MP__SET_RET(R, out, value)               \
   _Generic((R*)0,                                \
       float*: mp_backend__ret_float,             \
@@ -322,6 +335,7 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
       void**: mp_backend__ret_handle,            \
       DLTensor**: mp_backend__ret_handle,        \
       default: mp_backend__ret_int)(out, value)
+#endif
 
 #define MP__NARGS(...) MP__NARGS_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
 #define MP__NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, N, ...) N
@@ -399,6 +413,56 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
 /* clang-format on */
 
 #ifdef __cplusplus
+} /* extern "C" */
+
+/* C++: the same choices as _Generic makes in C, by template specialisation and overloading
+ * (outside extern "C", which allows neither). */
+template <typename T>
+struct mp__converter; /* no definition: a parameter type modpack cannot pass */
+#define MP__CONVERTER(T, fn)                                                          \
+  template <>                                                                         \
+  struct mp__converter<T> {                                                           \
+    static mp_status_t convert(const mp_value_t* v, void* out, const char* name,      \
+                               int32_t i) {                                           \
+      return fn(v, out, name, i);                                                     \
+    }                                                                                 \
+  };
+MP__CONVERTER(signed char, mp_backend__arg_schar)
+MP__CONVERTER(char, mp_backend__arg_char)
+MP__CONVERTER(short, mp_backend__arg_short)
+MP__CONVERTER(int, mp_backend__arg_int)
+MP__CONVERTER(long, mp_backend__arg_long)
+MP__CONVERTER(long long, mp_backend__arg_llong)
+MP__CONVERTER(unsigned char, mp_backend__arg_uchar)
+MP__CONVERTER(unsigned short, mp_backend__arg_ushort)
+MP__CONVERTER(unsigned int, mp_backend__arg_uint)
+MP__CONVERTER(unsigned long, mp_backend__arg_ulong)
+MP__CONVERTER(unsigned long long, mp_backend__arg_ullong)
+MP__CONVERTER(bool, mp_backend__arg_bool)
+MP__CONVERTER(float, mp_backend__arg_float)
+MP__CONVERTER(double, mp_backend__arg_double)
+MP__CONVERTER(DLTensor*, mp_backend__arg_tensor)
+MP__CONVERTER(const DLTensor*, mp_backend__arg_const_tensor)
+MP__CONVERTER(const char*, mp_backend__arg_str)
+MP__CONVERTER(char*, mp_backend__arg_str)
+MP__CONVERTER(void*, mp_backend__arg_handle)
+#undef MP__CONVERTER
+#define MP__ARG_CONVERTER(T) mp__converter<T>::convert
+
+/* Integers (and bool, enums) by default; the rest by exact overloads, which C++ prefers. */
+template <typename R>
+inline void mp__set_ret(mp_value_t* r, R v) {
+  mp_backend__ret_int(r, (int64_t)v);
 }
+inline void mp__set_ret(mp_value_t* r, float v) { mp_backend__ret_float(r, v); }
+inline void mp__set_ret(mp_value_t* r, double v) { mp_backend__ret_float(r, v); }
+inline void mp__set_ret(mp_value_t* r, unsigned char v) { mp_backend__ret_uint(r, v); }
+inline void mp__set_ret(mp_value_t* r, unsigned short v) { mp_backend__ret_uint(r, v); }
+inline void mp__set_ret(mp_value_t* r, unsigned int v) { mp_backend__ret_uint(r, v); }
+inline void mp__set_ret(mp_value_t* r, unsigned long v) { mp_backend__ret_uint(r, v); }
+inline void mp__set_ret(mp_value_t* r, unsigned long long v) { mp_backend__ret_uint(r, v); }
+inline void mp__set_ret(mp_value_t* r, void* v) { mp_backend__ret_handle(r, v); }
+inline void mp__set_ret(mp_value_t* r, DLTensor* v) { mp_backend__ret_handle(r, v); }
+#define MP__SET_RET(R, out, value) mp__set_ret(out, (R)(value))
 #endif
 #endif /* MODPACK_BACKEND_H_ */

@@ -6,8 +6,9 @@ enum { STREAM_DEVICE_TYPES = 16, STREAM_DEVICES = 64 };
 static _Thread_local void* current_streams[STREAM_DEVICE_TYPES][STREAM_DEVICES];
 
 static bool stream_slot(DLDevice device) {
-  return device.device_type >= 0 && device.device_type < STREAM_DEVICE_TYPES &&
-         device.device_id >= 0 && device.device_id < STREAM_DEVICES;
+  int32_t type = (int32_t)device.device_type;
+  return type >= 0 && type < STREAM_DEVICE_TYPES && device.device_id >= 0 &&
+         device.device_id < STREAM_DEVICES;
 }
 
 mp_status_t mp_device_set_stream(DLDevice device, void* stream, void** out_previous) {

@@ -131,7 +131,7 @@ mp_status_t mp_kernel_check_devices(const mp_kernel_info_t* info, const mp_value
   for (uint32_t i = 0; i < info->arg_count; ++i) {
     if (info->args[i].kind != MP_KERNEL_ARG_BUFFER) continue;
     const DLTensor* t = args[i].v_tensor;
-    if (t->device.device_type != device->device_type)
+    if ((int32_t)t->device.device_type != device->device_type)
       return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                        "%s: argument %u is an array on device type %d, not on %s %s device; "
                        "create it with %s",
