@@ -21,6 +21,7 @@ __all__ = [
     "MissingFileError",
     "ModpackError",
     "ModpackOSError",
+    "ModpackWarning",
     "NotFoundError",
     "ResourceExhaustedError",
     "UnavailableError",
@@ -29,6 +30,10 @@ __all__ = [
 
 class ModpackError(RuntimeError):
     """Base class of every error modpack raises."""
+
+
+class ModpackWarning(UserWarning):
+    """Something works but is probably not what was meant (a kernel another one shadows)."""
 
 
 class ArgumentError(ModpackError, ValueError, TypeError):

@@ -409,8 +409,72 @@ def test_mismatched_record_is_refused_at_export(tmp):
 
 @needs_nvrtc
 def test_kernels_without_c_linkage_are_named():
-    with pytest.raises(modpack.ModpackError, match=r'_Z.*vadd.*extern "C"'):
+    with pytest.raises(modpack.ModpackError, match=r'_Z.*vadd.*extern "C" or list it in '
+                                                   r"name_expressions=\['vadd'\]"):
         modpack.cuda_module("__global__ void vadd(float* x) { x[0] = 1; }", targets=["sm_80"])
+
+
+# A CUDA C++ library's style: templates over the element type and tile size, a namespace, and
+# an extern "C" kernel beside them.
+TEMPLATES = r"""
+#include <cuda_fp16.h>
+namespace ops {
+template <typename T, int TILE>
+__global__ void scale(T* __restrict__ out, const T* in, T alpha, unsigned int n) {
+  unsigned int i = blockIdx.x * TILE + threadIdx.x;
+  if (i < n) out[i] = alpha * in[i];
+}
+__global__ void zero(float* x, long long n) { if (threadIdx.x < n) x[threadIdx.x] = 0; }
+}  // namespace ops
+extern "C" __global__ void flat(int* x) { x[0] = 1; }
+"""
+EXPRESSIONS = ["ops::scale<float, 128>", "ops::scale<__half,64>", "ops::zero"]
+
+
+@pytest.mark.parametrize("compiler", [
+    pytest.param("nvrtc", marks=needs_nvrtc), pytest.param("nvcc", marks=needs_nvcc)])
+def test_template_kernels_by_name_expression(compiler, tmp):
+    module = modpack.cuda_module(TEMPLATES, targets=["sm_80", "compute_80"], compiler=compiler,
+                                 name_expressions=EXPRESSIONS, name="ops")
+    assert [(f.name, f.symbol, f.signature()) for f in module.functions] == [
+        ("ops::scale<float, 128>", "_ZN3ops5scaleIfLi128EEEvPT_PKS1_S1_j",
+         "ops::scale<float, 128>(float32*, float32*, float32, uint32)"),
+        ("ops::scale<__half,64>", "_ZN3ops5scaleI6__halfLi64EEEvPT_PKS2_S2_j",
+         "ops::scale<__half,64>(float16*, float16*, float16, uint32)"),
+        ("ops::zero", "_ZN3ops4zeroEPfx", "ops::zero(float32*, int64)"),
+        ("flat", None, "flat(int32*)"),
+    ]
+    path = export(tmp, module)
+    mod = modpack.load_module(path)
+    assert mod.imported_modules[0].name == "ops"
+    for name in ("ops::scale<float, 128>", "ops/ops::zero", "ops/flat"):
+        assert mod.get_function(name, query_imports=True) is not None
+    contents = load_payload(payload_of(path))
+    assert contents["kernels"][0]["symbol"] == "_ZN3ops5scaleIfLi128EEEvPT_PKS1_S1_j"
+    assert "symbol" not in contents["kernels"][3]
+
+
+@needs_nvcc
+def test_name_expressions_nvcc_cannot_match_say_so():
+    with pytest.raises(modpack.ModpackError, match=r"'ops::scale<float, 128u>' matches no kernel "
+                                                   r"nvcc compiled .*ops::scale<float, 128>"):
+        modpack.cuda_module(TEMPLATES, targets=["sm_80"], compiler="nvcc",
+                            name_expressions=["ops::scale<float, 128>", "ops::scale<float, 128u>"])
+
+
+def test_name_expressions_are_checked(bins):
+    with pytest.raises(TypeError, match="must be a list"):
+        modpack.cuda_module(TEMPLATES, name_expressions="ops::zero")
+    with pytest.raises(ValueError, match="duplicates"):
+        modpack.cuda_module(TEMPLATES, name_expressions=["k<1>", " k<1>"])
+    with pytest.raises(modpack.ModpackError, match="needs a PTX variant"):
+        modpack.cuda_module(binaries={"sm_80": bins["sm_80"]}, name_expressions=["k<1>"])
+
+
+@needs_nvrtc
+def test_nvrtc_refuses_an_expression_naming_nothing():
+    with pytest.raises(modpack.CompileError, match="no_such_kernel"):
+        modpack.cuda_module(TEMPLATES, targets=["sm_80"], name_expressions=["no_such_kernel<1>"])
 
 
 def test_missing_nvrtc_names_the_extra():
@@ -549,6 +613,12 @@ static int env(const char* name, int fallback) {
   return s ? atoi(s) : fallback;
 }
 static CUresult result(void) { return env("STUB_CUINIT_RESULT", 100); }
+/* With $STUB_ACCEPT=1 images load, and functions and launches are logged instead. */
+static int accepting(void) { return env("STUB_ACCEPT", 0); }
+static void log_line(const char* text) {
+  FILE* log = getenv("STUB_LOG") ? fopen(getenv("STUB_LOG"), "a") : NULL;
+  if (log) fputs(text, log), fclose(log);
+}
 CUresult cuInit(unsigned int flags) { (void)flags; return result(); }
 CUresult cuDriverGetVersion(int* version) { *version = 12040; return 0; }
 CUresult cuDeviceGetCount(int* count) { *count = result() == 0; return result(); }
@@ -615,19 +685,36 @@ CUresult cuModuleLoadData(void** module, const void* image) {
     r = env("STUB_PTX_RESULT", 222);
   }
   if (log) fclose(log);
-  *module = NULL;
-  return r;
+  *module = accepting() ? (void*)&context_token : NULL;
+  return accepting() ? 0 : r;
 }
 CUresult cuModuleUnload(void* module) { (void)module; return 0; }
 CUresult cuModuleGetFunction(void** f, void* m, const char* n) {
-  (void)f; (void)m; (void)n; return 500;
+  (void)m;
+  if (!accepting()) return 500;
+  char line[1200];
+  snprintf(line, sizeof line, "function %s\n", n);
+  log_line(line);
+  *f = &context_token;
+  return 0;
 }
 CUresult cuFuncSetAttribute(void* f, int a, int v) { (void)f; (void)a; (void)v; return 0; }
 CUresult cuLaunchKernel(void* f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e,
                         unsigned g, unsigned h, void* s, void** p, void** x) {
-  (void)f; (void)a; (void)b; (void)c; (void)d; (void)e; (void)g; (void)h; (void)s; (void)p;
-  (void)x;
-  abort(); /* modules never load, so nothing can be launched */
+  (void)f; (void)s; (void)x;
+  if (!accepting()) abort(); /* modules never load, so nothing can be launched */
+  /* Each parameter as 8 bytes (the runtime keeps each in an 8-byte slot). */
+  char line[512];
+  int n = snprintf(line, sizeof line, "launch grid %u %u %u block %u %u %u shared %u params",
+                   a, b, c, d, e, g, h);
+  for (int i = 0; i < env("STUB_PARAMS", 0); ++i) {
+    long long v;
+    memcpy(&v, p[i], sizeof v);
+    n += snprintf(line + n, sizeof line - (size_t)n, " %lld", v);
+  }
+  snprintf(line + n, sizeof line - (size_t)n, "\n");
+  log_line(line);
+  return 0;
 }
 """
 
@@ -791,6 +878,32 @@ def test_argument_errors_need_no_driver(host_library):
         vadd(a, a, a, 8, -1, 1, 1, 8, 1, 1)
     with pytest.raises(modpack.ArgumentError, match="not compact"):
         vadd(a[::2], a[::2], a[::2], 4, 1, 1, 1, 4, 1, 1)
+
+
+LAUNCH_PROGRAM = r"""
+import sys, modpack
+step = modpack.load_module(sys.argv[1]).get_function("k/step<128>", query_imports=True)
+step(7, 3)  # n, then grid x: the NULL pointer and the rest of the launch are in the record
+"""
+
+
+@needs_nvcc
+def test_launch_passes_symbol_null_pointer_and_fixed_values(stub_driver, tmp):
+    """What reaches the driver, recorded by the stub: the lowered symbol, NULL for the hidden
+    pointer, the block size and shared memory the record fixes."""
+    source = "template <int B> __global__ void step(int n, int* s) { if (s) s[0] = n * B; }"
+    spec = {"args": ["int32", "null void*"], "launch": ["blockIdx.x"],
+            "fixed": {"threadIdx.x": 128, "dyn_shared_memory": 4096}}
+    module = modpack.cuda_module(source, targets=["sm_80"], compiler="nvcc", name="k",
+                                 name_expressions=["step<128>"], functions={"step<128>": spec})
+    log = tmp / "driver.log"
+    proc = child(LAUNCH_PROGRAM, str(export(tmp, module)), MODPACK_CUDA_LIBRARY=str(stub_driver),
+                 STUB_CUINIT_RESULT="0", STUB_CC="8.0", STUB_ACCEPT="1", STUB_PARAMS="2",
+                 STUB_LOG=str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_text().splitlines() == [
+        "cubin sm_80", "function _Z4stepILi128EEviPi",
+        "launch grid 3 1 1 block 128 1 1 shared 4096 params 7 0"]
 
 
 # ---- the example ---------------------------------------------------------------------------------

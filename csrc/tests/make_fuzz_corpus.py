@@ -65,11 +65,18 @@ def writer_seeds() -> dict[str, bytes]:
     })
     opencl = modpack.opencl_module(OPENCL, binaries={"p/d/v": b"\x01\x02\x03"})
     cuda = modpack.cuda_module(binaries={"ptx": PTX})
-    return {
-        "const-writer": bytes([SELECTOR["const"]]) + const.save_to_binary(),
-        "opencl-writer": bytes([SELECTOR["opencl"]]) + opencl.save_to_binary(),
-        "cuda-writer": bytes([SELECTOR["cuda"]]) + cuda.save_to_binary(),
-    }
+    # Version 2 payloads: build options, a module name, a hidden NULL pointer, fixed launch
+    # values and a symbol differing from the name.
+    opencl_v2 = modpack.opencl_module(OPENCL, build_options="-DN=4", name="v2", functions={
+        "scale": {"args": ["float32*", "float32", "int32"], "fixed": {"local.x": 64}},
+        "copy_any": ["void*", "null void*"]})
+    cuda_v2 = modpack.cuda_module(binaries={"ptx": PTX}, name="v2", functions={
+        "vadd": {"args": ["void*", "null void*", "int32"], "launch": ["blockIdx.x"],
+                 "fixed": {"threadIdx.x": 128}}})
+    seeds = {"const": const, "opencl": opencl, "cuda": cuda, "opencl-v2": opencl_v2,
+             "cuda-v2": cuda_v2}
+    return {f"{name}-writer": bytes([SELECTOR[name.split("-")[0]]]) + module.save_to_binary()
+            for name, module in seeds.items()}
 
 
 def main(folder: str) -> None:

@@ -16,10 +16,16 @@ typedef struct {
   const char* kernel2;     /* the second kernel's name */
   const char* shared_tag;  /* the first kernel's last launch tag */
   int bad_elf, ptx_no_nul, bad_padding, trailing;
+  /* version 2 only: the module's name (NULL: unnamed), k's symbol, k's fixed launch tag (which
+   * replaces shared_tag among the passed ones), copy's hidden NULL pointer */
+  const char* module_name;
+  const char* symbol;
+  const char* fixed_tag;
+  uint8_t null_kind;
 } spec_t;
 
 static spec_t defaults(void) {
-  spec_t s = {MP_CUDA_PAYLOAD_VERSION,
+  spec_t s = {1,
               0,
               3,
               MP_CUDA_VARIANT_CUBIN,
@@ -31,7 +37,20 @@ static spec_t defaults(void) {
               0,
               0,
               0,
-              0};
+              0,
+              NULL,
+              NULL,
+              NULL,
+              MP_KERNEL_ARG_NULL};
+  return s;
+}
+
+static spec_t version2(void) {
+  spec_t s = defaults();
+  s.version = 2;
+  s.module_name = "gemm";
+  s.symbol = "_Z1kPvi";
+  s.fixed_tag = "dyn_shared_memory";
   return s;
 }
 
@@ -40,6 +59,12 @@ static void build(buf_t* b, spec_t s) {
   put_u32(b, s.version);
   put_u32(b, s.reserved);
   put_u32(b, s.variant_count);
+  if (s.version >= 2) {
+    if (s.module_name)
+      put_str(b, s.module_name);
+    else
+      put_u32(b, 0);
+  }
   const uint64_t cubin_size = 16, ptx_size = sizeof PTX, fatbin_size = 24;
   /* cubin */
   put_u32(b, s.cubin_kind);
@@ -68,14 +93,31 @@ static void build(buf_t* b, spec_t s) {
   put(b, (uint8_t[4]){MP_KERNEL_ARG_SCALAR, kDLInt, 32, 1}, 4);
   static const char* const tags[6] = {"blockIdx.x",  "blockIdx.y",  "blockIdx.z",
                                       "threadIdx.x", "threadIdx.y", "threadIdx.z"};
-  put_u32(b, 7);
+  bool v2 = s.version >= 2, fixed = v2 && s.fixed_tag;
+  put_u32(b, fixed ? 6 : 7);
   for (int i = 0; i < 6; ++i) put_str(b, tags[i]);
-  put_str(b, s.shared_tag);
+  if (!fixed) put_str(b, s.shared_tag);
+  if (v2) {
+    if (s.symbol)
+      put_str(b, s.symbol);
+    else
+      put_u32(b, 0);
+    put_u32(b, fixed ? 1 : 0);
+    if (fixed) {
+      put_str(b, s.fixed_tag);
+      put_u64(b, 4096);
+    }
+  }
   put_str(b, s.kernel2);
-  put_u32(b, 1);
+  put_u32(b, v2 ? 2 : 1);
   put(b, (uint8_t[4]){MP_KERNEL_ARG_BUFFER, kDLFloat, 16, 1}, 4);
+  if (v2) put(b, (uint8_t[4]){s.null_kind, kDLOpaqueHandle, 64, 1}, 4);
   put_u32(b, 6);
   for (int i = 0; i < 6; ++i) put_str(b, tags[i]);
+  if (v2) {
+    put_u32(b, 0);
+    put_u32(b, 0);
+  }
   /* the variants' bytes, each 64-byte aligned */
   pad_to(b, MP_CUDA_VARIANT_ALIGNMENT);
   put(b,
@@ -114,6 +156,54 @@ static void select_rule(void) {
   const char* bad[] = {"sm_8"};
   CHECK(mp_cuda_select_variant(bad, 1, 8, 0, &index) == MP_ERR_INVALID_ARGUMENT,
         "not an arch name");
+}
+
+/* Version 2: a named module, a kernel found by a C++ name with its lowered symbol, dynamic
+ * shared memory fixed by the record, a hidden NULL pointer. */
+static void version2_payload(buf_t* b) {
+  build(b, version2());
+  mp_module_t* m = load("cuda", b->data, b->size);
+  if (m) {
+    const char* text = describe(m);
+    CHECK(starts_with(text, "{\"name\": \"gemm\", "), "%s", text);
+    CHECK(strstr(text, "{\"name\": \"k\", \"symbol\": \"_Z1kPvi\"") != NULL, "%s", text);
+    CHECK(strstr(text, "\"fixed\": {\"dyn_shared_memory\": 4096}}") != NULL, "%s", text);
+    CHECK(strstr(text, "\"args\": [\"float16*\", \"null void*\"]") != NULL, "%s", text);
+    mp_function_t* f = NULL;
+    CHECK(mp_module_get_function(m, "gemm/copy", 1, &f) == MP_OK && f, "qualified: %s",
+          mp_error_message());
+    if (f) {
+      mp_value_t ret;
+      CHECK(mp_function_call(f, NULL, 0, &ret) == MP_ERR_INVALID_ARGUMENT &&
+                strstr(mp_error_message(), "copy: expected 7 arguments (1 kernel") != NULL,
+            "the NULL pointer is not passed: %s", mp_error_message());
+      mp_function_release(f);
+    }
+    CHECK(mp_module_get_function(m, "k", 0, &f) == MP_OK && f, "lookup");
+    if (f) {
+      mp_value_t ret;
+      CHECK(mp_function_call(f, NULL, 0, &ret) == MP_ERR_INVALID_ARGUMENT &&
+                strstr(mp_error_message(), "k: expected 8 arguments (2 kernel") != NULL,
+            "fixed launch values are not passed: %s", mp_error_message());
+      mp_function_release(f);
+    }
+    mp_module_release(m);
+  }
+  every_prefix_refused("cuda", b);
+  spec_t s = version2();
+  s.fixed_tag = "blockIdx.y";
+  build(b, s);
+  expect_refused("a tag passed and fixed", "cuda", b->data, b->size, MP_ERR_FORMAT,
+                 "launch tag 'blockIdx.y' twice");
+  s = version2();
+  s.null_kind = 4;
+  build(b, s);
+  expect_refused("argument kind 4", "cuda", b->data, b->size, MP_ERR_FORMAT, "has kind 4");
+  s = version2();
+  s.module_name = "a/b";
+  build(b, s);
+  expect_refused("module name with '/'", "cuda", b->data, b->size, MP_ERR_FORMAT,
+                 "module name 'a/b' contains '/'");
 }
 
 int main(void) {
@@ -157,7 +247,7 @@ int main(void) {
     mp_status_t code;
     const char* needle;
   } cases[] = {
-      {"version 2", defaults(), MP_ERR_INCOMPATIBLE, "version 2 is not supported"},
+      {"version 3", defaults(), MP_ERR_INCOMPATIBLE, "version 3 is not supported"},
       {"reserved", defaults(), MP_ERR_FORMAT, "reserved header field"},
       {"no variants", defaults(), MP_ERR_FORMAT, "variant count"},
       {"variant kind 3", defaults(), MP_ERR_FORMAT, "unknown kind 3"},
@@ -173,7 +263,7 @@ int main(void) {
       {"non-zero padding", defaults(), MP_ERR_FORMAT, "nonzero padding"},
       {"trailing bytes", defaults(), MP_ERR_FORMAT, "2 unexpected trailing bytes"},
   };
-  cases[0].spec.version = 2;
+  cases[0].spec.version = 3;
   cases[1].spec.reserved = 1;
   cases[2].spec.variant_count = 0;
   cases[3].spec.cubin_kind = 3;
@@ -194,5 +284,6 @@ int main(void) {
   }
   build(&b, defaults());
   every_prefix_refused("cuda", &b);
+  version2_payload(&b);
   return finish("test_cuda_payload");
 }

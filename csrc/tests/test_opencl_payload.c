@@ -22,6 +22,9 @@ static const char* const TAGS[6] = {"global.x", "global.y", "global.z",
 static const uint8_t SCALE_ARGS[2][4] = {{MP_KERNEL_ARG_BUFFER, kDLFloat, 32, 1},
                                          {MP_KERNEL_ARG_SCALAR, kDLInt, 32, 1}};
 static const uint8_t UNTYPED[1][4] = {{MP_KERNEL_ARG_BUFFER, kDLOpaqueHandle, 8, 1}};
+/* Version 2 only: a hidden NULL pointer after the untyped one. */
+static const uint8_t UNTYPED_AND_NULL[2][4] = {{MP_KERNEL_ARG_BUFFER, kDLOpaqueHandle, 8, 1},
+                                               {MP_KERNEL_ARG_NULL, kDLOpaqueHandle, 8, 1}};
 
 typedef struct {
   uint32_t version, reserved;
@@ -35,10 +38,12 @@ typedef struct {
   uint32_t binary_key_size; /* of the binary */
   int trailing;             /* extra bytes at the end */
   const char* options;      /* build options: a version 2 payload (NULL: version 1) */
+  const char* module_name;  /* version 2: the module's name (NULL: unnamed) */
+  const char* fixed_tag;    /* version 2: copy_any's fixed launch tag */
 } spec_t;
 
 static spec_t defaults(void) {
-  spec_t s = {1, 0, "scale", 2, MP_KERNEL_ARG_BUFFER, 32, 6, NULL, NULL, 5, 0, NULL};
+  spec_t s = {1, 0, "scale", 2, MP_KERNEL_ARG_BUFFER, 32, 6, NULL, NULL, 5, 0, NULL, NULL, NULL};
   return s;
 }
 
@@ -48,7 +53,13 @@ static void build(buf_t* b, spec_t s) {
   put_u32(b, s.reserved);
   put_u64(b, strlen(SOURCE));
   put(b, SOURCE, strlen(SOURCE));
-  if (s.options) put_str(b, s.options);
+  if (s.options) {
+    put_str(b, s.options);
+    if (s.module_name)
+      put_str(b, s.module_name);
+    else
+      put_u32(b, 0);
+  }
   put_u32(b, 2);
   uint8_t args[2][4];
   memcpy(args, SCALE_ARGS, sizeof args);
@@ -63,7 +74,20 @@ static void build(buf_t* b, spec_t s) {
   for (uint32_t i = 0; i < 2 && i < s.arg_count; ++i) put(b, args[i], 4);
   put_u32(b, (uint32_t)s.ntags);
   for (int i = 0; i < s.ntags; ++i) put_str(b, tags[i % 6]);
-  record(b, "copy_any", 1, UNTYPED, 6, TAGS);
+  if (!s.options) {
+    record(b, "copy_any", 1, UNTYPED, 6, TAGS);
+  } else {         /* version 2 records: a symbol and fixed launch values */
+    put_u32(b, 0); /* scale: its own symbol */
+    put_u32(b, 0); /* nothing fixed */
+    record(b, "copy_any", 2, UNTYPED_AND_NULL, 3, TAGS);
+    put_str(b, "copy_any_impl");
+    put_u32(b, 3);
+    static const char* const fixed[3] = {"local.x", "local.y", "local.z"};
+    for (int i = 0; i < 3; ++i) {
+      put_str(b, i == 0 && s.fixed_tag ? s.fixed_tag : fixed[i]);
+      put_u64(b, i == 0 ? 64 : 1);
+    }
+  }
   put_u32(b, 1); /* one binary */
   put_u32(b, s.binary_key_size);
   put(b, "a/b/c", s.binary_key_size < 5 ? s.binary_key_size : 5);
@@ -149,14 +173,50 @@ int main(void) {
   }
   spec_t v2 = defaults();
   v2.options = "-DT=float -cl-mad-enable";
+  v2.module_name = "fp32";
   build(&b, v2);
   m = load("opencl", b.data, b.size);
   if (m) {
-    CHECK(strstr(describe(m), "\"build_options\": \"-DT=float -cl-mad-enable\"") != NULL, "%s",
-          describe(m));
+    const char* text = describe(m);
+    CHECK(strstr(text, "\"build_options\": \"-DT=float -cl-mad-enable\"") != NULL, "%s", text);
+    CHECK(starts_with(text, "{\"name\": \"fp32\", "), "the name comes first: %s", text);
+    CHECK(strstr(text,
+                 "{\"name\": \"copy_any\", \"symbol\": \"copy_any_impl\", \"args\": "
+                 "[\"void*\", \"null void*\"], \"launch\": [\"global.x\", \"global.y\", "
+                 "\"global.z\"], \"fixed\": {\"local.x\": 64, \"local.y\": 1, "
+                 "\"local.z\": 1}}") != NULL,
+          "%s", text);
+    CHECK(mp_module_name(m) && strcmp(mp_module_name(m), "fp32") == 0, "named");
+    mp_function_t* f = NULL;
+    CHECK(mp_module_get_function(m, "fp32/copy_any", 0, &f) == MP_OK && f, "qualified lookup: %s",
+          mp_error_message());
+    if (f) {
+      mp_value_t ret;
+      CHECK(mp_function_call(f, NULL, 0, &ret) == MP_ERR_INVALID_ARGUMENT &&
+                strstr(mp_error_message(),
+                       "copy_any: expected 4 arguments (1 kernel arguments + 3 launch") != NULL,
+            "the NULL argument and fixed launch values are not passed: %s", mp_error_message());
+      mp_function_release(f);
+    }
+    CHECK(mp_module_get_function(m, "fp16/copy_any", 0, &f) == MP_ERR_NOT_FOUND,
+          "another module's name");
     mp_module_release(m);
   }
   every_prefix_refused("opencl", &b);
+  spec_t bad = v2;
+  bad.module_name = "a/b";
+  build(&b, bad);
+  expect_refused("module name with '/'", "opencl", b.data, b.size, MP_ERR_FORMAT,
+                 "module name 'a/b' contains '/'");
+  bad = v2;
+  bad.fixed_tag = "global.x";
+  build(&b, bad);
+  expect_refused("a tag both passed and fixed", "opencl", b.data, b.size, MP_ERR_FORMAT,
+                 "launch tag 'global.x' twice");
+  bad = v2;
+  bad.first_arg_kind = 4;
+  build(&b, bad);
+  expect_refused("argument kind 4", "opencl", b.data, b.size, MP_ERR_FORMAT, "has kind 4");
   build(&b, defaults());
   every_prefix_refused("opencl", &b);
   return finish("test_opencl_payload");

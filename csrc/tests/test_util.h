@@ -77,8 +77,8 @@ static inline mp_module_t* load(const char* type_key, const uint8_t* data, size_
 }
 
 /* The payload must be refused with |code| and a message containing |needle|. */
-static inline void expect_refused(const char* what, const char* type_key, const uint8_t* data, size_t size,
-                           mp_status_t code, const char* needle) {
+static inline void expect_refused(const char* what, const char* type_key, const uint8_t* data,
+                                  size_t size, mp_status_t code, const char* needle) {
   mp_module_t* module = (mp_module_t*)&failures; /* must be reset to NULL */
   mp_const_byte_span_t span = {data, size};
   mp_status_t status = mp_module_load_from_payload(type_key, span, &module);
@@ -119,6 +119,10 @@ static inline const char* describe(mp_module_t* module) {
   CHECK(needed == strlen(text), "describe says %llu bytes, wrote %zu", (unsigned long long)needed,
         strlen(text));
   return text;
+}
+
+static inline int starts_with(const char* text, const char* prefix) {
+  return strncmp(text, prefix, strlen(prefix)) == 0;
 }
 
 static inline int finish(const char* name) {

@@ -99,7 +99,8 @@ def format_inspection(report: dict[str, Any]) -> str:
     for m in modules:
         contents = m.get("contents")
         if contents:
-            out += ["", f"module {m['index']} ({m['type_key']})"]
+            named = f", named {contents['name']!r}" if "name" in contents else ""
+            out += ["", f"module {m['index']} ({m['type_key']}{named})"]
             out += ["  " + line for line in _contents(contents)]
 
     functions = report["functions"]
@@ -117,7 +118,11 @@ def _contents(contents: dict) -> list[str]:
         lines.append(f"array {a['name']}: {a['dtype']}{a['shape']}")
     for k in contents.get("kernels", []):
         launch = ", ".join(k.get("launch", []))
-        lines.append(f"kernel {k['name']}({', '.join(k['args'])})  launch: {launch}")
+        fixed = ", ".join(f"{tag}={value}" for tag, value in k.get("fixed", {}).items())
+        line = f"kernel {k['name']}({', '.join(k['args'])})  launch: {launch or '-'}"
+        line += f"  fixed: {fixed}" if fixed else ""
+        line += f"  symbol: {k['symbol']}" if "symbol" in k else ""
+        lines.append(line)
     names = {k["name"] for k in contents.get("kernels", [])}
     for f in contents.get("functions", []):
         if f not in names:

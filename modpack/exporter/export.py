@@ -6,14 +6,15 @@ import os
 import shlex
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModpackError
+from ..errors import ModpackError, ModpackWarning
 from ..format import ALIGNMENT
 from ..format.section import machine_name
-from ..modules.tree import Node
+from ..modules.tree import Node, shadowed_kernels
 from ..packers import ELF_MACHINES, PACKERS
 from ..serializer import ModuleSerializer
 from ..toolchain.cc import Toolchain, create_shared, create_tar, target_machine
@@ -47,6 +48,13 @@ def export_library(
         fcompile = create_tar if output.suffix == ".tar" else create_shared
     options = list(options or [])
     serializer = ModuleSerializer(root)  # validates the tree before any work
+    shadowed = shadowed_kernels(serializer.plan.nodes)
+    if shadowed:
+        warnings.warn(
+            f"kernels {shadowed} are defined by more than one device module: a lookup by the "
+            "plain name finds the first in import order only; name the modules "
+            "(opencl_module(..., name='fp16')) and call 'fp16/kernel'",
+            ModpackWarning, stacklevel=3)
 
     keep = workspace_dir is not None
     payload_bytes = sum(n.payload_size() for n in serializer.plan.nodes if n)

@@ -1,9 +1,12 @@
 """Function-info records of device kernels, as stored in device module payloads.
 
-A record names the kernel, gives each argument's kind (a buffer in device memory, or a scalar)
-and dtype, and tags the trailing integer arguments that carry launch dimensions. The layout and
-limits are in csrc/include/modpack/kinds/kernel.h, read here through the runtime binding; each
-kind's launch tags come from the runtime too (:func:`launch_tags`).
+A record names the kernel, gives each argument's kind (a buffer in device memory, a scalar,
+local memory, or a hidden NULL pointer) and dtype, and tags the trailing integer arguments that
+carry launch dimensions. Version 2 records also carry the symbol the device code defines (when
+the name is a C++ name expression) and launch values fixed at build time (a block size, dynamic
+shared memory), which callers then do not pass. The layout and limits are in
+csrc/include/modpack/kinds/kernel.h, read here through the runtime binding; each kind's launch
+tags come from the runtime too (:func:`launch_tags`).
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ import numpy as np
 from ..runtime.binding import ffi, lib
 from ..runtime.dtypes import dtype_to_dl
 
-__all__ = ["BUFFER", "LOCAL", "SCALAR", "UNTYPED_POINTER", "KernelArg", "KernelInfo",
+__all__ = ["BUFFER", "LOCAL", "NULL", "SCALAR", "UNTYPED_POINTER", "KernelArg", "KernelInfo",
            "kernel_infos", "launch_tags"]
 
-BUFFER, SCALAR, LOCAL = "buffer", "scalar", "local"
+BUFFER, SCALAR, LOCAL, NULL = "buffer", "scalar", "local", "null"
 _ARG_KINDS = {BUFFER: lib.MP_KERNEL_ARG_BUFFER, SCALAR: lib.MP_KERNEL_ARG_SCALAR,
-              LOCAL: lib.MP_KERNEL_ARG_LOCAL}
+              LOCAL: lib.MP_KERNEL_ARG_LOCAL, NULL: lib.MP_KERNEL_ARG_NULL}
+_POINTER_PREFIXES = {"local": LOCAL, "null": NULL}
 # What the C reader accepts (modpack/kinds/kernel.h); checked when a record is made.
 MAX_NAME_BYTES: int = lib.MP_KERNEL_MAX_NAME
 MAX_ARGS: int = lib.MP_KERNEL_MAX_ARGS
@@ -46,10 +50,12 @@ def launch_tags(type_key: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class KernelArg:
     """One parameter of a kernel: a buffer in device memory (of one dtype, or untyped), a
-    scalar (a vector of |lanes| values for OpenCL vector types passed by value), or local
-    memory (OpenCL ``__local``: sized at the call with ``modpack.local_memory(nbytes)``)."""
+    scalar (a vector of |lanes| values for OpenCL vector types passed by value), local
+    memory (OpenCL ``__local``: sized at the call with ``modpack.local_memory(nbytes)``), or
+    a pointer the caller does not pass and the launch sets to NULL (a compiler's hidden
+    scratch or profiling pointer, such as Triton's)."""
 
-    kind: str  # "buffer", "scalar" or "local"
+    kind: str  # "buffer", "scalar", "local" or "null"
     dtype: np.dtype | None  # None: an untyped pointer (``void*``) taking arrays of any dtype
     lanes: int = 1
     # Where the source put it ("global", "constant", "local"); informative, not stored.
@@ -59,15 +65,19 @@ class KernelArg:
     def parse(cls, spec: str | KernelArg) -> KernelArg:
         """``"float32*"`` is a buffer of float32, ``"int32"`` a scalar, ``"void*"`` a buffer
         of any dtype, ``"float32x4"`` a vector scalar, ``"local float32*"`` (or ``"local*"``)
-        local memory."""
+        local memory, ``"null void*"`` a pointer passed as NULL by the launch."""
         if isinstance(spec, KernelArg):
             return spec
+        if not isinstance(spec, str):
+            raise TypeError(f"argument spec must be a str such as 'float32*', got {spec!r}")
         text = " ".join(spec.replace("*", " * ").split())
-        kind = LOCAL if text.startswith("local ") or text == "local *" else (
-            BUFFER if text.endswith("*") else SCALAR)
-        base = text.removeprefix("local").rstrip("*").strip()
+        prefix, _, rest = text.partition(" ")
+        kind = _POINTER_PREFIXES.get(prefix) if text.endswith("*") else None
+        base = rest if kind else text
+        kind = kind or (BUFFER if text.endswith("*") else SCALAR)
+        base = base.rstrip("*").strip()
         if kind != SCALAR and base in ("", "void"):
-            return UNTYPED_POINTER if kind == BUFFER else cls(LOCAL, None)
+            return UNTYPED_POINTER if kind == BUFFER else cls(kind, None)
         lanes = 1
         vector = re.fullmatch(r"(\w+)x(\d+)", base)
         if kind == SCALAR and vector:
@@ -78,14 +88,15 @@ class KernelArg:
         except TypeError:
             raise ValueError(
                 f"argument spec {spec!r}: use a numpy dtype name, with '*' for a buffer "
-                "(e.g. 'float32*', 'int64', 'void*', 'float32x4', 'local float32*')"
+                "(e.g. 'float32*', 'int64', 'void*', 'float32x4', 'local float32*', "
+                "'null void*')"
             ) from None
         return cls(kind, dtype, lanes)
 
     def __str__(self) -> str:
         name = "void" if self.dtype is None else str(self.dtype)
-        if self.kind == LOCAL:
-            return f"local {name}*"
+        if self.kind in (LOCAL, NULL):
+            return f"{self.kind} {name}*"
         if self.kind == BUFFER:
             return f"{name}*"
         return name if self.lanes == 1 else f"{name}x{self.lanes}"
@@ -96,9 +107,16 @@ UNTYPED_POINTER = KernelArg(BUFFER, None)
 
 @dataclass(frozen=True)
 class KernelInfo:
+    """A kernel's record. |name| is what callers look up (a C name, or a C++ name expression
+    such as ``"gemm<64>"``); |symbol| the name the device code defines when that differs (the
+    lowered, mangled name); |launch_tags| the launch values a call passes after the
+    arguments, |fixed| those fixed here (``{"threadIdx.x": 128}``), which calls do not pass."""
+
     name: str
     args: tuple[KernelArg, ...]
     launch_tags: tuple[str, ...]
+    symbol: str | None = None
+    fixed: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Enforce the limits of the C reader here, so a bad record fails when it is made
@@ -124,8 +142,58 @@ class KernelInfo:
             if not isinstance(tag, str):
                 raise TypeError(f"kernel {shown}: launch tag {tag!r} is not a str")
             _check_string(tag, "launch tag", MAX_LAUNCH_TAG_BYTES, f"kernel {shown}: ")
+        if self.symbol is not None:
+            if not isinstance(self.symbol, str):
+                raise TypeError(f"kernel {shown}: symbol must be a str")
+            _check_string(self.symbol, "symbol", MAX_NAME_BYTES, f"kernel {shown}: ")
+            if self.symbol == self.name:
+                object.__setattr__(self, "symbol", None)
+        if not isinstance(self.fixed, Mapping):
+            raise TypeError(f"kernel {shown}: fixed must map launch tags to ints, "
+                            f"e.g. {{'threadIdx.x': 128}}")
+        fixed = dict(self.fixed)
+        for tag, value in fixed.items():
+            if not isinstance(tag, str):
+                raise TypeError(f"kernel {shown}: fixed launch tag {tag!r} is not a str")
+            _check_string(tag, "launch tag", MAX_LAUNCH_TAG_BYTES, f"kernel {shown}: ")
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or not (
+                    0 <= value < 2**64):
+                raise ValueError(f"kernel {shown}: fixed {tag} must be a non-negative int, "
+                                 f"got {value!r}")
+            fixed[tag] = int(value)
+        if len(self.launch_tags) + len(fixed) > MAX_LAUNCH_TAGS:
+            raise ValueError(f"kernel {shown}: {len(self.launch_tags) + len(fixed)} passed and "
+                             f"fixed launch tags exceed the limit of {MAX_LAUNCH_TAGS}")
+        object.__setattr__(self, "fixed", fixed)
 
-    def encode(self) -> bytes:
+    def __hash__(self) -> int:
+        return hash((self.name, self.args, self.launch_tags, self.symbol,
+                     tuple(self.fixed.items())))
+
+    @property
+    def record_version(self) -> int:
+        """1 when the record needs nothing of version 2 (older runtimes read it), else 2."""
+        hidden = any(a.kind == NULL for a in self.args)
+        return 2 if self.symbol or self.fixed or hidden else 1
+
+    def check_tags(self, kind_tags: Sequence[str]) -> None:
+        """Every passed and fixed launch tag is one of the kind's |kind_tags|, each at most
+        once (what the runtime checks at load time)."""
+        tags = [*self.launch_tags, *self.fixed]
+        bad = [t for t in tags if t not in kind_tags]
+        if bad:
+            raise ValueError(f"kernel {self.name}: unknown launch tags {bad}; use "
+                             f"{list(kind_tags)}")
+        twice = sorted({t for t in tags if tags.count(t) > 1})
+        if twice:
+            raise ValueError(f"kernel {self.name}: launch tags {twice} are given twice (a "
+                             "tag is either passed by calls or fixed, not both)")
+
+    def encode(self, record_version: int = 1) -> bytes:
+        """The record in layout |record_version| (the payload's choice: at least
+        :attr:`record_version`)."""
+        if record_version < self.record_version:
+            raise ValueError(f"kernel {self.name} needs record version {self.record_version}")
         name = self.name.encode()
         parts = [struct.pack("<I", len(name)), name, struct.pack("<I", len(self.args))]
         for arg in self.args:
@@ -135,9 +203,11 @@ class KernelInfo:
             lanes = arg.lanes if arg.kind == SCALAR else lanes
             parts.append(struct.pack("<BBBB", _ARG_KINDS[arg.kind], code, bits, lanes))
         parts.append(struct.pack("<I", len(self.launch_tags)))
-        for tag in self.launch_tags:
-            encoded = tag.encode()
-            parts += [struct.pack("<I", len(encoded)), encoded]
+        parts += [_string(tag) for tag in self.launch_tags]
+        if record_version >= 2:
+            parts.append(_string(self.symbol or ""))
+            parts.append(struct.pack("<I", len(self.fixed)))
+            parts += [_string(tag) + struct.pack("<Q", v) for tag, v in self.fixed.items()]
         return b"".join(parts)
 
     def signature(self) -> str:
@@ -157,15 +227,29 @@ def kernel_infos(
         if isinstance(spec, KernelInfo):
             out.append(spec)
             continue
-        launch = default_launch_tags
+        launch, extra = default_launch_tags, {}
         if isinstance(spec, Mapping):
-            launch = spec.get("launch", default_launch_tags)
+            unknown = set(spec) - {"args", "launch", "fixed", "symbol"}
+            if unknown:
+                raise ValueError(f"kernel {name}: unknown keys {sorted(unknown)} (a kernel "
+                                 "spec has 'args', 'launch', 'fixed' and 'symbol')")
+            extra = {"fixed": spec.get("fixed", {}), "symbol": spec.get("symbol")}
+            launch = spec.get("launch", [t for t in default_launch_tags
+                                         if t not in extra["fixed"]])
             if isinstance(launch, str):
                 raise TypeError(f"kernel {name}: 'launch' must be a list of tags, got {launch!r}")
-            launch = tuple(launch)
             spec = spec.get("args", [])
-        out.append(KernelInfo(name, tuple(KernelArg.parse(a) for a in spec), tuple(launch)))
+        if isinstance(spec, str):
+            raise TypeError(f"kernel {name}: the argument specs must be a list such as "
+                            f"['float32*', 'int32'], got {spec!r}")
+        out.append(KernelInfo(name, tuple(KernelArg.parse(a) for a in spec), tuple(launch),
+                              **extra))
     return out
+
+
+def _string(text: str) -> bytes:
+    encoded = text.encode()
+    return struct.pack("<I", len(encoded)) + encoded
 
 
 def _check_string(text: str, what: str, max_bytes: int, where: str) -> None:

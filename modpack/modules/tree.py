@@ -11,7 +11,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["HostNode", "Node", "walk"]
+from ..errors import ModpackError
+
+__all__ = ["DeviceNode", "HostNode", "Node", "shadowed_kernels", "walk"]
 
 
 @runtime_checkable
@@ -44,6 +46,34 @@ class HostNode(Node, Protocol):
 
     def compile_objects(self, workspace: Path, stem: str, toolchain: Any,
                         options: Sequence[str]) -> list[Path]: ...
+
+
+@runtime_checkable
+class DeviceNode(Node, Protocol):
+    """A module carrying device kernels (``opencl``, ``cuda``), optionally named."""
+
+    name: str | None
+
+    @property
+    def kernel_names(self) -> list[str]: ...
+
+
+def shadowed_kernels(nodes: Iterable[Any]) -> list[str]:
+    """Kernel names that more than one device module among |nodes| (in lookup order) defines
+    while one of them is unnamed: a lookup by the plain name finds only the first, and the
+    unnamed one has no qualified name either. Two modules of one name are refused, since a
+    qualified lookup could reach only the first of them."""
+    devices = [n for n in nodes if isinstance(n, DeviceNode)]
+    names = [n.name for n in devices if n.name is not None]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ModpackError(f"device modules share the names {twice}: give each its own name= "
+                           "so that 'name/kernel' finds one module")
+    owners: dict[str, list[Any]] = {}
+    for node in devices:
+        for kernel in dict.fromkeys(node.kernel_names):
+            owners.setdefault(kernel, []).append(node)
+    return sorted(k for k, ns in owners.items() if len(ns) > 1 and any(n.name is None for n in ns))
 
 
 def walk(root: Node) -> Iterator[Any]:

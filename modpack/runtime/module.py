@@ -76,6 +76,13 @@ class LoadedModule:
         return string(lib.mp_module_type_key(self._handle))
 
     @property
+    def name(self) -> str | None:
+        """The module's name (device modules may have one): ``"name/kernel"`` finds a kernel
+        in this module only."""
+        name = lib.mp_module_name(self._handle)
+        return None if name == ffi.NULL else string(name)
+
+    @property
     def imported_modules(self) -> list[Any]:
         """The modules this one imports, in import order."""
         if self._imports_cache is None:
@@ -130,7 +137,8 @@ class LoadedModule:
 
     def __repr__(self) -> str:
         count = len(self.imported_modules)
-        return f"<modpack.LoadedModule type_key={self.type_key!r} imports={count}>"
+        named = f" name={self.name!r}" if self.name is not None else ""
+        return f"<modpack.LoadedModule type_key={self.type_key!r}{named} imports={count}>"
 
 
 class _ArrayHolder:

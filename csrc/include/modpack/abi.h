@@ -98,6 +98,14 @@ static inline mp_value_t mp_local_memory(uint64_t nbytes) {
   x.v_int64 = (int64_t)nbytes;
   return x;
 }
+/* No value: a NULL pointer for a kernel's buffer parameter. */
+static inline mp_value_t mp_none(void) {
+  mp_value_t x;
+  x.type_code = MP_TYPE_NONE;
+  x.flags = 0;
+  x.v_int64 = 0;
+  return x;
+}
 static inline mp_value_t mp_tensor(DLTensor* v) {
   mp_value_t x;
   x.type_code = MP_TYPE_DLTENSOR;

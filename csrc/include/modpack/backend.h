@@ -166,7 +166,7 @@ static inline mp_status_t mp_backend_get_array_on(const char* name, DLDevice dev
 #define MP_EXPORT_PACKED(name)                                                             \
   static mp_status_t mp__body_##name(void* self, const mp_value_t* args, int32_t num_args, \
                                      mp_value_t* out_ret);                                 \
-  MP__C_LINKAGE MP_EXPORT_ATTR mp_status_t __mp_func_##name(                                 \
+  MP__C_LINKAGE MP_EXPORT_ATTR mp_status_t __mp_func_##name(                               \
       void* self, const mp_value_t* args, int32_t num_args, mp_value_t* out_ret) {         \
     mp_status_t mp__enclosing = __mp_backend_reported;                                     \
     __mp_backend_reported = MP_OK;                                                         \
@@ -419,13 +419,12 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
  * (outside extern "C", which allows neither). */
 template <typename T>
 struct mp__converter; /* no definition: a parameter type modpack cannot pass */
-#define MP__CONVERTER(T, fn)                                                          \
-  template <>                                                                         \
-  struct mp__converter<T> {                                                           \
-    static mp_status_t convert(const mp_value_t* v, void* out, const char* name,      \
-                               int32_t i) {                                           \
-      return fn(v, out, name, i);                                                     \
-    }                                                                                 \
+#define MP__CONVERTER(T, fn)                                                                  \
+  template <>                                                                                 \
+  struct mp__converter<T> {                                                                   \
+    static mp_status_t convert(const mp_value_t* v, void* out, const char* name, int32_t i) { \
+      return fn(v, out, name, i);                                                             \
+    }                                                                                         \
   };
 MP__CONVERTER(signed char, mp_backend__arg_schar)
 MP__CONVERTER(char, mp_backend__arg_char)
@@ -454,15 +453,33 @@ template <typename R>
 inline void mp__set_ret(mp_value_t* r, R v) {
   mp_backend__ret_int(r, (int64_t)v);
 }
-inline void mp__set_ret(mp_value_t* r, float v) { mp_backend__ret_float(r, v); }
-inline void mp__set_ret(mp_value_t* r, double v) { mp_backend__ret_float(r, v); }
-inline void mp__set_ret(mp_value_t* r, unsigned char v) { mp_backend__ret_uint(r, v); }
-inline void mp__set_ret(mp_value_t* r, unsigned short v) { mp_backend__ret_uint(r, v); }
-inline void mp__set_ret(mp_value_t* r, unsigned int v) { mp_backend__ret_uint(r, v); }
-inline void mp__set_ret(mp_value_t* r, unsigned long v) { mp_backend__ret_uint(r, v); }
-inline void mp__set_ret(mp_value_t* r, unsigned long long v) { mp_backend__ret_uint(r, v); }
-inline void mp__set_ret(mp_value_t* r, void* v) { mp_backend__ret_handle(r, v); }
-inline void mp__set_ret(mp_value_t* r, DLTensor* v) { mp_backend__ret_handle(r, v); }
+inline void mp__set_ret(mp_value_t* r, float v) {
+  mp_backend__ret_float(r, v);
+}
+inline void mp__set_ret(mp_value_t* r, double v) {
+  mp_backend__ret_float(r, v);
+}
+inline void mp__set_ret(mp_value_t* r, unsigned char v) {
+  mp_backend__ret_uint(r, v);
+}
+inline void mp__set_ret(mp_value_t* r, unsigned short v) {
+  mp_backend__ret_uint(r, v);
+}
+inline void mp__set_ret(mp_value_t* r, unsigned int v) {
+  mp_backend__ret_uint(r, v);
+}
+inline void mp__set_ret(mp_value_t* r, unsigned long v) {
+  mp_backend__ret_uint(r, v);
+}
+inline void mp__set_ret(mp_value_t* r, unsigned long long v) {
+  mp_backend__ret_uint(r, v);
+}
+inline void mp__set_ret(mp_value_t* r, void* v) {
+  mp_backend__ret_handle(r, v);
+}
+inline void mp__set_ret(mp_value_t* r, DLTensor* v) {
+  mp_backend__ret_handle(r, v);
+}
 #define MP__SET_RET(R, out, value) mp__set_ret(out, (R)(value))
 #endif
 #endif /* MODPACK_BACKEND_H_ */

@@ -54,6 +54,10 @@ MP_API mp_status_t mp_module_create(const char* type_key, const mp_module_vtable
                                     void* impl, mp_module_t** out_module);
 /* The state given to mp_module_create. */
 MP_API void* mp_module_impl(const mp_module_t* module);
+/* Name a module (1..MP_MODULE_MAX_NAME bytes, no '/' and no NUL), once, before it is shared:
+ * its functions can then be looked up as "name/function" (e.g. two device modules built from
+ * one source with different options, which define the same kernel names). */
+MP_API mp_status_t mp_module_set_name(mp_module_t* module, const char* name);
 
 /* Wrap |fn| with its state |self|; |destroy_self| (may be NULL) runs when the last reference
  * goes. |owner| (may be NULL) is retained for the function's lifetime. */

@@ -110,6 +110,10 @@ MP_API mp_status_t mp_module_load_from_file(const char* path, uint32_t flags,
 MP_API void mp_module_retain(mp_module_t* module);
 MP_API void mp_module_release(mp_module_t* module);
 MP_API const char* mp_module_type_key(const mp_module_t* module);
+/* The module's name (device modules may have one, so that "name/function" finds a function
+ * in that module only), or NULL. */
+MP_API const char* mp_module_name(const mp_module_t* module);
+enum { MP_MODULE_MAX_NAME = 255 };
 /* The library this module was loaded from, or NULL (borrowed). */
 MP_API mp_library_t* mp_module_library(const mp_module_t* module);
 MP_API uint64_t mp_module_import_count(const mp_module_t* module);
@@ -119,7 +123,8 @@ MP_API mp_module_t* mp_module_import_at(const mp_module_t* module, uint64_t inde
 MP_API mp_status_t mp_module_import(mp_module_t* parent, mp_module_t* child);
 
 /* Look |name| up in |module| and then, if |query_imports|, depth-first in its imports.
- * Returns MP_ERR_NOT_FOUND (with a message naming the function and module) when absent. */
+ * "module/function" looks |function| up in the module named |module| only. Returns
+ * MP_ERR_NOT_FOUND (with a message naming the function and module) when absent. */
 MP_API mp_status_t mp_module_get_function(mp_module_t* module, const char* name,
                                           int32_t query_imports, mp_function_t** out_function);
 

@@ -50,6 +50,9 @@ bool mp_read_bytes(mp_reader_t* r, uint64_t n, const uint8_t** out);
  * name it in messages; a size out of range is reported as the violated limit. */
 mp_status_t mp_read_string(mp_reader_t* r, uint32_t max, const char* where, const char* field,
                            char** out);
+/* The same, except that size 0 is allowed and leaves *out NULL (an absent optional string). */
+mp_status_t mp_read_optional_string(mp_reader_t* r, uint32_t max, const char* where,
+                                    const char* field, char** out);
 /* The error for a failed read: names the payload and the position. */
 mp_status_t mp_reader_error(const mp_reader_t* r, const char* field);
 

@@ -15,6 +15,7 @@
 struct mp_module {
   atomic_long refcount;
   char* type_key;
+  char* name; /* NULL unless named */
   const mp_module_vtable_t* vtable;
   void* impl;
   mp_library_t* library; /* its reference; NULL for modules not loaded from a library */
@@ -91,6 +92,7 @@ static void destroy_one(mp_module_t* module, mp_module_t*** worklist, uint64_t* 
   mp_library_t* library = module->library;
   const mp_module_owner_ops_t* owner_ops = module->owner_ops;
   free(module->type_key);
+  free(module->name);
   free(module);
   /* Last: the library's code may be what the destroyed state pointed into. */
   if (library) owner_ops->release(library);
@@ -118,6 +120,22 @@ void mp_module_set_library(mp_module_t* module, mp_library_t* library,
                            const mp_module_owner_ops_t* ops) {
   module->library = library;
   module->owner_ops = ops;
+}
+
+mp_status_t mp_module_set_name(mp_module_t* module, const char* name) {
+  size_t n = name ? strlen(name) : 0;
+  if (!module || n == 0 || n > MP_MODULE_MAX_NAME || strchr(name, '/'))
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "a module name is 1 to %d bytes without '/' (got '%s')", MP_MODULE_MAX_NAME,
+                     name ? name : "(null)");
+  if (module->name)
+    return mp_errorf(MP_ERR_ALREADY_EXISTS, "the module is named '%s' already", module->name);
+  module->name = copy_string(name);
+  return module->name ? MP_OK : mp_out_of_memory("a module name");
+}
+
+const char* mp_module_name(const mp_module_t* module) {
+  return module->name;
 }
 
 const char* mp_module_type_key(const mp_module_t* module) {
@@ -298,6 +316,13 @@ static mp_status_t find_first(mp_module_t* root, const char* name, int32_t query
 static mp_status_t visit_function(mp_module_t* m, const char* name, void* out, bool* out_found) {
   mp_function_t** out_function = out;
   mp_status_t status = MP_OK;
+  /* "module/function": only the module of that name answers, for the rest of the name. */
+  const char* slash = strchr(name, '/');
+  if (slash) {
+    size_t n = (size_t)(slash - name);
+    if (!m->name || strlen(m->name) != n || strncmp(m->name, name, n) != 0) return MP_OK;
+    name = slash + 1;
+  }
   if (m->vtable->get_function) status = m->vtable->get_function(m, name, out_function);
   *out_found = *out_function != NULL;
   return status;
@@ -334,6 +359,11 @@ mp_status_t mp_module_describe(mp_module_t* module, char* buffer, uint64_t capac
                                uint64_t* out_length) {
   mp_json_t j = {buffer, capacity, 0};
   mp_json_printf(&j, "{");
+  if (module->name) {
+    mp_json_printf(&j, "\"name\": ");
+    mp_json_string(&j, module->name);
+    if (module->vtable->describe) mp_json_printf(&j, ", ");
+  }
   if (module->vtable->describe) {
     /* The kind writes its members after the brace; their length counts even when cut. */
     uint64_t used = j.length < capacity ? j.length : capacity;

@@ -35,12 +35,13 @@ bool mp_read_u64(mp_reader_t* r, uint64_t* out) {
   return true;
 }
 
-mp_status_t mp_read_string(mp_reader_t* r, uint32_t max, const char* where, const char* field,
-                           char** out) {
+static mp_status_t read_string(mp_reader_t* r, uint32_t max, bool optional, const char* where,
+                               const char* field, char** out) {
   *out = NULL;
   uint32_t size;
   const uint8_t* bytes;
   if (!mp_read_u32(r, &size)) return mp_reader_error(r, field);
+  if (size == 0 && optional) return MP_OK;
   if (size == 0) return mp_errorf(MP_ERR_FORMAT, "%s: %s%s is empty", r->what, where, field);
   if (size > max)
     return mp_errorf(MP_ERR_FORMAT, "%s: %s%s of %u bytes exceeds %u", r->what, where, field, size,
@@ -54,6 +55,16 @@ mp_status_t mp_read_string(mp_reader_t* r, uint32_t max, const char* where, cons
   s[size] = '\0';
   *out = s;
   return MP_OK;
+}
+
+mp_status_t mp_read_string(mp_reader_t* r, uint32_t max, const char* where, const char* field,
+                           char** out) {
+  return read_string(r, max, false, where, field, out);
+}
+
+mp_status_t mp_read_optional_string(mp_reader_t* r, uint32_t max, const char* where,
+                                    const char* field, char** out) {
+  return read_string(r, max, true, where, field, out);
 }
 
 mp_status_t mp_reader_error(const mp_reader_t* r, const char* field) {

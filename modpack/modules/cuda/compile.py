@@ -3,6 +3,7 @@ nvcc (the CUDA toolkit)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -36,8 +37,30 @@ def _nvrtc() -> Any:
     return nvrtc
 
 
-def nvrtc_compile(source: str, target: str, options: Sequence[str]) -> tuple[bytes, bytes]:
-    """(PTX with its NUL, cubin or b"") for one target."""
+@functools.cache
+def cuda_include_dirs() -> tuple[str, ...]:
+    """Where the CUDA headers kernels include are (cuda_fp16.h, cuda_bf16.h, <nv/target>,
+    <cuda/std/...>): NVIDIA's wheels (modpack[cuda]) or a CUDA toolkit, as cuda.pathfinder
+    finds them. NVRTC has no search path of its own."""
+    try:
+        from cuda import pathfinder
+    except ImportError:
+        return ()
+    dirs = []
+    for headers in ("cudart", "cccl"):
+        try:
+            found = pathfinder.find_nvidia_header_directory(headers)
+        except Exception:  # an unknown name in an older pathfinder: go without
+            found = None
+        if found:
+            dirs.append(str(found))
+    return tuple(dirs)
+
+
+def nvrtc_compile(source: str, target: str, options: Sequence[str],
+                  name_expressions: Sequence[str] = ()) -> tuple[bytes, bytes, dict[str, str]]:
+    """(PTX with its NUL, cubin or b"", each name expression's lowered symbol) for one
+    target."""
     nvrtc = _nvrtc()
 
     def check(result: Any, what: str) -> Any:
@@ -49,7 +72,13 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str]) -> tuple[byt
     program = check(nvrtc.nvrtcCreateProgram(source.encode(), b"module.cu", 0, [], []),
                     "nvrtcCreateProgram")
     try:
-        opts = [f"--gpu-architecture={target}".encode(), *(o.encode() for o in options)]
+        for expr in name_expressions:
+            check(nvrtc.nvrtcAddNameExpression(program, expr.encode()),
+                  f"nvrtcAddNameExpression({expr!r})")
+        # The user's include paths first, then the CUDA headers.
+        includes = [f"--include-path={d}" for d in cuda_include_dirs()]
+        opts = [f"--gpu-architecture={target}".encode(),
+                *(o.encode() for o in [*options, *includes])]
         (err,) = nvrtc.nvrtcCompileProgram(program, len(opts), opts)
         size = check(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
         log = b" " * size
@@ -66,7 +95,12 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str]) -> tuple[byt
             size = check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
             cubin = b" " * size
             check(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")
-        return (ptx if ptx.endswith(b"\0") else ptx + b"\0"), cubin
+        lowered = {}
+        for expr in name_expressions:
+            symbol = check(nvrtc.nvrtcGetLoweredName(program, expr.encode()),
+                           f"nvrtcGetLoweredName({expr!r})")
+            lowered[expr] = symbol.decode()
+        return (ptx if ptx.endswith(b"\0") else ptx + b"\0"), cubin, lowered
     finally:
         nvrtc.nvrtcDestroyProgram(program)
 

@@ -8,6 +8,7 @@ numbers are in csrc/include/modpack/kinds/cuda.h, read here through the runtime 
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -15,12 +16,18 @@ from typing import Any
 from ...errors import ModpackError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
-from ..base import BinaryModule
+from ..device import DeviceModule
 from ..kernel_info import KernelInfo
 from .arch import DEFAULT_TARGETS, check_arch
 from .compile import nvcc_compile, nvrtc_compile
+from .names import (
+    check_name_expressions,
+    instantiation_source,
+    lower_from_ptx,
+    records_from_symbols,
+)
 from .ptx import check_against_ptx, infos_from_ptx, ptx_entries, ptx_target
-from .records import check_launch_tags, records
+from .records import KIND_LAUNCH_TAGS, check_launch_tags, records
 from .signatures import parse_cuda_signatures
 from .variants import CUDAVariant, variant_from_bytes
 
@@ -31,18 +38,19 @@ _VARIANT_KINDS = {"cubin": lib.MP_CUDA_VARIANT_CUBIN, "ptx": lib.MP_CUDA_VARIANT
                   "fatbin": lib.MP_CUDA_VARIANT_FATBIN}
 
 
-class CUDAModule(BinaryModule):
+class CUDAModule(DeviceModule):
     """CUDA kernels carried in the library and launched through the runtime's CUDA device.
 
     ``variants`` are the binaries (``CUDAVariant``), ``functions`` the kernel records.
     """
 
     type_key = "cuda"
+    kind_launch_tags = KIND_LAUNCH_TAGS
 
     def __init__(self, variants: Sequence[CUDAVariant], functions: Sequence[KernelInfo],
                  ptx_checks: Sequence[tuple[str, bytes]] = (), source: str | None = None,
-                 compiler: str | None = None) -> None:
-        super().__init__()
+                 compiler: str | None = None, name: str | None = None) -> None:
+        super().__init__(name)
         if not variants:
             raise ValueError("a CUDA module needs at least one binary variant")
         self.variants = list(variants)
@@ -65,6 +73,7 @@ class CUDAModule(BinaryModule):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ModpackError(f"kernels declared more than once: {dupes}")
+        self.check_records()
         for info in self.functions:
             check_launch_tags(info)
         checks = list(self._ptx_checks)
@@ -79,14 +88,16 @@ class CUDAModule(BinaryModule):
 
     def payload_chunks(self) -> list[bytes]:
         self.validate()  # refuse a record that disagrees with the compiled code at export
-        head = [_HEADER.pack(lib.MP_CUDA_PAYLOAD_VERSION, 0, len(self.variants))]
+        version = self.payload_version(lib.MP_CUDA_PAYLOAD_VERSION)
+        head = [_HEADER.pack(version, 0, len(self.variants))]
+        if version >= 2:
+            head.append(self.encode_name())
         for v in self.variants:
             head.append(struct.pack("<II", _VARIANT_KINDS[v.kind], len(v.arches)))
             for arch in v.arches:
                 head += [struct.pack("<I", len(arch)), arch.encode()]
             head.append(struct.pack("<Q", len(v.data)))
-        head.append(struct.pack("<I", len(self.functions)))
-        head += [f.encode() for f in self.functions]
+        head.append(self.encode_records(version))
         chunks = [b"".join(head)]
         offset = len(chunks[0])
         for v in self.variants:
@@ -109,6 +120,8 @@ def cuda_module(
     *,
     binaries: Mapping[str, Any] | None = None,
     options: Sequence[str] = (),
+    name: str | None = None,
+    name_expressions: Sequence[str] = (),
 ) -> CUDAModule:
     """A CUDA module, from CUDA C++ source or from existing binaries.
 
@@ -116,8 +129,12 @@ def cuda_module(
     per target: ``sm_XY`` (also ``sm_XYa``, ``sm_XYf``) to a cubin, ``compute_XY`` to PTX that
     the driver JIT-compiles for newer GPUs. |compiler| is ``"nvrtc"`` (NVIDIA's runtime
     compiler from PyPI, no toolkit needed: ``pip install modpack[cuda]``) or ``"nvcc"``.
-    |options| are extra compiler flags. Kernels need ``extern "C"`` so their names are not
-    mangled. Default targets: ``DEFAULT_TARGETS``.
+    |options| are extra compiler flags (``-I`` include paths, ``-D`` macros, ``-std=c++17``).
+    Default targets: ``DEFAULT_TARGETS``. Kernels declared ``extern "C"`` are found by their
+    names; template kernels and kernels with C++ names are listed in |name_expressions|
+    (``["gemm<float, 128>", "ops::softmax"]``), which instantiates them, and are then called
+    by those expressions (``mod["gemm<float, 128>"]``), their arguments read from the
+    compiled signature.
 
     ``cuda_module(binaries={"sm_80": cubin, "sm_90": cubin, "ptx": text})`` takes existing
     binaries: cubins keyed by their ``sm_XY`` (checked against the cubin's ELF header), PTX
@@ -133,16 +150,21 @@ def cuda_module(
         parameters as scalars of the PTX type (a kernel with a 64-bit integer scalar needs
         functions=). Binaries without PTX (cubins, fatbins) need functions=.
 
+    name : the module's name; its kernels are then also found as ``"name/kernel"``, so that
+        two modules defining the same kernel names can share a library.
+
     Every kernel is called with its arguments followed by grid x, y, z and block x, y, z
     (and the dynamic shared memory bytes when its launch tags end with
-    ``"dyn_shared_memory"``).
+    ``"dyn_shared_memory"``); launch values a record fixes (``{"k": {"args": [...],
+    "launch": ["blockIdx.x"], "fixed": {"threadIdx.x": 256}}}``) are not passed.
     """
+    expressions = check_name_expressions(name_expressions)
     if (source is None) == (binaries is None):
         raise TypeError("cuda_module takes CUDA source or binaries=, exactly one of them")
     if binaries is not None:
         if targets is not None:
             raise TypeError("targets= is for compiling source; binaries are used as given")
-        return _from_binaries(binaries, functions)
+        return _from_binaries(binaries, functions, name, expressions)
     if not isinstance(source, str):
         raise TypeError("cuda_module expects CUDA C++ source as a str")
     if compiler not in ("nvrtc", "nvcc"):
@@ -156,18 +178,21 @@ def cuda_module(
         check_arch(t, "targets")
     if len(set(targets)) != len(targets):
         raise ValueError(f"targets has duplicates: {targets}")
-    return _from_source(source, targets, functions, compiler, list(options))
+    return _from_source(source, targets, functions, compiler, list(options), name, expressions)
 
 
 def _from_source(source: str, targets: list[str], functions: Any, compiler: str,
-                 options: list[str]) -> CUDAModule:
+                 options: list[str], name: str | None, expressions: list[str]) -> CUDAModule:
     variants, checks = [], []
+    lowered: dict[str, str] = {}
+    # nvcc has no name-expression API: taking the addresses instantiates the kernels.
+    compiled = instantiation_source(source, expressions) if expressions else source
     for target in targets:
         if compiler == "nvrtc":
-            ptx, cubin = nvrtc_compile(source, target, options)
+            ptx, cubin, lowered = nvrtc_compile(source, target, options, expressions)
         else:
-            cubin = nvcc_compile(source, target, options) if target.startswith("sm_") else b""
-            ptx = b"" if cubin else nvcc_compile(source, target, options)
+            cubin = nvcc_compile(compiled, target, options) if target.startswith("sm_") else b""
+            ptx = b"" if cubin else nvcc_compile(compiled, target, options)
         if cubin:
             variants.append(CUDAVariant("cubin", (target,), cubin))
             if ptx:
@@ -177,27 +202,57 @@ def _from_source(source: str, targets: list[str], functions: Any, compiler: str,
     if not checks and not any(v.kind == "ptx" for v in variants):
         # nvcc made only cubins: compile PTX once so the records can be checked against it.
         first = targets[0]
-        checks.append((f"{first} build", nvcc_compile(source, first, options, ptx_only=True)))
-    if functions is None:
-        try:
-            infos = parse_cuda_signatures(source)
-        except ValueError as exc:
-            raise ModpackError(f"cuda_module: {exc}") from None
-        if not infos:
-            raise ModpackError("no __global__ kernels found in the CUDA source (template "
-                               "kernels need functions= and extern \"C\" instantiations)")
-    else:
-        infos = records(functions)
-    return CUDAModule(variants, infos, checks, source=source, compiler=compiler)
+        checks.append((f"{first} build", nvcc_compile(compiled, first, options, ptx_only=True)))
+    entries = ptx_entries(checks[0][1] if checks else
+                          next(v.data for v in variants if v.kind == "ptx"))
+    if compiler == "nvcc" and expressions:
+        lowered = lower_from_ptx(expressions, entries)
+    infos = _source_records(source, functions, lowered, entries)
+    return CUDAModule(variants, infos, checks, source=source, compiler=compiler, name=name)
 
 
-def _from_binaries(binaries: Mapping[str, Any], functions: Any) -> CUDAModule:
+def _source_records(source: str, functions: Any, lowered: Mapping[str, str],
+                    entries: Mapping[str, Any]) -> list[KernelInfo]:
+    """Records of a module compiled from |source|: from |functions|, else from the source's
+    ``__global__`` signatures and the |lowered| name expressions' compiled signatures; records
+    named by an expression get its symbol."""
+    if functions is not None:
+        return _with_symbols(records(functions), lowered)
+    try:
+        parsed = parse_cuda_signatures(source)
+    except ValueError as exc:
+        raise ModpackError(f"cuda_module: {exc}") from None
+    if lowered:  # the listed expressions, and the extern "C" kernels beside them
+        parsed = [i for i in parsed if i.name in entries and i.name not in lowered]
+    infos = records_from_symbols(lowered) + parsed
+    if not infos:
+        raise ModpackError("no __global__ kernels found in the CUDA source (template kernels "
+                           "and kernels without extern \"C\" are listed in name_expressions=, "
+                           "e.g. ['gemm<float, 128>'])")
+    return infos
+
+
+def _with_symbols(infos: list[KernelInfo], lowered: Mapping[str, str]) -> list[KernelInfo]:
+    """Records named by a name expression get its lowered symbol."""
+    return [dataclasses.replace(i, symbol=lowered[i.name]) if i.name in lowered else i
+            for i in infos]
+
+
+def _from_binaries(binaries: Mapping[str, Any], functions: Any, name: str | None,
+                   expressions: list[str]) -> CUDAModule:
     if not isinstance(binaries, Mapping) or not binaries:
         raise ValueError("binaries must map keys ('sm_80', 'ptx', 'fatbin', ...) to bytes")
     variants = [variant_from_bytes(str(key), data) for key, data in binaries.items()]
-    if functions is not None:
-        return CUDAModule(variants, records(functions))
     ptx = [v for v in variants if v.kind == "ptx"]
+    if expressions and not ptx:
+        raise ModpackError("name_expressions= with binaries needs a PTX variant to find the "
+                           "kernels' symbols in; cubins and fatbins alone need functions= with "
+                           "each kernel's 'symbol'")
+    lowered = lower_from_ptx(expressions, ptx_entries(ptx[0].data)) if expressions else {}
+    if functions is not None:
+        return CUDAModule(variants, _with_symbols(records(functions), lowered), name=name)
+    if lowered:
+        return CUDAModule(variants, records_from_symbols(lowered), name=name)
     if not ptx:
         raise ModpackError(
             "cuda_module(binaries=...) without PTX needs functions=: cubins and fatbins do not "
@@ -210,4 +265,4 @@ def _from_binaries(binaries: Mapping[str, Any], functions: Any) -> CUDAModule:
         raise ModpackError(f"cuda_module: {exc}") from None
     if not infos:
         raise ModpackError(f"the {ptx[0].arch} PTX defines no kernel (.entry)")
-    return CUDAModule(variants, infos)
+    return CUDAModule(variants, infos, name=name)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ModpackError
-from ..kernel_info import BUFFER, SCALAR, UNTYPED_POINTER, KernelArg, KernelInfo
+from ..kernel_info import BUFFER, NULL, SCALAR, UNTYPED_POINTER, KernelArg, KernelInfo
 from .records import LAUNCH_TAGS
 
 __all__ = ["PTXParam", "check_against_ptx", "infos_from_ptx", "ptx_entries", "ptx_target",
@@ -99,12 +99,16 @@ def infos_from_ptx(ptx: bytes | str, where: str) -> list[KernelInfo]:
 def check_against_ptx(info: KernelInfo, entries: Mapping[str, list[PTXParam]],
                       where: str) -> None:
     """Refuse a record whose parameters disagree with the compiled kernel's ``.entry``."""
-    params = entries.get(info.name)
+    symbol = info.symbol or info.name
+    params = entries.get(symbol)
     if params is None:
         mangled = [e for e in entries if info.name in e]
         hint = (f"; the PTX has {mangled[0]}, a C++-mangled name: declare the kernel "
-                "extern \"C\"" if mangled else f"; the PTX defines {sorted(entries) or 'none'}")
-        raise ModpackError(f"{where}: kernel {info.name} is not in the compiled PTX{hint}")
+                f"extern \"C\" or list it in name_expressions=['{info.name}']" if mangled
+                else f"; the PTX defines {sorted(entries) or 'none'}")
+        raise ModpackError(f"{where}: kernel {info.name} ({symbol}) is not in the compiled "
+                           f"PTX{hint}" if info.symbol else
+                           f"{where}: kernel {info.name} is not in the compiled PTX{hint}")
     if len(params) != len(info.args):
         raise ModpackError(
             f"{where}: kernel {info.name} has {len(info.args)} parameters in its record "
@@ -112,7 +116,7 @@ def check_against_ptx(info: KernelInfo, entries: Mapping[str, list[PTXParam]],
             f"({', '.join('.' + p.type for p in params)})"
         )
     for i, (arg, p) in enumerate(zip(info.args, params, strict=True)):
-        want = 8 if arg.kind == BUFFER else arg.dtype.itemsize
+        want = 8 if arg.kind in (BUFFER, NULL) else arg.dtype.itemsize
         float_mismatch = (arg.kind == SCALAR and p.type.startswith("f")
                           and arg.dtype.kind != "f")
         if p.size != want or float_mismatch:

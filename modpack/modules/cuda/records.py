@@ -8,11 +8,13 @@ from typing import Any
 
 from ..kernel_info import KernelInfo, kernel_infos, launch_tags
 
-__all__ = ["LAUNCH_TAGS", "SHARED_MEMORY_TAG", "check_launch_tags", "records"]
+__all__ = ["KIND_LAUNCH_TAGS", "LAUNCH_TAGS", "SHARED_MEMORY_TAG", "check_launch_tags",
+           "records"]
 
 # grid x, y, z ("blockIdx"), block x, y, z ("threadIdx"), then the optional dynamic shared
 # memory, in the runtime's launch-slot order.
-*_GRID_AND_BLOCK, SHARED_MEMORY_TAG = launch_tags("cuda")
+KIND_LAUNCH_TAGS: tuple[str, ...] = launch_tags("cuda")
+*_GRID_AND_BLOCK, SHARED_MEMORY_TAG = KIND_LAUNCH_TAGS
 LAUNCH_TAGS: tuple[str, ...] = tuple(_GRID_AND_BLOCK)
 
 
@@ -24,11 +26,9 @@ def records(functions: Mapping[str, Any] | Iterable[KernelInfo]) -> list[KernelI
 
 
 def check_launch_tags(info: KernelInfo) -> None:
+    """The kind's tags, each once (KernelInfo.check_tags), and the dynamic shared memory, when
+    passed, last: calls read as (args..., grid, block, shared bytes)."""
+    info.check_tags(KIND_LAUNCH_TAGS)
     tags = list(info.launch_tags)
-    allowed = (*LAUNCH_TAGS, SHARED_MEMORY_TAG)
-    bad = [t for t in tags if t not in allowed]
-    if bad or len(set(tags)) != len(tags):
-        raise ValueError(f"kernel {info.name}: launch tags {tags} must be distinct names from "
-                         f"{list(allowed)}")
     if SHARED_MEMORY_TAG in tags and tags[-1] != SHARED_MEMORY_TAG:
         raise ValueError(f"kernel {info.name}: {SHARED_MEMORY_TAG!r} must be the last launch tag")

@@ -10,7 +10,7 @@ import numpy as np
 from ..kernel_info import BUFFER, SCALAR, UNTYPED_POINTER, KernelArg, KernelInfo
 from .records import LAUNCH_TAGS
 
-__all__ = ["parse_cuda_signatures"]
+__all__ = ["parse_cuda_param", "parse_cuda_signatures"]
 
 _CUDA_TYPES = {
     "float": "float32", "double": "float64", "half": "float16", "__half": "float16",
@@ -44,7 +44,7 @@ def parse_cuda_signatures(source: str) -> list[KernelInfo]:
             continue
         params = [p.strip() for p in m["params"].split(",")]
         params = [p for p in params if p and p != "void"]
-        info = KernelInfo(m["name"], tuple(_parse_cuda_param(m["name"], p) for p in params),
+        info = KernelInfo(m["name"], tuple(parse_cuda_param(m["name"], p) for p in params),
                           LAUNCH_TAGS)
         earlier = next((i for i in infos if i.name == info.name), None)
         if earlier is None:
@@ -55,7 +55,9 @@ def parse_cuda_signatures(source: str) -> list[KernelInfo]:
     return infos
 
 
-def _parse_cuda_param(kernel: str, param: str) -> KernelArg:
+def parse_cuda_param(kernel: str, param: str, named: bool = True) -> KernelArg:
+    """A parameter declaration (``"const float* __restrict__ x"``; without the name when not
+    |named|, as in demangled signatures) as a record argument."""
     text = re.sub(r"=.*$", "", param)  # default arguments
     tokens = text.replace("*", " * ").replace("&", " & ").split()
     if "&" in tokens:
@@ -64,7 +66,7 @@ def _parse_cuda_param(kernel: str, param: str) -> KernelArg:
     stars = tokens.count("*")
     words = [t for t in tokens if t not in _CUDA_QUALIFIERS and t != "*"]
     words = [w.removeprefix("std::") for w in words]
-    type_words = words[:-1] if len(words) > 1 else words
+    type_words = words[:-1] if named and len(words) > 1 else words
     base = " ".join(type_words)
     if stars > 1:
         raise ValueError(f"kernel {kernel}: parameter {param!r} is a pointer to a pointer, "

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...format.layout import check_struct
 from ...runtime.binding import lib
-from ..base import BinaryModule
+from ..device import DeviceModule
 from ..kernel_info import KernelInfo, kernel_infos, launch_tags
 from .signatures import parse_kernel_signatures
 
@@ -42,15 +42,16 @@ def check_build_options(build_options: str | None) -> str:
     return build_options
 
 
-class OpenCLModule(BinaryModule):
+class OpenCLModule(DeviceModule):
     """OpenCL kernels carried in the library and run through the runtime's OpenCL device."""
 
     type_key = "opencl"
+    kind_launch_tags = LAUNCH_TAGS
 
     def __init__(self, source: str, functions: Mapping[str, Any] | Iterable[KernelInfo] | None,
                  binaries: Mapping[str, bytes] | None = None,
-                 build_options: str | None = None) -> None:
-        super().__init__()
+                 build_options: str | None = None, name: str | None = None) -> None:
+        super().__init__(name)
         if not isinstance(source, str):
             raise TypeError("opencl_module expects OpenCL C source as a str")
         self.source = source
@@ -62,24 +63,18 @@ class OpenCLModule(BinaryModule):
                                  f"preprocessing with build options {self.build_options!r})")
         else:
             self.functions = kernel_infos(functions, LAUNCH_TAGS)
-        for info in self.functions:
-            bad = [t for t in info.launch_tags if t not in LAUNCH_TAGS]
-            if bad:
-                raise ValueError(
-                    f"kernel {info.name}: unknown launch tags {bad}; use {LAUNCH_TAGS}"
-                )
+        self.check_records()
         self.binaries = dict(binaries or {})
 
     def save_to_binary(self) -> bytes:
         source = self.source.encode()
-        # Version 1 when there are no build options, so runtimes before version 2 read it.
+        # Version 1 when nothing needs version 2, so that older runtimes read it.
         options = self.build_options.encode()
-        version = lib.MP_OPENCL_PAYLOAD_VERSION if options else 1
+        version = 2 if options else self.payload_version(lib.MP_OPENCL_PAYLOAD_VERSION)
         parts = [_HEADER.pack(version, 0, len(source)), source]
         if version >= 2:
-            parts += [struct.pack("<I", len(options)), options]
-        parts.append(struct.pack("<I", len(self.functions)))
-        parts += [f.encode() for f in self.functions]
+            parts += [struct.pack("<I", len(options)), options, self.encode_name()]
+        parts.append(self.encode_records(version))
         parts.append(struct.pack("<I", len(self.binaries)))
         for key, data in self.binaries.items():
             k = key.encode()
@@ -89,7 +84,7 @@ class OpenCLModule(BinaryModule):
 
 def opencl_module(source: str, functions: Mapping[str, Any] | Iterable[KernelInfo] | None = None,
                   binaries: Mapping[str, bytes] | None = None,
-                  build_options: str | None = None) -> OpenCLModule:
+                  build_options: str | None = None, *, name: str | None = None) -> OpenCLModule:
     """An OpenCL module. Each kernel is called with its arguments followed by six integers:
     global x, y, z and local x, y, z (local 0 lets the runtime choose).
 
@@ -103,5 +98,8 @@ def opencl_module(source: str, functions: Mapping[str, Any] | Iterable[KernelInf
         (``modpack.opencl_binaries``); used when they match the device, else the source.
     build_options : OpenCL build options (``"-DT=float -cl-std=CL3.0 -cl-mad-enable"``), stored
         with the source and used for every build of it.
+    name : the module's name; its kernels are then also found as ``"name/kernel"``, so that
+        two modules defining the same kernel names (one source built with two sets of build
+        options, say) can share a library.
     """
-    return OpenCLModule(source, functions, binaries, build_options)
+    return OpenCLModule(source, functions, binaries, build_options, name)

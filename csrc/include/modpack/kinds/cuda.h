@@ -5,11 +5,14 @@
  *
  * Payload (little-endian):
  *   header (mp_cuda_header_v1_t: u32 version, u32 reserved, u32 variant_count >= 1)
+ *   version 2 only: u32 name_size (<= MP_MODULE_MAX_NAME; 0: unnamed), the module's name
  *   variant_count variant headers, each:
  *       u32 kind (MP_CUDA_VARIANT_*)  u32 arch_count (1 for cubin and ptx, <= 64 for fatbin)
  *       arch_count x {u32 size, bytes}  ("sm_80", "sm_90a", "compute_80", ...; < 32 bytes)
  *       u64 size
- *   u32 kernel_count, kernel_count function-info records
+ *   u32 kernel_count, kernel_count function-info records (record version 1 in a version 1
+ *       payload, 2 in a version 2 one: a C++ name expression's lowered symbol, a fixed block
+ *       size and dynamic shared memory, hidden NULL pointers)
  *   then each variant's bytes in order, each starting at the next multiple of
  *   MP_CUDA_VARIANT_ALIGNMENT from the start of the payload (zero padding between), and
  *   nothing after the last. A cubin starts with the ELF magic, a fatbin with 50 ED 55 BA, and
@@ -50,7 +53,7 @@ extern "C" {
 
 /* MP_API_BEGIN */
 enum {
-  MP_CUDA_PAYLOAD_VERSION = 1,
+  MP_CUDA_PAYLOAD_VERSION = 2, /* the newest; version 1 is read too */
   MP_CUDA_VARIANT_CUBIN = 0,
   MP_CUDA_VARIANT_PTX = 1,
   MP_CUDA_VARIANT_FATBIN = 2,

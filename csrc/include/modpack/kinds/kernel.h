@@ -11,6 +11,12 @@
  *       (kind: MP_KERNEL_ARG_*; for local memory the dtype is informative, the size the call's)
  *   u32 launch_count (<= MP_KERNEL_MAX_LAUNCH_TAGS), each: u32 size, tag bytes
  *                                                    (1..MP_KERNEL_MAX_LAUNCH_TAG, no NUL)
+ *   record version 2 only (the payloads say which version their records have):
+ *   u32 symbol_size, symbol bytes (0: the symbol is the name; else what the device code defines,
+ *       e.g. the lowered name of the C++ name expression the record is named by)
+ *   u32 fixed_count (<= MP_KERNEL_MAX_LAUNCH_TAGS), each: u32 size, tag, u64 value: launch
+ *       values fixed by the record (a block size, dynamic shared memory); a call passes only
+ *       the launch tags, and a kind's default fills what neither gives
  *
  * A buffer argument whose dtype code is kDLOpaqueHandle is an untyped pointer (`void*`) and
  * accepts an array of any dtype. docs/format.md describes the records in prose.
@@ -27,6 +33,7 @@ enum {
   MP_KERNEL_ARG_BUFFER = 0, /* an array in device memory */
   MP_KERNEL_ARG_SCALAR = 1, /* a number passed by value */
   MP_KERNEL_ARG_LOCAL = 2,  /* OpenCL __local memory, sized by the caller (MP_TYPE_LOCAL_MEMORY) */
+  MP_KERNEL_ARG_NULL = 3,   /* (v2) a pointer the caller does not pass: the launch passes NULL */
   MP_KERNEL_MAX_NAME = 1024,
   MP_KERNEL_MAX_ARGS = 256,
   MP_KERNEL_MAX_LAUNCH_TAGS = 16,

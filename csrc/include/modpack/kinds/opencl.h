@@ -5,8 +5,10 @@
  * Payload (little-endian):
  *   header (mp_opencl_header_v1_t: u32 version, u32 reserved, u64 source_size), source bytes
  *   version 2 only: u32 options_size (<= MP_OPENCL_MAX_BUILD_OPTIONS), the build options
- *       passed to every build of the source ("-DT=float -cl-mad-enable"; no NUL)
- *   u32 kernel_count, kernel_count function-info records
+ *       passed to every build of the source ("-DT=float -cl-mad-enable"; no NUL), then
+ *       u32 name_size (<= MP_MODULE_MAX_NAME; 0: unnamed), the module's name
+ *   u32 kernel_count, kernel_count function-info records (record version 1 in a version 1
+ *       payload, 2 in a version 2 one)
  *   u32 binary_count, each: u32 key_size (1..MP_OPENCL_MAX_BINARY_KEY), key
  *       ("platform/device/driver", as mp_device_name gives it), u64 size, bytes
  *

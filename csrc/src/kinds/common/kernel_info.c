@@ -11,13 +11,27 @@
 
 void mp_kernel_info_free(mp_kernel_info_t* info) {
   free(info->name);
+  free(info->symbol);
   free(info->args);
   for (uint32_t i = 0; info->launch_tags && i < info->launch_count; ++i) free(info->launch_tags[i]);
   free(info->launch_tags);
+  for (uint32_t i = 0; info->fixed_tags && i < info->fixed_count; ++i) free(info->fixed_tags[i]);
+  free(info->fixed_tags);
+  free(info->fixed_values);
   memset(info, 0, sizeof *info);
 }
 
-mp_status_t mp_kernel_info_read(mp_reader_t* r, mp_kernel_info_t* out) {
+/* |count| launch tags at |r| into a new array (*out, |count| entries). */
+static mp_status_t read_tags(mp_reader_t* r, uint32_t count, const char* where, char*** out) {
+  *out = calloc(count ? count : 1, sizeof **out);
+  if (!*out) return mp_out_of_memory("launch tags");
+  for (uint32_t i = 0; i < count; ++i)
+    MP_RETURN_IF_ERROR(
+        mp_read_string(r, MP_KERNEL_MAX_LAUNCH_TAG, where, "launch tag", &(*out)[i]));
+  return MP_OK;
+}
+
+mp_status_t mp_kernel_info_read(mp_reader_t* r, uint32_t version, mp_kernel_info_t* out) {
   memset(out, 0, sizeof *out);
   MP_RETURN_IF_ERROR(mp_read_string(r, MP_KERNEL_MAX_NAME, "", "kernel name", &out->name));
   char where[MP_KERNEL_MAX_NAME + 16]; /* "kernel NAME: " */
@@ -33,26 +47,46 @@ mp_status_t mp_kernel_info_read(mp_reader_t* r, mp_kernel_info_t* out) {
     if (!mp_read_u8(r, &kind) || !mp_read_u8(r, &code) || !mp_read_u8(r, &bits) ||
         !mp_read_u8(r, &lanes))
       return mp_reader_error(r, "kernel argument");
-    if (kind > MP_KERNEL_ARG_LOCAL || bits == 0 || lanes == 0)
+    uint8_t last_kind = version >= 2 ? MP_KERNEL_ARG_NULL : MP_KERNEL_ARG_LOCAL;
+    if (kind > last_kind || bits == 0 || lanes == 0)
       return mp_errorf(MP_ERR_FORMAT, "%s: %sargument %u has kind %u, bits %u, lanes %u", r->what,
                        where, i, kind, bits, lanes);
     out->args[i] = (mp_kernel_arg_t){kind, {code, bits, lanes}};
+    out->passed_count += kind != MP_KERNEL_ARG_NULL;
   }
   if (!mp_read_u32(r, &out->launch_count)) return mp_reader_error(r, "launch tag count");
   if (out->launch_count > MP_KERNEL_MAX_LAUNCH_TAGS)
     return mp_errorf(MP_ERR_FORMAT, "%s: %slaunch tag count of %u exceeds %d", r->what, where,
                      out->launch_count, MP_KERNEL_MAX_LAUNCH_TAGS);
-  out->launch_tags = calloc(out->launch_count ? out->launch_count : 1, sizeof *out->launch_tags);
-  if (!out->launch_tags) return mp_out_of_memory("launch tags");
-  for (uint32_t i = 0; i < out->launch_count; ++i)
+  MP_RETURN_IF_ERROR(read_tags(r, out->launch_count, where, &out->launch_tags));
+  if (version < 2) return MP_OK;
+  MP_RETURN_IF_ERROR(mp_read_optional_string(r, MP_KERNEL_MAX_NAME, where, "symbol", &out->symbol));
+  if (!mp_read_u32(r, &out->fixed_count)) return mp_reader_error(r, "fixed launch count");
+  if (out->fixed_count > MP_KERNEL_MAX_LAUNCH_TAGS)
+    return mp_errorf(MP_ERR_FORMAT, "%s: %sfixed launch count of %u exceeds %d", r->what, where,
+                     out->fixed_count, MP_KERNEL_MAX_LAUNCH_TAGS);
+  out->fixed_tags = calloc(out->fixed_count ? out->fixed_count : 1, sizeof *out->fixed_tags);
+  out->fixed_values = calloc(out->fixed_count ? out->fixed_count : 1, sizeof *out->fixed_values);
+  if (!out->fixed_tags || !out->fixed_values) return mp_out_of_memory("fixed launch values");
+  for (uint32_t i = 0; i < out->fixed_count; ++i) {
     MP_RETURN_IF_ERROR(
-        mp_read_string(r, MP_KERNEL_MAX_LAUNCH_TAG, where, "launch tag", &out->launch_tags[i]));
+        mp_read_string(r, MP_KERNEL_MAX_LAUNCH_TAG, where, "launch tag", &out->fixed_tags[i]));
+    if (!mp_read_u64(r, &out->fixed_values[i])) return mp_reader_error(r, "fixed launch value");
+  }
   return MP_OK;
+}
+
+const char* mp_kernel_symbol(const mp_kernel_info_t* info) {
+  return info->symbol ? info->symbol : info->name;
 }
 
 void mp_kernel_info_describe(mp_json_t* j, const mp_kernel_info_t* info) {
   mp_json_printf(j, "{\"name\": ");
   mp_json_string(j, info->name);
+  if (info->symbol) {
+    mp_json_printf(j, ", \"symbol\": ");
+    mp_json_string(j, info->symbol);
+  }
   mp_json_printf(j, ", \"args\": [");
   for (uint32_t a = 0; a < info->arg_count; ++a) {
     const mp_kernel_arg_t* arg = &info->args[a];
@@ -61,8 +95,8 @@ void mp_kernel_info_describe(mp_json_t* j, const mp_kernel_info_t* info) {
       snprintf(dtype, sizeof dtype, "void"); /* an untyped pointer: any dtype */
     else
       mp_dtype_string(arg->dtype, dtype, sizeof dtype);
-    mp_json_printf(j, "%s\"%s%s%s\"", a ? ", " : "",
-                   arg->kind == MP_KERNEL_ARG_LOCAL ? "local " : "", dtype,
+    static const char* const prefixes[] = {"", "", "local ", "null "};
+    mp_json_printf(j, "%s\"%s%s%s\"", a ? ", " : "", prefixes[arg->kind], dtype,
                    arg->kind == MP_KERNEL_ARG_SCALAR ? "" : "*");
   }
   mp_json_printf(j, "], \"launch\": [");
@@ -70,18 +104,33 @@ void mp_kernel_info_describe(mp_json_t* j, const mp_kernel_info_t* info) {
     mp_json_printf(j, "%s", t ? ", " : "");
     mp_json_string(j, info->launch_tags[t]);
   }
-  mp_json_printf(j, "]}");
+  mp_json_printf(j, "]");
+  if (info->fixed_count) {
+    mp_json_printf(j, ", \"fixed\": {");
+    for (uint32_t t = 0; t < info->fixed_count; ++t) {
+      mp_json_printf(j, "%s", t ? ", " : "");
+      mp_json_string(j, info->fixed_tags[t]);
+      mp_json_printf(j, ": %llu", (unsigned long long)info->fixed_values[t]);
+    }
+    mp_json_printf(j, "}");
+  }
+  mp_json_printf(j, "}");
 }
 
 /* ---- calling kernels: checks and conversions shared by device module kinds ----------------- */
 
-mp_status_t mp_kernel_check_count(const mp_kernel_info_t* info, int32_t num_args) {
-  uint32_t expected = info->arg_count + info->launch_count;
+mp_status_t mp_kernel_bind(const mp_kernel_info_t* info, const mp_value_t* args, int32_t num_args,
+                           const mp_value_t** out_params, const mp_value_t** out_launch) {
+  uint32_t expected = info->passed_count + info->launch_count;
   if (num_args < 0 || (uint32_t)num_args != expected)
     return mp_errorf(
         MP_ERR_INVALID_ARGUMENT,
         "%s: expected %u arguments (%u kernel arguments + %u launch dimensions), got %d",
-        info->name, expected, info->arg_count, info->launch_count, (int)num_args);
+        info->name, expected, info->passed_count, info->launch_count, (int)num_args);
+  uint32_t v = 0;
+  for (uint32_t i = 0; i < info->arg_count; ++i)
+    out_params[i] = info->args[i].kind == MP_KERNEL_ARG_NULL ? NULL : &args[v++];
+  *out_launch = args + v;
   return MP_OK;
 }
 
@@ -90,9 +139,10 @@ mp_status_t mp_kernel_check_buffer(const mp_kernel_info_t* info, uint32_t index,
   const mp_kernel_arg_t* a = &info->args[index];
   bool untyped = a->dtype.code == kDLOpaqueHandle;
   char want[32], got[32];
+  if (value->type_code == MP_TYPE_NONE) return MP_OK; /* a NULL pointer */
   if (value->type_code != MP_TYPE_DLTENSOR || !value->v_tensor)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %u must be an array (%s), got %s",
-                     info->name, index,
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "%s: argument %u must be an array (%s) or None, got %s", info->name, index,
                      untyped ? "any dtype" : mp_dtype_string(a->dtype, want, sizeof want),
                      mp_type_code_name(value->type_code));
   const DLTensor* t = value->v_tensor;
@@ -122,15 +172,16 @@ mp_status_t mp_kernel_check_local(const mp_kernel_info_t* info, uint32_t index,
   return MP_OK;
 }
 
-mp_status_t mp_kernel_check_devices(const mp_kernel_info_t* info, const mp_value_t* args,
+mp_status_t mp_kernel_check_devices(const mp_kernel_info_t* info, const mp_value_t* const* params,
                                     const mp_device_api_t* device, const char* how_to_create,
                                     int32_t* out_device) {
   const char* kind = device->display_name;
   const char* article = strchr("AEIOU", kind[0]) ? "an" : "a";
   *out_device = -1;
   for (uint32_t i = 0; i < info->arg_count; ++i) {
-    if (info->args[i].kind != MP_KERNEL_ARG_BUFFER) continue;
-    const DLTensor* t = args[i].v_tensor;
+    if (info->args[i].kind != MP_KERNEL_ARG_BUFFER || params[i]->type_code == MP_TYPE_NONE)
+      continue;
+    const DLTensor* t = params[i]->v_tensor;
     if ((int32_t)t->device.device_type != device->device_type)
       return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                        "%s: argument %u is an array on device type %d, not on %s %s device; "

@@ -15,21 +15,29 @@
 #include "modpack/kinds/kernel.h"
 
 typedef struct {
-  uint8_t kind; /* MP_KERNEL_ARG_BUFFER or MP_KERNEL_ARG_SCALAR */
+  uint8_t kind; /* MP_KERNEL_ARG_* */
   DLDataType dtype;
 } mp_kernel_arg_t;
 
 typedef struct {
-  char* name;
+  char* name;   /* what lookups use: a C name, or a C++ name expression ("mm<32>") */
+  char* symbol; /* what the device code defines (a lowered name), NULL when it is |name| */
   uint32_t arg_count;
   mp_kernel_arg_t* args;
+  uint32_t passed_count; /* the arguments a caller passes: all but MP_KERNEL_ARG_NULL ones */
   uint32_t launch_count;
-  char** launch_tags; /* e.g. "global.x", "local.x", "blockIdx.x", "dyn_shared_memory" */
+  char** launch_tags;   /* e.g. "global.x", "local.x", "blockIdx.x", "dyn_shared_memory" */
+  uint32_t fixed_count; /* launch values the record fixes (a caller does not pass them) */
+  char** fixed_tags;
+  uint64_t* fixed_values;
 } mp_kernel_info_t;
 
 /* Reads one record at |r|'s position into |out| (freed with mp_kernel_info_free, also after
- * a failure). */
-mp_status_t mp_kernel_info_read(mp_reader_t* r, mp_kernel_info_t* out);
+ * a failure). |version| is the record layout: 1, or 2 (symbol, fixed launch values, NULL
+ * arguments), as the payload's version says. */
+mp_status_t mp_kernel_info_read(mp_reader_t* r, uint32_t version, mp_kernel_info_t* out);
+/* The name the device code defines the kernel under. */
+const char* mp_kernel_symbol(const mp_kernel_info_t* info);
 void mp_kernel_info_free(mp_kernel_info_t* info);
 /* {"name": ..., "args": ["float32*", "int32", "void*"], "launch": [...]} */
 void mp_kernel_info_describe(mp_json_t* j, const mp_kernel_info_t* info);
@@ -48,17 +56,22 @@ typedef union {
   double f64;
 } mp_kernel_scalar_t;
 
-/* A kernel is called with its arguments, then one integer per launch tag. */
-mp_status_t mp_kernel_check_count(const mp_kernel_info_t* info, int32_t num_args);
-/* Argument |index| must be a compact array of the record's dtype (any dtype if untyped). */
+/* A kernel is called with its passed arguments, then one integer per launch tag. Checks the
+ * count and sets |out_params|[i] to the value of parameter i (NULL for an MP_KERNEL_ARG_NULL
+ * one, which the launch passes as a NULL pointer) and *|out_launch| to the launch values. */
+mp_status_t mp_kernel_bind(const mp_kernel_info_t* info, const mp_value_t* args, int32_t num_args,
+                           const mp_value_t** out_params, const mp_value_t** out_launch);
+/* Argument |index| must be a compact array of the record's dtype (any dtype if untyped), or
+ * None for a NULL pointer. */
 mp_status_t mp_kernel_check_buffer(const mp_kernel_info_t* info, uint32_t index,
                                    const mp_value_t* value);
 /* Argument |index| is local memory: the value must say how many bytes (> 0). */
 mp_status_t mp_kernel_check_local(const mp_kernel_info_t* info, uint32_t index,
                                   const mp_value_t* value, uint64_t* out_nbytes);
 /* Every array argument must be on |device|'s type, all on one device (its id, or -1 if there
- * is no array argument, goes to |out_device|); |how_to_create| completes the error message. */
-mp_status_t mp_kernel_check_devices(const mp_kernel_info_t* info, const mp_value_t* args,
+ * is no array argument, goes to |out_device|); |how_to_create| completes the error message.
+ * |params| are mp_kernel_bind's. */
+mp_status_t mp_kernel_check_devices(const mp_kernel_info_t* info, const mp_value_t* const* params,
                                     const mp_device_api_t* device, const char* how_to_create,
                                     int32_t* out_device);
 /* |value| converted to scalar argument |index|'s dtype (float16 and bfloat16 included);

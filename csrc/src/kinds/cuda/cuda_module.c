@@ -208,7 +208,8 @@ static mp_status_t load_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda, int32
     return mp_out_of_memory("CUDA functions");
   }
   for (uint32_t k = 0; k < m->table.count; ++k) {
-    CUresult result = cuda->cu.ModuleGetFunction(&functions[k], module, m->table.kernels[k].name);
+    CUresult result =
+        cuda->cu.ModuleGetFunction(&functions[k], module, mp_kernel_symbol(&m->table.kernels[k]));
     if (result != CUDA_SUCCESS) {
       const mp_cuda_variant_t* variant = &m->variants[chosen];
       mp_status_t s = mp_errorf(
@@ -248,27 +249,26 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   const mp_kernel_ref_t* f = self;
   mp_cuda_module_t* m = f->module;
   const mp_kernel_info_t* info = &m->table.kernels[f->kernel];
-  MP_RETURN_IF_ERROR(mp_kernel_check_count(info, num_args));
+  const mp_value_t* bound[MP_KERNEL_MAX_ARGS];
+  const mp_value_t* launch_values;
+  MP_RETURN_IF_ERROR(mp_kernel_bind(info, args, num_args, bound, &launch_values));
   /* Checks that need no driver first: kinds, dtypes, launch dimensions. */
   cuda_arg_t values[MP_KERNEL_MAX_ARGS];
   void* params[MP_KERNEL_MAX_ARGS];
   for (uint32_t i = 0; i < info->arg_count; ++i) {
     params[i] = &values[i];
-    MP_RETURN_IF_ERROR(info->args[i].kind == MP_KERNEL_ARG_SCALAR
-                           ? mp_kernel_pack_scalar(info, i, &args[i], &values[i].scalar, NULL)
-                           : mp_kernel_check_buffer(info, i, &args[i]));
+    values[i].pointer = 0; /* NULL unless an array is given */
+    if (info->args[i].kind == MP_KERNEL_ARG_SCALAR)
+      MP_RETURN_IF_ERROR(mp_kernel_pack_scalar(info, i, bound[i], &values[i].scalar, NULL));
+    else if (info->args[i].kind == MP_KERNEL_ARG_BUFFER)
+      MP_RETURN_IF_ERROR(mp_kernel_check_buffer(info, i, bound[i]));
   }
-  uint64_t launch[MP_CUDA_SLOT_COUNT] = {1, 1, 1, 1, 1, 1, 0};
-  for (uint32_t t = 0; t < info->launch_count; ++t) {
-    const mp_value_t* v = &args[info->arg_count + t];
-    int8_t slot = m->table.launch_slots[f->kernel][t];
-    int64_t limit = slot == MP_CUDA_SLOT_SHARED ? INT32_MAX : UINT32_MAX;
-    if (v->type_code != MP_TYPE_INT || v->v_int64 < 0 || v->v_int64 > limit)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                       "%s: launch argument %u (%s) must be an int in [0, %lld]", info->name,
-                       info->arg_count + t, info->launch_tags[t], (long long)limit);
-    launch[slot] = (uint64_t)v->v_int64;
-  }
+  static const uint64_t defaults[MP_CUDA_SLOT_COUNT] = {1, 1, 1, 1, 1, 1, 0};
+  static const uint64_t limits[MP_CUDA_SLOT_COUNT] = {
+      UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, INT32_MAX};
+  uint64_t launch[MP_CUDA_SLOT_COUNT];
+  MP_RETURN_IF_ERROR(mp_kernel_table_launch(&m->table, f->kernel, launch_values, defaults, limits,
+                                            MP_CUDA_SLOT_COUNT, launch));
   if (!launch[3] || !launch[4] || !launch[5])
     return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                      "%s: block dimensions (threadIdx.x|y|z) must be positive, got %" PRIu64
@@ -279,14 +279,14 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   const mp_cuda_t* cuda = mp_cuda();
   if (!cuda) return mp_error_code();
   int32_t device = -1;
-  MP_RETURN_IF_ERROR(mp_kernel_check_devices(info, args, &mp_cuda_device,
+  MP_RETURN_IF_ERROR(mp_kernel_check_devices(info, bound, &mp_cuda_device,
                                              "modpack.array(x, device=\"cuda:0\") or pass a "
                                              "CUDA array through DLPack",
                                              &device));
   for (uint32_t i = 0; i < info->arg_count; ++i)
-    if (info->args[i].kind == MP_KERNEL_ARG_BUFFER)
+    if (info->args[i].kind == MP_KERNEL_ARG_BUFFER && bound[i]->type_code == MP_TYPE_DLTENSOR)
       values[i].pointer =
-          (CUdeviceptr)(uintptr_t)args[i].v_tensor->data + args[i].v_tensor->byte_offset;
+          (CUdeviceptr)(uintptr_t)bound[i]->v_tensor->data + bound[i]->v_tensor->byte_offset;
   if (device < 0) { /* no array: the current context's device, else device 0 */
     CUdevice current;
     device = 0;
@@ -403,7 +403,13 @@ static mp_status_t load_cuda(void* user_data, const mp_loader_args_t* args,
     return status;
   }
   /* No driver call here: loading succeeds without a GPU; the first launch reports it. */
-  return mp_module_create("cuda", &cuda_vtable, m, out_module);
+  char* name = m->name;
+  MP_RETURN_IF_ERROR(mp_module_create("cuda", &cuda_vtable, m, out_module));
+  if (name && (status = mp_module_set_name(*out_module, name)) != MP_OK) {
+    mp_module_release(*out_module);
+    *out_module = NULL;
+  }
+  return status;
 }
 
 const mp_kind_t mp_cuda_kind = {

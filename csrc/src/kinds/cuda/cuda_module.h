@@ -27,6 +27,7 @@ typedef struct {
 
 typedef struct {
   mp_kernel_table_t table; /* first: the kernel table's vtable entries read it from impl */
+  char* name;              /* NULL when unnamed */
   uint32_t variant_count;
   mp_cuda_variant_t* variants;
   pthread_mutex_t lock; /* guards the per-device state below */

@@ -93,10 +93,10 @@ mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, const mp_kind_t* kind,
   uint32_t version, reserved, count;
   if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
     return mp_reader_error(&r, "header");
-  if (version != MP_CUDA_PAYLOAD_VERSION)
+  if (version == 0 || version > MP_CUDA_PAYLOAD_VERSION)
     return mp_errorf(MP_ERR_INCOMPATIBLE,
                      "cuda payload version %u is not supported (this runtime "
-                     "reads %d); upgrade modpack",
+                     "reads 1 to %d); upgrade modpack",
                      version, MP_CUDA_PAYLOAD_VERSION);
   if (reserved != 0)
     return mp_errorf(MP_ERR_FORMAT, "cuda payload: reserved header field is not 0");
@@ -105,13 +105,14 @@ mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, const mp_kind_t* kind,
   if (count > MP_CUDA_MAX_VARIANTS)
     return mp_errorf(MP_ERR_FORMAT, "cuda payload: %u variants (at most %d)", count,
                      MP_CUDA_MAX_VARIANTS);
+  if (version >= 2) MP_RETURN_IF_ERROR(mp_kernel_read_module_name(&r, &m->name));
   m->variants = calloc(count, sizeof *m->variants);
   if (!m->variants) return mp_out_of_memory("the CUDA variants");
   for (uint32_t v = 0; v < count; ++v) {
     m->variant_count = v + 1;
     MP_RETURN_IF_ERROR(parse_variant_header(&r, v, &m->variants[v]));
   }
-  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, true, &m->table));
+  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, version, true, &m->table));
   for (uint32_t k = 0; k < m->table.count; ++k)
     for (uint32_t a = 0; a < m->table.kernels[k].arg_count; ++a)
       if (m->table.kernels[k].args[a].kind == MP_KERNEL_ARG_LOCAL)
@@ -147,6 +148,8 @@ void mp_cuda_payload_free(mp_cuda_module_t* m) {
   }
   free(m->variants);
   m->variants = NULL;
+  free(m->name);
+  m->name = NULL;
   m->variant_count = 0;
   mp_kernel_table_free(&m->table);
 }

@@ -30,6 +30,7 @@ typedef struct {
   char* source;
   uint64_t source_size;
   char* build_options; /* "" when the payload has none (version 1) */
+  char* name;          /* NULL when unnamed */
   uint32_t binary_count;
   mp_opencl_binary_t* binaries;
   pthread_mutex_t lock; /* guards lazy builds and clSetKernelArg + enqueue on shared kernels */
@@ -57,6 +58,7 @@ static void opencl_destroy(void* impl) {
   free(m->binaries);
   free(m->source);
   free(m->build_options);
+  free(m->name);
   pthread_mutex_destroy(&m->lock);
   free(m);
 }
@@ -76,7 +78,7 @@ static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32
   }
   for (uint32_t k = 0; k < m->table.count; ++k) {
     cl_int err;
-    kernels[k] = cl->cl.CreateKernel(program, m->table.kernels[k].name, &err);
+    kernels[k] = cl->cl.CreateKernel(program, mp_kernel_symbol(&m->table.kernels[k]), &err);
     if (!kernels[k]) {
       for (uint32_t j = 0; j < k; ++j) cl->cl.ReleaseKernel(kernels[j]);
       free(kernels);
@@ -109,42 +111,47 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   const mp_kernel_ref_t* ref = self;
   opencl_module_t* m = ref->module;
   const mp_kernel_info_t* info = &m->table.kernels[ref->kernel];
-  MP_RETURN_IF_ERROR(mp_kernel_check_count(info, num_args));
+  const mp_value_t* params[MP_KERNEL_MAX_ARGS];
+  const mp_value_t* launch_values;
+  MP_RETURN_IF_ERROR(mp_kernel_bind(info, args, num_args, params, &launch_values));
   /* Checks that need no driver first: kinds, dtypes, devices, launch dimensions. */
   mp_kernel_scalar_t scalars[MP_KERNEL_MAX_ARGS];
-  size_t scalar_sizes[MP_KERNEL_MAX_ARGS];
+  size_t sizes[MP_KERNEL_MAX_ARGS];
   for (uint32_t i = 0; i < info->arg_count; ++i) {
-    if (info->args[i].kind == MP_KERNEL_ARG_SCALAR) {
-      MP_RETURN_IF_ERROR(mp_kernel_pack_scalar(info, i, &args[i], &scalars[i], &scalar_sizes[i]));
-      continue;
+    switch (info->args[i].kind) {
+      case MP_KERNEL_ARG_SCALAR:
+        MP_RETURN_IF_ERROR(mp_kernel_pack_scalar(info, i, params[i], &scalars[i], &sizes[i]));
+        break;
+      case MP_KERNEL_ARG_LOCAL: {
+        uint64_t nbytes;
+        MP_RETURN_IF_ERROR(mp_kernel_check_local(info, i, params[i], &nbytes));
+        sizes[i] = (size_t)nbytes;
+        break;
+      }
+      case MP_KERNEL_ARG_BUFFER:
+        MP_RETURN_IF_ERROR(mp_kernel_check_buffer(info, i, params[i]));
+        if (params[i]->type_code == MP_TYPE_DLTENSOR && params[i]->v_tensor->byte_offset != 0)
+          return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                           "%s: argument %u has a byte offset; OpenCL takes whole buffers",
+                           info->name, i);
+        break;
+      default: /* MP_KERNEL_ARG_NULL: a NULL buffer the caller does not pass */
+        break;
     }
-    if (info->args[i].kind == MP_KERNEL_ARG_LOCAL) {
-      uint64_t nbytes;
-      MP_RETURN_IF_ERROR(mp_kernel_check_local(info, i, &args[i], &nbytes));
-      scalar_sizes[i] = (size_t)nbytes;
-      continue;
-    }
-    MP_RETURN_IF_ERROR(mp_kernel_check_buffer(info, i, &args[i]));
-    if (args[i].v_tensor->byte_offset != 0)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                       "%s: argument %u has a byte offset; OpenCL takes whole buffers", info->name,
-                       i);
   }
   int32_t device = -1;
-  MP_RETURN_IF_ERROR(mp_kernel_check_devices(info, args, &mp_opencl_device,
+  MP_RETURN_IF_ERROR(mp_kernel_check_devices(info, params, &mp_opencl_device,
                                              "modpack.array(x, device=\"opencl:0\")", &device));
-  size_t global[3] = {1, 1, 1}, local[3] = {0, 0, 0};
-  for (uint32_t t = 0; t < info->launch_count; ++t) {
-    const mp_value_t* v = &args[info->arg_count + t];
-    if (v->type_code != MP_TYPE_INT || v->v_int64 < 0)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                       "%s: launch argument %u (%s) must be a non-negative int", info->name,
-                       info->arg_count + t, info->launch_tags[t]);
-    int8_t slot = m->table.launch_slots[ref->kernel][t];
-    if (slot < SLOT_LOCAL_X)
-      global[slot - SLOT_GLOBAL_X] = (size_t)v->v_int64;
-    else
-      local[slot - SLOT_LOCAL_X] = (size_t)v->v_int64;
+  static const uint64_t defaults[SLOT_COUNT] = {1, 1, 1, 0, 0, 0};
+  static const uint64_t limits[SLOT_COUNT] = {SIZE_MAX, SIZE_MAX, SIZE_MAX,
+                                              SIZE_MAX, SIZE_MAX, SIZE_MAX};
+  uint64_t launch[SLOT_COUNT];
+  MP_RETURN_IF_ERROR(mp_kernel_table_launch(&m->table, ref->kernel, launch_values, defaults, limits,
+                                            SLOT_COUNT, launch));
+  size_t global[3], local[3];
+  for (int d = 0; d < 3; ++d) {
+    global[d] = (size_t)launch[SLOT_GLOBAL_X + d];
+    local[d] = (size_t)launch[SLOT_LOCAL_X + d];
   }
   bool any_local = local[0] || local[1] || local[2];
   if (any_local && !(local[0] && local[1] && local[2]))
@@ -164,13 +171,19 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   mp_status_t status = m->programs[device] ? MP_OK : build_locked(m, cl, device);
   cl_kernel kernel = status == MP_OK ? m->kernels[device][ref->kernel] : NULL;
   for (uint32_t i = 0; status == MP_OK && i < info->arg_count; ++i) {
-    if (info->args[i].kind == MP_KERNEL_ARG_BUFFER) {
-      cl_mem mem = args[i].v_tensor->data;
-      status = set_arg(cl, kernel, info, i, sizeof mem, &mem);
-    } else if (info->args[i].kind == MP_KERNEL_ARG_LOCAL) {
-      status = set_arg(cl, kernel, info, i, scalar_sizes[i], NULL); /* __local: a size */
-    } else {
-      status = set_arg(cl, kernel, info, i, scalar_sizes[i], &scalars[i]);
+    switch (info->args[i].kind) {
+      case MP_KERNEL_ARG_SCALAR:
+        status = set_arg(cl, kernel, info, i, sizes[i], &scalars[i]);
+        break;
+      case MP_KERNEL_ARG_LOCAL:
+        status = set_arg(cl, kernel, info, i, sizes[i], NULL); /* __local: a size */
+        break;
+      default: { /* a buffer, NULL for None and for MP_KERNEL_ARG_NULL */
+        cl_mem mem = params[i] && params[i]->type_code == MP_TYPE_DLTENSOR
+                         ? (cl_mem)params[i]->v_tensor->data
+                         : NULL;
+        status = set_arg(cl, kernel, info, i, sizeof mem, &mem);
+      }
     }
   }
   if (status == MP_OK) {
@@ -223,7 +236,8 @@ static mp_status_t parse(opencl_module_t* m, mp_const_byte_span_t payload) {
   if (!m->build_options) return mp_out_of_memory("the OpenCL build options");
   if (options_size) memcpy(m->build_options, options, options_size);
   m->build_options[options_size] = '\0';
-  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, &mp_opencl_kind, false, &m->table));
+  if (version >= 2) MP_RETURN_IF_ERROR(mp_kernel_read_module_name(&r, &m->name));
+  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, &mp_opencl_kind, version, false, &m->table));
   if (!mp_read_u32(&r, &count) || count > r.size / 12) return mp_reader_error(&r, "binary count");
   m->binaries = calloc(count ? count : 1, sizeof *m->binaries);
   if (!m->binaries) return mp_out_of_memory("the OpenCL binaries");
@@ -287,7 +301,13 @@ static mp_status_t load_opencl(void* user_data, const mp_loader_args_t* args,
     opencl_destroy(m);
     return status;
   }
-  return mp_module_create("opencl", &opencl_vtable, m, out_module);
+  char* name = m->name;
+  MP_RETURN_IF_ERROR(mp_module_create("opencl", &opencl_vtable, m, out_module));
+  if (name && (status = mp_module_set_name(*out_module, name)) != MP_OK) {
+    mp_module_release(*out_module);
+    *out_module = NULL;
+  }
+  return status;
 }
 
 const mp_kind_t mp_opencl_kind = {
