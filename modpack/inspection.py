@@ -15,6 +15,7 @@ import json
 import mmap
 import os
 import struct
+import subprocess
 import tarfile
 import tempfile
 from typing import Any
@@ -34,6 +35,7 @@ from .format.layout import (
     LIBRARY_TYPE_KEY,
 )
 from .runtime.binding import error_from_status, ffi, lib
+from .toolchain.demangle import demangle, is_mangled
 
 __all__ = ["inspect_library"]
 
@@ -381,9 +383,25 @@ def _contents(type_key: str, payload: Any, size: int) -> dict[str, Any]:
                 "dtype": _dl_dtype(t.dtype),
                 "shape": [t.shape[d] for d in range(t.ndim)],
             })
-        return {"functions": functions, "arrays": arrays, **_describe(module)}
+        contents = {"functions": functions, "arrays": arrays, **_describe(module)}
+        _add_demangled(contents.get("kernels", []))
+        return contents
     finally:
         lib.mp_module_release(module)
+
+
+def _add_demangled(kernels: list[dict[str, Any]]) -> None:
+    """A kernel known by a C++ (mangled) symbol gets ``"demangled"``: its readable
+    signature. Inspecting still works where c++filt is missing, without it."""
+    mangled = [k for k in kernels if is_mangled(k.get("symbol", k["name"]))]
+    if not mangled:
+        return
+    try:
+        readable = demangle([k.get("symbol", k["name"]) for k in mangled])
+    except (ModpackError, OSError, subprocess.SubprocessError):
+        return
+    for kernel, text in zip(mangled, readable, strict=True):
+        kernel["demangled"] = text
 
 
 def _describe(module: Any) -> dict[str, Any]:

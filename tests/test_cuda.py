@@ -452,6 +452,63 @@ def test_template_kernels_by_name_expression(compiler, tmp):
     contents = load_payload(payload_of(path))
     assert contents["kernels"][0]["symbol"] == "_ZN3ops5scaleIfLi128EEEvPT_PKS1_S1_j"
     assert "symbol" not in contents["kernels"][3]
+    (inspected,) = [m["contents"] for m in inspect_library(path)["modules"]
+                    if m["type_key"] == "cuda"]
+    assert inspected["name"] == "ops"
+    assert [k.get("demangled") for k in inspected["kernels"]] == [
+        "void ops::scale<float, 128>(float*, float const*, float, unsigned int)",
+        "void ops::scale<__half, 64>(__half*, __half const*, __half, unsigned int)",
+        "ops::zero(float*, long long)", None]
+
+
+# A CUDA-samples style file: kernels, a header beside it, and a host program that launches them.
+SAMPLE_HEADER = """#pragma once
+#define BLOCK 128
+template <typename T> __device__ T twice(T x) { return x + x; }
+"""
+SAMPLE = r"""
+#include <cstdio>
+#include <cuda_runtime.h>
+#include "helper.h"
+
+template <int B>
+__global__ void doubler(float* x, int n) {
+  int i = blockIdx.x * B + threadIdx.x;
+  if (i < n) x[i] = twice(x[i]);
+}
+
+int main() {
+  float* d = nullptr;
+  cudaMalloc(&d, 1024 * sizeof(float));
+  doubler<BLOCK><<<8, BLOCK>>>(d, 1024);
+  cudaDeviceSynchronize();
+  std::printf("done\n");
+  cudaFree(d);
+  return 0;
+}
+"""
+
+
+@needs_nvcc
+def test_nvcc_takes_a_cu_file_with_host_code_and_local_headers(tmp):
+    (tmp / "helper.h").write_text(SAMPLE_HEADER)
+    (tmp / "sample.cu").write_text(SAMPLE)
+    module = modpack.cuda_module(tmp / "sample.cu", targets=["sm_80"], compiler="nvcc",
+                                 name_expressions=["doubler<128>"])
+    assert [(f.name, f.symbol, f.signature()) for f in module.functions] == [
+        ("doubler<128>", "_Z7doublerILi128EEvPfi", "doubler<128>(float32*, int32)")]
+    with pytest.raises(modpack.MissingFileError, match=r"absent\.cu does not exist"):
+        modpack.cuda_module(tmp / "absent.cu", compiler="nvcc")
+
+
+@needs_nvrtc
+def test_nvrtc_says_host_code_needs_nvcc(tmp):
+    (tmp / "helper.h").write_text(SAMPLE_HEADER)
+    (tmp / "sample.cu").write_text(SAMPLE)
+    with pytest.raises(modpack.CompileError, match="holds host code, which NVRTC does not "
+                                                   "compile: pass compiler='nvcc'"):
+        modpack.cuda_module(tmp / "sample.cu", targets=["sm_80"],
+                            name_expressions=["doubler<128>"])
 
 
 @needs_nvcc
@@ -1064,6 +1121,27 @@ def test_dynamic_shared_memory_above_48k(tmp):
     assert np.array_equal(out.numpy(), data[::-1])
     reverse(src, out, n, 1, n, 64 * 1024)  # opts in through cuFuncSetAttribute
     assert np.array_equal(out.numpy(), data[::-1])
+
+
+@needs_gpu
+def test_template_kernel_with_a_fixed_block_and_a_null_pointer(tmp):
+    """A name expression, a block size fixed by the record (the call passes the grid only)
+    and None for a pointer the kernel checks."""
+    source = TEMPLATES + r"""
+    template <int B> __global__ void axpy(float* y, const float* x, const float* bias, int n) {
+      int i = blockIdx.x * B + threadIdx.x;
+      if (i < n) y[i] += 2.0f * x[i] + (bias ? bias[i] : 0.0f);
+    }"""
+    spec = {"args": ["float32*", "float32*", "float32*", "int32"], "launch": ["blockIdx.x"],
+            "fixed": {"threadIdx.x": 128}}
+    module = modpack.cuda_module(source, targets=[device_arch()], compiler=_example_compiler(),
+                                 name_expressions=["axpy<128>"], functions={"axpy<128>": spec})
+    axpy = modpack.load_module(export(tmp, module)).imported_modules[0]["axpy<128>"]
+    n = 1000
+    x = np.arange(n, dtype=np.float32)
+    y = modpack.array(np.ones(n, np.float32), device="cuda:0")
+    axpy(y, modpack.array(x, device="cuda:0"), None, n, (n + 127) // 128)
+    assert np.array_equal(y.numpy(), 1 + 2 * x)
 
 
 @needs_gpu

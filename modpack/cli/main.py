@@ -123,6 +123,8 @@ def _contents(contents: dict) -> list[str]:
         line += f"  fixed: {fixed}" if fixed else ""
         line += f"  symbol: {k['symbol']}" if "symbol" in k else ""
         lines.append(line)
+        if "demangled" in k:
+            lines.append(f"  = {k['demangled']}")
     names = {k["name"] for k in contents.get("kernels", [])}
     for f in contents.get("functions", []):
         if f not in names:

@@ -1,6 +1,6 @@
-"""The tools that build a library: the system C compiler and linker (:mod:`.cc`) and LLVM
-through llvmlite (:mod:`.llvm`). A leaf package: nothing here imports the rest of modpack but
-its errors."""
+"""The tools that build a library: the system C compiler and linker (:mod:`.cc`), LLVM
+through llvmlite (:mod:`.llvm`) and C++ demangling (:mod:`.demangle`). A leaf package:
+nothing here imports the rest of modpack but its errors."""
 
 from .cc import (
     Toolchain,
@@ -14,6 +14,7 @@ from .cc import (
     run_tool,
     target_machine,
 )
+from .demangle import demangle, is_mangled
 
 __all__ = [
     "Toolchain",
@@ -23,7 +24,9 @@ __all__ = [
     "create_shared",
     "create_tar",
     "cxx_compiler",
+    "demangle",
     "include_dir",
+    "is_mangled",
     "run_tool",
     "target_machine",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -17,6 +18,8 @@ from ...toolchain.cc import run_tool
 __all__ = ["INSTALL_HINT", "find_nvcc", "nvcc_compile", "nvrtc_compile"]
 
 INSTALL_HINT = "pip install modpack[cuda]"
+# Signs of host code in a .cu file: a kernel launch, main, runtime API calls.
+_HOST_CODE = re.compile(r"<<<|\bint\s+main\s*\(|\bcuda(Malloc|Memcpy|Free)\b")
 
 
 def _nvrtc() -> Any:
@@ -85,8 +88,12 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str],
         check(nvrtc.nvrtcGetProgramLog(program, log), "nvrtcGetProgramLog")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             text = log.rstrip(b"\0").decode("utf-8", "replace").strip()
+            hint = ""
+            if _HOST_CODE.search(source):
+                hint = ("\n(the source holds host code, which NVRTC does not compile: pass "
+                        "compiler='nvcc', or keep only the kernels)")
             raise CompileError(f"NVRTC failed to compile the CUDA source for {target} "
-                               f"({err.name}):\n{text}")
+                               f"({err.name}):\n{text}{hint}")
         size = check(nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize")
         ptx = b" " * size
         check(nvrtc.nvrtcGetPTX(program, ptx), "nvrtcGetPTX")

@@ -9,11 +9,13 @@ numbers are in csrc/include/modpack/kinds/cuda.h, read here through the runtime 
 from __future__ import annotations
 
 import dataclasses
+import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from ...errors import ModpackError
+from ...errors import MissingFileError, ModpackError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
 from ..device import DeviceModule
@@ -113,7 +115,7 @@ class CUDAModule(DeviceModule):
 
 
 def cuda_module(
-    source: str | None = None,
+    source: str | os.PathLike | None = None,
     targets: Sequence[str] | None = None,
     functions: Mapping[str, Any] | Iterable[KernelInfo] | None = None,
     compiler: str = "nvrtc",
@@ -125,10 +127,13 @@ def cuda_module(
 ) -> CUDAModule:
     """A CUDA module, from CUDA C++ source or from existing binaries.
 
-    ``cuda_module(source, targets=["sm_80", "sm_90", "compute_90"])`` compiles |source| once
+    ``cuda_module(source, targets=["sm_80", "sm_90", "compute_90"])`` compiles |source| (the
+    text, or the path of a ``.cu`` file, whose folder is then searched for its ``#include
+    "..."`` files) once
     per target: ``sm_XY`` (also ``sm_XYa``, ``sm_XYf``) to a cubin, ``compute_XY`` to PTX that
     the driver JIT-compiles for newer GPUs. |compiler| is ``"nvrtc"`` (NVIDIA's runtime
-    compiler from PyPI, no toolkit needed: ``pip install modpack[cuda]``) or ``"nvcc"``.
+    compiler from PyPI, no toolkit needed: ``pip install modpack[cuda]``) or ``"nvcc"``, which
+    also takes ``.cu`` files that hold host code (``main``, ``<<<...>>>`` launches).
     |options| are extra compiler flags (``-I`` include paths, ``-D`` macros, ``-std=c++17``).
     Default targets: ``DEFAULT_TARGETS``. Kernels declared ``extern "C"`` are found by their
     names; template kernels and kernels with C++ names are listed in |name_expressions|
@@ -165,8 +170,14 @@ def cuda_module(
         if targets is not None:
             raise TypeError("targets= is for compiling source; binaries are used as given")
         return _from_binaries(binaries, functions, name, expressions)
+    if isinstance(source, os.PathLike):
+        path = Path(source)
+        if not path.is_file():
+            raise MissingFileError(f"the CUDA source file {path} does not exist")
+        source = path.read_text()
+        options = [*options, f"-I{path.resolve().parent}"]
     if not isinstance(source, str):
-        raise TypeError("cuda_module expects CUDA C++ source as a str")
+        raise TypeError("cuda_module expects CUDA C++ source as a str or a path to a .cu file")
     if compiler not in ("nvrtc", "nvcc"):
         raise ValueError(f"compiler must be 'nvrtc' or 'nvcc', not {compiler!r}")
     if isinstance(targets, str | bytes):

@@ -11,16 +11,15 @@ parameter types, so template kernels need no ``functions=``.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 
 from ...errors import ModpackError
+from ...toolchain.demangle import demangle
 from ..kernel_info import KernelInfo
 from .records import LAUNCH_TAGS
 from .signatures import parse_cuda_param
 
-__all__ = ["check_name_expressions", "demangle", "instantiation_source", "lower_from_ptx",
+__all__ = ["check_name_expressions", "instantiation_source", "lower_from_ptx",
            "records_from_symbols", "split_signature"]
 
 
@@ -48,22 +47,6 @@ def instantiation_source(source: str, expressions: Sequence[str]) -> str:
     return (f"{source}\n\n/* added by modpack: instantiate the name expressions */\n"
             f"static const void* const modpack_name_expressions[] __attribute__((unused)) = "
             f"{{{refs}}};\n")
-
-
-def demangle(symbols: Sequence[str]) -> list[str]:
-    """The demangled form of each symbol, by binutils' c++filt (installed with the C
-    toolchain)."""
-    if not symbols:
-        return []
-    tool = shutil.which("c++filt")
-    if tool is None:
-        raise ModpackError("reading C++ kernel names needs c++filt (binutils), which comes with "
-                           "the C toolchain: install binutils")
-    out = subprocess.run([tool], input="\n".join(symbols) + "\n", capture_output=True,
-                         text=True, check=True).stdout.splitlines()
-    if len(out) != len(symbols):
-        raise ModpackError(f"c++filt returned {len(out)} names for {len(symbols)} symbols")
-    return out
 
 
 def split_signature(demangled: str) -> tuple[str, list[str]]:
