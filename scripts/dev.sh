@@ -24,7 +24,7 @@ setup() {
   fi
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test,cuda]"
+  .venv/bin/python -m pip install -q -e ".[test,cuda,triton]"
 }
 
 case "${1:-}" in

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -73,3 +74,12 @@ def runtime_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run("ctest", "--test-dir", build, "--output-on-failure")
     run("cmake", "--install", build)
     return prefix
+
+
+@pytest.fixture(scope="session")
+def stub_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in CUDA driver (tests/data/stub_libcuda.c) for MODPACK_CUDA_LIBRARY."""
+    out = tmp_path_factory.mktemp("stub") / "libcuda.so.1"
+    run(os.environ.get("CC", "cc"), "-shared", "-fPIC", "-Wall", "-Werror", "-o", out,
+        ROOT / "tests" / "data" / "stub_libcuda.c")
+    return out

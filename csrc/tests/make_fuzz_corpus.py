@@ -7,6 +7,7 @@ seed starts with the selector byte the fuzz target reads (0 const, 1 opencl, 2 c
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -73,8 +74,12 @@ def writer_seeds() -> dict[str, bytes]:
     cuda_v2 = modpack.cuda_module(binaries={"ptx": PTX}, name="v2", functions={
         "vadd": {"args": ["void*", "null void*", "int32"], "launch": ["blockIdx.x"],
                  "fixed": {"threadIdx.x": 128}}})
+    # Images of one kernel each (as from_triton makes them).
+    per_kernel = modpack.modules.cuda.CUDAModule(
+        [dataclasses.replace(v, kernels=("vadd",)) for v in cuda_v2.variants] * 2,
+        cuda_v2.functions)
     seeds = {"const": const, "opencl": opencl, "cuda": cuda, "opencl-v2": opencl_v2,
-             "cuda-v2": cuda_v2}
+             "cuda-v2": cuda_v2, "cuda-per-kernel": per_kernel}
     return {f"{name}-writer": bytes([SELECTOR[name.split("-")[0]]]) + module.save_to_binary()
             for name, module in seeds.items()}
 

@@ -22,6 +22,8 @@ typedef struct {
   const char* symbol;
   const char* fixed_tag;
   uint8_t null_kind;
+  /* version 2: the kernels each variant defines, {count, index...}; NULL: all of them */
+  const uint32_t* kernels[3];
 } spec_t;
 
 static spec_t defaults(void) {
@@ -41,7 +43,8 @@ static spec_t defaults(void) {
               NULL,
               NULL,
               NULL,
-              MP_KERNEL_ARG_NULL};
+              MP_KERNEL_ARG_NULL,
+              {NULL, NULL, NULL}};
   return s;
 }
 
@@ -52,6 +55,14 @@ static spec_t version2(void) {
   s.symbol = "_Z1kPvi";
   s.fixed_tag = "dyn_shared_memory";
   return s;
+}
+
+/* Version 2: the variant's kernel list. */
+static void put_kernels(buf_t* b, spec_t s, int variant) {
+  if (s.version < 2) return;
+  const uint32_t* list = s.kernels[variant];
+  put_u32(b, list ? list[0] : 0);
+  for (uint32_t i = 0; list && i < list[0]; ++i) put_u32(b, list[1 + i]);
 }
 
 static void build(buf_t* b, spec_t s) {
@@ -71,12 +82,14 @@ static void build(buf_t* b, spec_t s) {
   put_u32(b, 1);
   put_str(b, s.cubin_arch);
   put_u64(b, cubin_size);
+  put_kernels(b, s, 0);
   /* ptx */
   if (s.variant_count > 1) {
     put_u32(b, MP_CUDA_VARIANT_PTX);
     put_u32(b, s.ptx_arch_count);
     for (uint32_t i = 0; i < s.ptx_arch_count; ++i) put_str(b, "compute_80");
     put_u64(b, ptx_size);
+    put_kernels(b, s, 1);
   }
   /* fatbin */
   if (s.variant_count > 2) {
@@ -84,6 +97,7 @@ static void build(buf_t* b, spec_t s) {
     put_u32(b, s.fatbin_arches);
     for (uint32_t i = 0; i < s.fatbin_arches; ++i) put_str(b, i % 2 ? "compute_90" : "sm_90a");
     put_u64(b, fatbin_size);
+    put_kernels(b, s, 2);
   }
   /* kernels: k(void* p, int32 n) with grid, block and shared memory; copy(float16* x) */
   put_u32(b, 2);
@@ -204,6 +218,34 @@ static void version2_payload(buf_t* b) {
   build(b, s);
   expect_refused("module name with '/'", "cuda", b->data, b->size, MP_ERR_FORMAT,
                  "module name 'a/b' contains '/'");
+
+  /* Images made one kernel at a time: the cubin defines k, the PTX copy, the fatbin both. */
+  static const uint32_t only_k[] = {1, 0}, only_copy[] = {1, 1}, both[] = {2, 0, 1};
+  static const uint32_t out_of_range[] = {1, 2}, out_of_order[] = {2, 1, 0};
+  s = version2();
+  s.kernels[0] = only_k;
+  s.kernels[1] = only_copy;
+  s.kernels[2] = both;
+  build(b, s);
+  m = load("cuda", b->data, b->size);
+  if (m) {
+    CHECK(mp_module_function_count(m) == 2, "two kernels");
+    mp_module_release(m);
+  }
+  every_prefix_refused("cuda", b);
+  s.kernels[2] = out_of_range;
+  build(b, s);
+  expect_refused("a variant names kernel 2", "cuda", b->data, b->size, MP_ERR_FORMAT,
+                 "variant 2 names kernel 2 of 2");
+  s.kernels[2] = out_of_order;
+  build(b, s);
+  expect_refused("kernel indices out of order", "cuda", b->data, b->size, MP_ERR_FORMAT,
+                 "variant 2 lists its kernels out of order");
+  s.kernels[1] = only_k;
+  s.kernels[2] = only_k;
+  build(b, s);
+  expect_refused("a kernel no variant defines", "cuda", b->data, b->size, MP_ERR_FORMAT,
+                 "no variant defines kernel copy");
 }
 
 int main(void) {

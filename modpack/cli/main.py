@@ -130,7 +130,8 @@ def _contents(contents: dict) -> list[str]:
         if f not in names:
             lines.append(f"function {f}")
     for v in contents.get("variants", []):
-        lines.append(f"variant {v.get('arch')}: {v.get('kind')}, {v.get('size')} bytes")
+        holds = f" ({', '.join(v['kernels'])})" if "kernels" in v else ""
+        lines.append(f"variant {v.get('arch')}: {v.get('kind')}, {v.get('size')} bytes{holds}")
     for b in contents.get("binaries", []):
         lines.append(f"prebuilt binary for {b['device']}: {b['size']} bytes")
     return lines

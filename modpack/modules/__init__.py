@@ -3,7 +3,7 @@
 from .base import BinaryModule, HostModule, Module
 from .const import ConstModule, const_module
 from .csource import CSourceModule, csource_module
-from .cuda import CUDAModule, cuda_module
+from .cuda import CUDAModule, cuda_module, from_triton
 from .kernel_info import KernelArg, KernelInfo
 from .llvm import LLVMModule, llvm_module
 from .objects import ObjectModule, object_module
@@ -24,6 +24,7 @@ __all__ = [
     "const_module",
     "csource_module",
     "cuda_module",
+    "from_triton",
     "llvm_module",
     "object_module",
     "opencl_binaries",

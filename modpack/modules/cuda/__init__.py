@@ -16,6 +16,7 @@ from .module import CUDAModule, cuda_module
 from .ptx import check_against_ptx, ptx_entries, ptx_target
 from .records import LAUNCH_TAGS, SHARED_MEMORY_TAG
 from .signatures import parse_cuda_signatures
+from .triton import from_triton
 from .variants import CUDAVariant
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "detect_kind",
     "fatbin_arches",
     "find_nvcc",
+    "from_triton",
     "parse_cuda_signatures",
     "ptx_entries",
     "ptx_target",

@@ -33,7 +33,11 @@ from .records import KIND_LAUNCH_TAGS, check_launch_tags, records
 from .signatures import parse_cuda_signatures
 from .variants import CUDAVariant, variant_from_bytes
 
-__all__ = ["CUDAModule", "cuda_module"]
+__all__ = ["CUDAModule", "PTXCheck", "cuda_module"]
+
+# PTX the records are checked against at export: (label, PTX, the kernels it defines; () for
+# all of them). Compilers emit PTX beside the cubins they make.
+PTXCheck = tuple[str, bytes, tuple[str, ...]]
 
 _HEADER = check_struct(struct.Struct("<III"), "mp_cuda_header_v1_t")
 _VARIANT_KINDS = {"cubin": lib.MP_CUDA_VARIANT_CUBIN, "ptx": lib.MP_CUDA_VARIANT_PTX,
@@ -50,7 +54,7 @@ class CUDAModule(DeviceModule):
     kind_launch_tags = KIND_LAUNCH_TAGS
 
     def __init__(self, variants: Sequence[CUDAVariant], functions: Sequence[KernelInfo],
-                 ptx_checks: Sequence[tuple[str, bytes]] = (), source: str | None = None,
+                 ptx_checks: Sequence[PTXCheck] = (), source: str | None = None,
                  compiler: str | None = None, name: str | None = None) -> None:
         super().__init__(name)
         if not variants:
@@ -59,7 +63,6 @@ class CUDAModule(DeviceModule):
         self.functions = list(functions)
         self.source = source
         self.compiler = compiler
-        # (label, PTX) pairs the records are checked against at export.
         self._ptx_checks = list(ptx_checks)
         self.validate()
 
@@ -69,8 +72,9 @@ class CUDAModule(DeviceModule):
         return [a for v in self.variants for a in v.arches]
 
     def validate(self) -> None:
-        """Check the records: names unique, launch tags valid, and parameters matching every
-        PTX the module was built with or carries. Raises ModpackError on a mismatch."""
+        """Check the records: names unique, launch tags valid, every kernel in some variant,
+        and parameters matching every PTX the module was built with or carries. Raises
+        ModpackError on a mismatch."""
         names = [f.name for f in self.functions]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -78,12 +82,22 @@ class CUDAModule(DeviceModule):
         self.check_records()
         for info in self.functions:
             check_launch_tags(info)
+        for v in self.variants:
+            unknown = sorted(set(v.kernels) - set(names))
+            if unknown:
+                raise ModpackError(f"the {v.arch} {v.kind} variant names kernels {unknown} that "
+                                   "have no record")
+        missing = [n for n in names if not any(not v.kernels or n in v.kernels
+                                               for v in self.variants)]
+        if missing:
+            raise ModpackError(f"no variant defines the kernels {missing}")
         checks = list(self._ptx_checks)
-        checks += [(f"{v.arch} PTX", v.data) for v in self.variants if v.kind == "ptx"]
-        for label, ptx in checks:
+        checks += [(f"{v.arch} PTX", v.data, v.kernels) for v in self.variants if v.kind == "ptx"]
+        for label, ptx, kernels in checks:
             entries = ptx_entries(ptx)
             for info in self.functions:
-                check_against_ptx(info, entries, f"cuda_module ({label})")
+                if not kernels or info.name in kernels:
+                    check_against_ptx(info, entries, f"cuda_module ({label})")
 
     def save_to_binary(self) -> bytes:
         return b"".join(bytes(c) for c in self.payload_chunks())
@@ -91,14 +105,20 @@ class CUDAModule(DeviceModule):
     def payload_chunks(self) -> list[bytes]:
         self.validate()  # refuse a record that disagrees with the compiled code at export
         version = self.payload_version(lib.MP_CUDA_PAYLOAD_VERSION)
+        if any(v.kernels for v in self.variants):
+            version = lib.MP_CUDA_PAYLOAD_VERSION
         head = [_HEADER.pack(version, 0, len(self.variants))]
         if version >= 2:
             head.append(self.encode_name())
+        index = {f.name: i for i, f in enumerate(self.functions)}
         for v in self.variants:
             head.append(struct.pack("<II", _VARIANT_KINDS[v.kind], len(v.arches)))
             for arch in v.arches:
                 head += [struct.pack("<I", len(arch)), arch.encode()]
             head.append(struct.pack("<Q", len(v.data)))
+            if version >= 2:
+                kernels = sorted(index[k] for k in v.kernels)
+                head.append(struct.pack(f"<I{len(kernels)}I", len(kernels), *kernels))
         head.append(self.encode_records(version))
         chunks = [b"".join(head)]
         offset = len(chunks[0])
@@ -207,13 +227,14 @@ def _from_source(source: str, targets: list[str], functions: Any, compiler: str,
         if cubin:
             variants.append(CUDAVariant("cubin", (target,), cubin))
             if ptx:
-                checks.append((f"{target} build", ptx))
+                checks.append((f"{target} build", ptx, ()))
         else:
             variants.append(CUDAVariant("ptx", (ptx_target(ptx),), ptx))
     if not checks and not any(v.kind == "ptx" for v in variants):
         # nvcc made only cubins: compile PTX once so the records can be checked against it.
         first = targets[0]
-        checks.append((f"{first} build", nvcc_compile(compiled, first, options, ptx_only=True)))
+        checks.append((f"{first} build", nvcc_compile(compiled, first, options, ptx_only=True),
+                       ()))
     entries = ptx_entries(checks[0][1] if checks else
                           next(v.data for v in variants if v.kind == "ptx"))
     if compiler == "nvcc" and expressions:

@@ -16,11 +16,13 @@ __all__ = ["CUDAVariant", "variant_from_bytes"]
 @dataclass(frozen=True)
 class CUDAVariant:
     """One binary of the module: its kind, the architectures it serves and its bytes (PTX
-    includes the terminating NUL the driver needs)."""
+    includes the terminating NUL the driver needs), and the kernels its image defines when not
+    all of the module's (images compiled one kernel at a time, as Triton's are)."""
 
     kind: str  # "cubin", "ptx" or "fatbin"
     arches: tuple[str, ...]
     data: bytes
+    kernels: tuple[str, ...] = ()  # by record name; () for every kernel
 
     @property
     def arch(self) -> str:

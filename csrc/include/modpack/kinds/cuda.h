@@ -1,7 +1,8 @@
 /*
- * modpack/kinds/cuda.h — the "cuda" kind: one or several binary variants of the same CUDA
- * kernels (SASS cubin, PTX, fatbin) and a function-info record per kernel
- * (modpack/kinds/kernel.h), and the public rule for choosing a variant.
+ * modpack/kinds/cuda.h — the "cuda" kind: one or several binary variants of CUDA kernels
+ * (SASS cubin, PTX, fatbin), each holding all of the module's kernels or (version 2) some of
+ * them, a function-info record per kernel (modpack/kinds/kernel.h), and the public rule for
+ * choosing a variant.
  *
  * Payload (little-endian):
  *   header (mp_cuda_header_v1_t: u32 version, u32 reserved, u32 variant_count >= 1)
@@ -10,6 +11,9 @@
  *       u32 kind (MP_CUDA_VARIANT_*)  u32 arch_count (1 for cubin and ptx, <= 64 for fatbin)
  *       arch_count x {u32 size, bytes}  ("sm_80", "sm_90a", "compute_80", ...; < 32 bytes)
  *       u64 size
+ *       version 2 only: u32 count, count x u32 kernel index (increasing): the kernels the
+ *       variant's image defines, 0 for all of them (images made one kernel at a time, as
+ *       Triton makes them); every kernel must be defined by some variant
  *   u32 kernel_count, kernel_count function-info records (record version 1 in a version 1
  *       payload, 2 in a version 2 one: a C++ name expression's lowered symbol, a fixed block
  *       size and dynamic shared memory, hidden NULL pointers)
@@ -22,11 +26,12 @@
  * (mp_kind_launch_tag("cuda", i)): "blockIdx.x|y|z" (grid), "threadIdx.x|y|z" (block) and
  * optionally "dyn_shared_memory" (bytes of dynamic shared memory).
  *
- * A "cuda" module carries one or several variants of the same kernels: SASS (cubin) for given
+ * A "cuda" module carries one or several variants of its kernels: SASS (cubin) for given
  * architectures, PTX, or fatbins holding several of both. When a kernel is first called on a
- * device, the runtime picks the variant for that device's compute capability X.Y with this
- * rule, loads it with the driver and falls back to the next acceptable variant only if the
- * driver refuses the image:
+ * device, the runtime picks, among the variants that define it, the one for that device's
+ * compute capability X.Y with this rule, loads it with the driver (once per device, for every
+ * kernel it defines) and falls back to the next acceptable variant only if the driver refuses
+ * the image:
  *
  *   1. exact SASS:      sm_XY, sm_XYa or sm_XYf for exactly X.Y (sm_XYa preferred, then
  *                       sm_XYf, then sm_XY);

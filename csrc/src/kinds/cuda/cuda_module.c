@@ -42,17 +42,19 @@ static void cuda_destroy(void* impl) {
   mp_cuda_module_t* m = impl;
   const mp_cuda_t* cuda = NULL;
   for (int d = 0; d < MP_CUDA_MAX_DEVICES; ++d) {
-    if (m->modules[d]) {
-      if (!cuda) cuda = mp_cuda(); /* a module was loaded, so the driver is initialised */
+    for (uint32_t v = 0; m->images[d] && v < m->variant_count; ++v) {
+      if (!m->images[d][v]) continue;
+      if (!cuda) cuda = mp_cuda(); /* an image was loaded, so the driver is initialised */
       if (!cuda) break;
-      /* Unload in the module's own context; every result is ignored, since at process exit
+      /* Unload in the image's own context; every result is ignored, since at process exit
        * the driver may already be shut down (CUDA_ERROR_DEINITIALIZED). */
       CUcontext saved = NULL;
       if (cuda->cu.CtxGetCurrent(&saved) != CUDA_SUCCESS) saved = NULL;
       if (saved != m->contexts[d]) cuda->cu.CtxSetCurrent(m->contexts[d]);
-      cuda->cu.ModuleUnload(m->modules[d]);
+      cuda->cu.ModuleUnload(m->images[d][v]);
       if (saved != m->contexts[d]) cuda->cu.CtxSetCurrent(saved);
     }
+    free(m->images[d]);
     free(m->functions[d]);
     free(m->shared_optin[d]);
   }
@@ -64,12 +66,14 @@ static void cuda_destroy(void* impl) {
 /* ---- loading on a device ----------------------------------------------------------------------
  */
 
-static void list_variants(const mp_cuda_module_t* m, char* buffer, size_t capacity) {
+/* The variants that define kernel |k|, for messages. */
+static void list_variants(const mp_cuda_module_t* m, uint32_t k, char* buffer, size_t capacity) {
   size_t used = 0;
   buffer[0] = '\0';
   for (uint32_t v = 0; v < m->variant_count && used < capacity; ++v) {
     const mp_cuda_variant_t* variant = &m->variants[v];
-    int n = snprintf(buffer + used, capacity - used, "%s", v ? ", " : "");
+    if (!mp_cuda_variant_defines(variant, k)) continue;
+    int n = snprintf(buffer + used, capacity - used, "%s", used ? ", " : "");
     if (n > 0) used += (size_t)n;
     for (uint32_t a = 0; a < variant->arch_count && used < capacity; ++a) {
       n = snprintf(buffer + used, capacity - used, "%s%s", a ? "+" : "", variant->arches[a]);
@@ -91,10 +95,10 @@ static bool image_rejected(CUresult result) {
 
 /* The error for a variant the driver refused, naming the fix. */
 static mp_status_t load_failed(const mp_cuda_module_t* m, const mp_cuda_t* cuda, int32_t device,
-                               uint32_t v, const char* arch, CUresult result) {
+                               uint32_t k, uint32_t v, const char* arch, CUresult result) {
   const mp_cuda_variant_t* variant = &m->variants[v];
   char variants[768];
-  list_variants(m, variants, sizeof variants);
+  list_variants(m, k, variants, sizeof variants);
   int driver_major = cuda->driver_version / 1000, driver_minor = cuda->driver_version % 1000 / 10;
   const char* text = mp_cuda_error_string(result);
   char why[256];
@@ -134,18 +138,47 @@ static mp_status_t load_failed(const mp_cuda_module_t* m, const mp_cuda_t* cuda,
   }
 }
 
-/* Choose, load and resolve every kernel for |device|, whose context is current. Caller holds
- * the lock. */
-static mp_status_t load_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda, int32_t device) {
+/* |device|'s state, made at its first launch: per variant images, per kernel functions. Its
+ * context is current; the caller holds the lock. */
+static mp_status_t device_state_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda, int32_t device) {
+  if (m->functions[device]) return MP_OK;
+  uint32_t kernels = m->table.count ? m->table.count : 1;
+  CUmodule* images = calloc(m->variant_count, sizeof *images);
+  CUfunction* functions = calloc(kernels, sizeof *functions);
+  uint32_t* optin = calloc(kernels, sizeof *optin);
+  if (!images || !functions || !optin) {
+    free(images);
+    free(functions);
+    free(optin);
+    return mp_out_of_memory("CUDA functions");
+  }
+  CUcontext context = NULL;
+  cuda->cu.CtxGetCurrent(&context);
+  m->contexts[device] = context;
+  m->images[device] = images;
+  m->shared_optin[device] = optin;
+  m->functions[device] = functions;
+  return MP_OK;
+}
+
+/* Choose the variant for kernel |k| on |device|, load its image (unless loaded for another
+ * kernel already) and resolve the kernel. |device|'s context is current; the caller holds the
+ * lock. */
+static mp_status_t load_kernel_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda, int32_t device,
+                                      uint32_t k) {
+  MP_RETURN_IF_ERROR(device_state_locked(m, cuda, device));
+  CUmodule* images = m->images[device];
   /* One candidate per (variant, arch): a fatbin takes part with each arch it holds. */
   const char* arches[MP_CUDA_MAX_VARIANTS];
   uint32_t owner[MP_CUDA_MAX_VARIANTS];
   uint32_t count = 0;
-  for (uint32_t v = 0; v < m->variant_count; ++v)
+  for (uint32_t v = 0; v < m->variant_count; ++v) {
+    if (!mp_cuda_variant_defines(&m->variants[v], k)) continue;
     for (uint32_t a = 0; a < m->variants[v].arch_count && count < MP_CUDA_MAX_VARIANTS; ++a) {
       arches[count] = m->variants[v].arches[a];
       owner[count++] = v;
     }
+  }
   uint32_t order[MP_CUDA_MAX_VARIANTS];
   int64_t scores[MP_CUDA_MAX_VARIANTS];
   uint32_t usable = 0;
@@ -154,7 +187,7 @@ static mp_status_t load_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda, int32
       mp_cuda_rank_arches(arches, count, cc_major, cc_minor, order, scores, &usable));
   if (usable == 0) {
     char variants[768];
-    list_variants(m, variants, sizeof variants);
+    list_variants(m, k, variants, sizeof variants);
     return mp_errorf(MP_ERR_UNAVAILABLE,
                      "no binary for this GPU: CUDA device %d has compute capability %d.%d and "
                      "no variant of this CUDA module runs on it (variants: %s; %s); rebuild "
@@ -165,27 +198,30 @@ static mp_status_t load_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda, int32
   /* Try the candidates best first; a variant the driver refuses as an image falls through to
    * the next one (say, SASS the driver cannot read, then PTX). If none loads, the error is the
    * first refusal, which names the fix, followed by the later ones. */
-  CUmodule module = NULL;
   int32_t chosen = -1;
   char error[3072] = "";
   size_t error_length = 0;
   mp_status_t first_status = MP_OK;
   bool tried[MP_CUDA_MAX_VARIANTS] = {false};
-  for (uint32_t r = 0; r < usable && !module; ++r) {
+  for (uint32_t r = 0; r < usable && chosen < 0; ++r) {
     uint32_t v = owner[order[r]];
     if (tried[v]) continue; /* a fatbin is tried once, whatever arch made it a candidate */
     tried[v] = true;
-    CUresult result = cuda->cu.ModuleLoadData(&module, m->variants[v].data);
+    if (images[v]) { /* loaded for another kernel */
+      chosen = (int32_t)v;
+      break;
+    }
+    CUresult result = cuda->cu.ModuleLoadData(&images[v], m->variants[v].data);
     if (result == CUDA_SUCCESS) {
       chosen = (int32_t)v;
       break;
     }
-    module = NULL;
+    images[v] = NULL;
     if (!image_rejected(result))
       return mp_cuda_fail(result, "loading a CUDA module (cuModuleLoadData)");
     int n;
     if (first_status == MP_OK) {
-      first_status = load_failed(m, cuda, device, v, arches[order[r]], result);
+      first_status = load_failed(m, cuda, device, k, v, arches[order[r]], result);
       n = snprintf(error, sizeof error, "%s", mp_error_message());
     } else {
       n = snprintf(
@@ -197,41 +233,21 @@ static mp_status_t load_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda, int32
     if (n > 0) error_length += (size_t)n;
     if (error_length >= sizeof error) error_length = sizeof error - 1;
   }
-  if (!module) return mp_error_set(first_status, error);
+  if (chosen < 0) return mp_error_set(first_status, error);
 
-  CUfunction* functions = calloc(m->table.count ? m->table.count : 1, sizeof *functions);
-  uint32_t* optin = calloc(m->table.count ? m->table.count : 1, sizeof *optin);
-  if (!functions || !optin) {
-    free(functions);
-    free(optin);
-    cuda->cu.ModuleUnload(module);
-    return mp_out_of_memory("CUDA functions");
+  const mp_kernel_info_t* info = &m->table.kernels[k];
+  CUresult result =
+      cuda->cu.ModuleGetFunction(&m->functions[device][k], images[chosen], mp_kernel_symbol(info));
+  if (result != CUDA_SUCCESS) {
+    const mp_cuda_variant_t* variant = &m->variants[chosen];
+    m->functions[device][k] = NULL;
+    return mp_errorf(result == CUDA_ERROR_NOT_FOUND ? MP_ERR_NOT_FOUND : MP_ERR_RUNTIME,
+                     "CUDA kernel '%s' is declared in the module's function info but its %s %s "
+                     "variant does not define the symbol '%s' (%s); a C++ kernel needs C linkage "
+                     "(extern \"C\") or its name expression (name_expressions=)",
+                     info->name, variant->arches[0], mp_cuda_variant_kind_names[variant->kind],
+                     mp_kernel_symbol(info), mp_cuda_error_name(result));
   }
-  for (uint32_t k = 0; k < m->table.count; ++k) {
-    CUresult result =
-        cuda->cu.ModuleGetFunction(&functions[k], module, mp_kernel_symbol(&m->table.kernels[k]));
-    if (result != CUDA_SUCCESS) {
-      const mp_cuda_variant_t* variant = &m->variants[chosen];
-      mp_status_t s = mp_errorf(
-          result == CUDA_ERROR_NOT_FOUND ? MP_ERR_NOT_FOUND : MP_ERR_RUNTIME,
-          "CUDA kernel '%s' is declared in the module's function info but its %s %s variant "
-          "does not define it (%s); kernels need C linkage (extern \"C\") so their names are "
-          "not mangled",
-          m->table.kernels[k].name, variant->arches[0], mp_cuda_variant_kind_names[variant->kind],
-          mp_cuda_error_name(result));
-      free(functions);
-      free(optin);
-      cuda->cu.ModuleUnload(module);
-      return s;
-    }
-  }
-  CUcontext context = NULL;
-  cuda->cu.CtxGetCurrent(&context);
-  m->functions[device] = functions;
-  m->shared_optin[device] = optin;
-  m->contexts[device] = context;
-  m->loaded_variant[device] = chosen;
-  m->modules[device] = module;
   return MP_OK;
 }
 
@@ -299,7 +315,9 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   CUcontext saved;
   MP_RETURN_IF_ERROR(mp_cuda_enter(device, &saved));
   pthread_mutex_lock(&m->lock);
-  mp_status_t status = m->modules[device] ? MP_OK : load_locked(m, cuda, device);
+  mp_status_t status = m->functions[device] && m->functions[device][f->kernel]
+                           ? MP_OK
+                           : load_kernel_locked(m, cuda, device, f->kernel);
   CUfunction function = status == MP_OK ? m->functions[device][f->kernel] : NULL;
   if (status == MP_OK && launch[MP_CUDA_SLOT_SHARED] > DEFAULT_MAX_DYNAMIC_SHARED &&
       m->shared_optin[device][f->kernel] < launch[MP_CUDA_SLOT_SHARED]) {
@@ -342,8 +360,8 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
 /* ---- describing and loading -------------------------------------------------------------------
  */
 
-/* The variants (arch, kind, size; a fatbin's arches under "contains"; PTX's ISA version) and
- * the kernels' signatures and launch tags. */
+/* The variants (arch, kind, size; a fatbin's arches under "contains"; PTX's ISA version; the
+ * kernels an image defines when not all) and the kernels' signatures and launch tags. */
 static mp_status_t cuda_describe(mp_module_t* self, char* buffer, uint64_t capacity,
                                  uint64_t* out_length) {
   mp_cuda_module_t* m = mp_module_impl(self);
@@ -373,6 +391,14 @@ static mp_status_t cuda_describe(mp_module_t* self, char* buffer, uint64_t capac
       }
       mp_json_printf(&j, "]");
     }
+    if (variant->kernel_count) { /* an image of some kernels only */
+      mp_json_printf(&j, ", \"kernels\": [");
+      for (uint32_t i = 0; i < variant->kernel_count; ++i) {
+        mp_json_printf(&j, "%s", i ? ", " : "");
+        mp_json_string(&j, m->table.kernels[variant->kernels[i]].name);
+      }
+      mp_json_printf(&j, "]");
+    }
     mp_json_printf(&j, "}");
   }
   mp_json_printf(&j, "], ");
@@ -395,7 +421,6 @@ static mp_status_t load_cuda(void* user_data, const mp_loader_args_t* args,
   mp_cuda_module_t* m = calloc(1, sizeof *m);
   if (!m) return mp_out_of_memory("a cuda module");
   pthread_mutex_init(&m->lock, NULL);
-  for (int d = 0; d < MP_CUDA_MAX_DEVICES; ++d) m->loaded_variant[d] = -1;
   m->table.call = call_kernel;
   mp_status_t status = mp_cuda_payload_parse(m, &mp_cuda_kind, args->payload);
   if (status != MP_OK) {

@@ -4,6 +4,7 @@
 #define MODPACK_KINDS_CUDA_MODULE_H_
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include "kinds/common/kernel_table.h"
 #include "kinds/cuda/cuda_abi.h"
@@ -22,18 +23,25 @@ typedef struct {
   char** arches;
   const uint8_t* data; /* in the library mapping */
   uint64_t size;
-  char ptx_isa[16]; /* PTX ".version", "" when unknown or not PTX */
+  char ptx_isa[16];      /* PTX ".version", "" when unknown or not PTX */
+  uint32_t kernel_count; /* the kernels this image defines; 0: every kernel of the module */
+  uint32_t* kernels;     /* their indices, increasing */
 } mp_cuda_variant_t;
+
+/* Whether |variant|'s image defines kernel |k|. */
+bool mp_cuda_variant_defines(const mp_cuda_variant_t* variant, uint32_t k);
 
 typedef struct {
   mp_kernel_table_t table; /* first: the kernel table's vtable entries read it from impl */
   char* name;              /* NULL when unnamed */
   uint32_t variant_count;
   mp_cuda_variant_t* variants;
-  pthread_mutex_t lock; /* guards the per-device state below */
-  CUmodule modules[MP_CUDA_MAX_DEVICES];
-  CUcontext contexts[MP_CUDA_MAX_DEVICES]; /* the context each module was loaded into */
-  int32_t loaded_variant[MP_CUDA_MAX_DEVICES];
+  /* Per device, made at its first launch (guarded by |lock|): the images loaded so far, by
+   * variant, each kernel's function once resolved (NULL before) and its opted-in dynamic
+   * shared memory. */
+  pthread_mutex_t lock;
+  CUcontext contexts[MP_CUDA_MAX_DEVICES];     /* the context the images are loaded into */
+  CUmodule* images[MP_CUDA_MAX_DEVICES];       /* [device][variant] */
   CUfunction* functions[MP_CUDA_MAX_DEVICES];  /* [device][kernel] */
   uint32_t* shared_optin[MP_CUDA_MAX_DEVICES]; /* [device][kernel]: opted-in bytes */
 } mp_cuda_module_t;

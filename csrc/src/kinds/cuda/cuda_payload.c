@@ -26,7 +26,32 @@ static void read_ptx_isa(mp_cuda_variant_t* v) {
   }
 }
 
-static mp_status_t parse_variant_header(mp_reader_t* r, uint32_t index, mp_cuda_variant_t* v) {
+bool mp_cuda_variant_defines(const mp_cuda_variant_t* variant, uint32_t k) {
+  if (variant->kernel_count == 0) return true;
+  for (uint32_t i = 0; i < variant->kernel_count; ++i)
+    if (variant->kernels[i] == k) return true;
+  return false;
+}
+
+/* Version 2: the kernels a variant's image defines, by index (checked against the records
+ * once they are read). */
+static mp_status_t parse_variant_kernels(mp_reader_t* r, uint32_t index, mp_cuda_variant_t* v) {
+  if (!mp_read_u32(r, &v->kernel_count) || v->kernel_count > (r->size - r->pos) / 4)
+    return mp_reader_error(r, "variant kernel count");
+  if (v->kernel_count == 0) return MP_OK;
+  v->kernels = calloc(v->kernel_count, sizeof *v->kernels);
+  if (!v->kernels) return mp_out_of_memory("variant kernel indices");
+  for (uint32_t i = 0; i < v->kernel_count; ++i) {
+    if (!mp_read_u32(r, &v->kernels[i])) return mp_reader_error(r, "variant kernel index");
+    if (i > 0 && v->kernels[i] <= v->kernels[i - 1])
+      return mp_errorf(MP_ERR_FORMAT, "cuda payload: variant %u lists its kernels out of order",
+                       index);
+  }
+  return MP_OK;
+}
+
+static mp_status_t parse_variant_header(mp_reader_t* r, uint32_t version, uint32_t index,
+                                        mp_cuda_variant_t* v) {
   if (!mp_read_u32(r, &v->kind) || !mp_read_u32(r, &v->arch_count))
     return mp_reader_error(r, "variant header");
   if (v->kind > MP_CUDA_VARIANT_FATBIN)
@@ -62,6 +87,25 @@ static mp_status_t parse_variant_header(mp_reader_t* r, uint32_t index, mp_cuda_
                        mp_cuda_variant_kind_names[v->kind], index, v->arches[a]);
   }
   if (!mp_read_u64(r, &v->size) || v->size == 0) return mp_reader_error(r, "variant size");
+  return version >= 2 ? parse_variant_kernels(r, index, v) : MP_OK;
+}
+
+/* Every variant's kernel indices name a kernel, and every kernel has a variant. */
+static mp_status_t check_variant_kernels(const mp_cuda_module_t* m) {
+  for (uint32_t v = 0; v < m->variant_count; ++v) {
+    const mp_cuda_variant_t* variant = &m->variants[v];
+    if (variant->kernel_count && variant->kernels[variant->kernel_count - 1] >= m->table.count)
+      return mp_errorf(MP_ERR_FORMAT, "cuda payload: variant %u names kernel %u of %u", v,
+                       variant->kernels[variant->kernel_count - 1], m->table.count);
+  }
+  for (uint32_t k = 0; k < m->table.count; ++k) {
+    bool defined = false;
+    for (uint32_t v = 0; v < m->variant_count && !defined; ++v)
+      defined = mp_cuda_variant_defines(&m->variants[v], k);
+    if (!defined)
+      return mp_errorf(MP_ERR_FORMAT, "cuda payload: no variant defines kernel %s",
+                       m->table.kernels[k].name);
+  }
   return MP_OK;
 }
 
@@ -110,9 +154,10 @@ mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, const mp_kind_t* kind,
   if (!m->variants) return mp_out_of_memory("the CUDA variants");
   for (uint32_t v = 0; v < count; ++v) {
     m->variant_count = v + 1;
-    MP_RETURN_IF_ERROR(parse_variant_header(&r, v, &m->variants[v]));
+    MP_RETURN_IF_ERROR(parse_variant_header(&r, version, v, &m->variants[v]));
   }
   MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, version, true, &m->table));
+  MP_RETURN_IF_ERROR(check_variant_kernels(m));
   for (uint32_t k = 0; k < m->table.count; ++k)
     for (uint32_t a = 0; a < m->table.kernels[k].arg_count; ++a)
       if (m->table.kernels[k].args[a].kind == MP_KERNEL_ARG_LOCAL)
@@ -145,6 +190,7 @@ void mp_cuda_payload_free(mp_cuda_module_t* m) {
     for (uint32_t a = 0; m->variants[v].arches && a < m->variants[v].arch_count; ++a)
       free(m->variants[v].arches[a]);
     free(m->variants[v].arches);
+    free(m->variants[v].kernels);
   }
   free(m->variants);
   m->variants = NULL;
