@@ -34,6 +34,7 @@ from .format.layout import (
     LIB_TYPE_KEY,
     LIBRARY_TYPE_KEY,
 )
+from .format.tar_seal import check_tar_seal, has_tar_seal
 from .runtime.binding import error_from_status, ffi, lib
 from .toolchain.demangle import demangle, is_mangled
 
@@ -49,11 +50,12 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
     """Describe the library at |path|: its blob, module tree and exported host functions.
 
     Returns ``{"path", "format_version", "writer_version", "blob", "modules", "import_tree",
-    "functions"}``: ``blob`` is ``{"symbol", "section", "file_offset", "size", "index_size",
-    "index_checksum", "payload_checksums"}`` or ``None`` for a library without
+    "functions", "seal"}``: ``blob`` is ``{"symbol", "section", "file_offset", "size",
+    "index_size", "index_checksum", "payload_checksums"}`` or ``None`` for a library without
     ``__dev_mblob`` (whose tree is then a single ``"library"`` module, and whose versions are
     ``None``); each module is ``{"index", "type_key", "offset", "size", "checksum",
-    "children", "parents"}``, with checksums as 16 hex digits (``None`` for ``_lib``).
+    "children", "parents"}``, with checksums as 16 hex digits (``None`` for ``_lib``);
+    ``seal`` is ``{"state", "digest", "message"}`` (see :func:`_seal_report`).
 
     Raises :class:`~modpack.FormatError` (or a subclass) for a file that is not ELF, is
     truncated or is corrupt, :class:`~modpack.MissingFileError` (a ``FileNotFoundError``) for
@@ -103,6 +105,7 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             "modules": [_module(0, LIBRARY_TYPE_KEY, 0, 0, None, [], [])],
             "import_tree": {"row_ptr": [0, 0], "child_indices": []},
             "functions": functions,
+            "seal": _seal_report(shown),
         }
         if location is not None:
             section, offset, size = location
@@ -142,7 +145,33 @@ def _inspect_tar(shown: str) -> dict[str, Any]:
     result = dict(with_blob[0] if with_blob else reports[0])
     result["path"] = shown
     result["functions"] = sorted({f for r in reports for f in r["functions"]})
+    result["seal"] = _tar_seal_report(shown)
     return result
+
+
+def _seal_report(path: str) -> dict[str, Any]:
+    """The library's seal, checked by the runtime (which reads the file, nothing more):
+    ``state`` is ``"valid"`` (``digest`` then holds its XXH3-128), ``"absent"`` (a library made
+    without modpack's export, or damaged at its end), ``"damaged"`` or ``"newer"`` (a seal this
+    runtime cannot read); ``message`` says why when it is not valid."""
+    seal = ffi.new("mp_seal_v1_t*")
+    status = lib.mp_seal_check_file(os.fsencode(path), seal)
+    if status == 0:
+        return {"state": "valid", "digest": f"{seal.digest_high:016x}{seal.digest_low:016x}",
+                "message": None}
+    state = {lib.MP_ERR_NOT_FOUND: "absent", lib.MP_ERR_INCOMPATIBLE: "newer"}.get(status,
+                                                                                   "damaged")
+    return {"state": state, "digest": None, "message": str(error_from_status(status))}
+
+
+def _tar_seal_report(path: str) -> dict[str, Any]:
+    """The same for a ``.tar`` export's seal member."""
+    try:
+        check_tar_seal(path)
+        return {"state": "valid", "digest": None, "message": None}
+    except FormatError as exc:
+        return {"state": "damaged" if has_tar_seal(path) else "absent", "digest": None,
+                "message": str(exc)}
 
 
 def _safe_member_path(shown: str, scratch: str, member: tarfile.TarInfo) -> str:

@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import FormatError, MissingFileError
+from .format.image import find_blob
+from .format.layout import ALIGNMENT
+from .format.seal import seal_library
+from .format.tar_seal import check_tar_seal, has_tar_seal
 from .modules.base import Module
 from .runtime.binding import error_from_status, ffi, lib
 from .runtime.callbacks import register_python_loader, unregister_python_loader
@@ -27,22 +31,29 @@ __all__ = ["load_module", "register_loader", "unregister_loader"]
 Loader = TypeVar("Loader", bound=Callable[[memoryview], Module])
 
 
-def load_module(path: str | os.PathLike, *, verify_checksums: bool = True) -> LoadedModule | Any:
+def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
+                allow_unsealed: bool = False) -> LoadedModule | Any:
     """Load a library made by ``export_library`` and return the root of its module tree (a
     :class:`~modpack.runtime.module.LoadedModule`, or the object a Python loader made when the
     root is such a module).
 
     ``.so`` files are loaded directly; ``.tar`` and ``.o`` exports are first linked into a
-    shared library with the system C compiler. ``verify_checksums=False`` skips the payload
-    checksums (the index is always verified), for multi-GB weights. A missing file raises
-    :class:`~modpack.MissingFileError` (a ``FileNotFoundError``).
+    shared library with the system C compiler. Before anything of the file is mapped, its seal
+    is checked: every byte but the payloads (code, headers, symbol tables, the blob's index)
+    must be as exported, else :class:`~modpack.FormatError` names the damage.
+    ``verify_checksums=False`` skips the payload checksums, for multi-GB weights whose
+    integrity is guaranteed otherwise. ``allow_unsealed=True`` loads a library that carries no
+    seal (linked by hand, or by a modpack before the seal), whose code and headers are then
+    not checked before ``dlopen``. A missing file raises :class:`~modpack.MissingFileError`
+    (a ``FileNotFoundError``).
     """
     path = Path(path)
     if not path.exists():
         raise MissingFileError(f"no such library: {path}")
     if path.suffix in (".tar", ".o"):
-        return _load_relinked(path, verify_checksums)
-    flags = 0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS
+        return _load_relinked(path, verify_checksums, allow_unsealed)
+    flags = (0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) | (
+        lib.MP_LOAD_ALLOW_UNSEALED if allow_unsealed else 0)
     out = ffi.new("mp_module_t**")
     status = lib.mp_module_load_from_file(os.fsencode(path.resolve()), flags, out)
     if status != 0:
@@ -52,12 +63,21 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True) -> Lo
     return root
 
 
-def _load_relinked(path: Path, verify_checksums: bool) -> LoadedModule | Any:
+def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool
+                   ) -> LoadedModule | Any:
     """Link the objects of a ``.tar``/``.o`` export into a private ``.so`` and load that.
-    The file can be deleted once loaded: the mapping stays."""
+    A ``.tar``'s seal is checked before anything is extracted; the library linked from it is
+    sealed in turn. The file can be deleted once loaded: the mapping stays."""
     workspace = Path(tempfile.mkdtemp(prefix="modpack-relink-"))
     try:
+        sealed = False
         if path.suffix == ".tar":
+            try:
+                check_tar_seal(path)
+                sealed = True
+            except FormatError:
+                if not allow_unsealed or has_tar_seal(path):
+                    raise
             try:
                 with tarfile.open(path) as tar:
                     tar.extractall(workspace, filter="data")
@@ -70,7 +90,10 @@ def _load_relinked(path: Path, verify_checksums: bool) -> LoadedModule | Any:
             objects = [path]
         shared = workspace / (path.stem + ".so")
         create_shared(shared, objects)
-        return load_module(shared, verify_checksums=verify_checksums)
+        if sealed:  # checked members, linked here: seal the result for the load's own check
+            seal_library(shared, find_blob(shared, ALIGNMENT))
+        return load_module(shared, verify_checksums=verify_checksums,
+                           allow_unsealed=allow_unsealed)
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
 

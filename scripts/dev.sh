@@ -4,11 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages: the C toolchain, CMake and lld (fast linking of large blobs) for the runtime
-# and exports, the xxHash header the runtime compiles against, PoCL + the OpenCL ICD loader for
-# the OpenCL device path, and clang with its libFuzzer and sanitizer runtimes for the fuzzer.
-DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config lld libxxhash-dev ocl-icd-libopencl1 pocl-opencl-icd
-  clang libclang-rt-dev)
+# Debian packages: the C toolchain, CMake, and lld and mold (exports are tested with every
+# linker: GNU ld and gold come with binutils) for the runtime and exports, the xxHash header the
+# runtime compiles against, PoCL + the OpenCL ICD loader for the OpenCL device path, and clang
+# with its libFuzzer and sanitizer runtimes for the fuzzer.
+DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config lld mold libxxhash-dev ocl-icd-libopencl1
+  pocl-opencl-icd clang libclang-rt-dev)
 
 setup() {
   local missing=()

@@ -1,5 +1,5 @@
-"""Test helpers for taking libraries apart: find the blob in a file, re-seal edited indexes,
-and run the C reader on raw bytes."""
+"""Test helpers for taking libraries apart: find the blob in a file, re-seal edited indexes and
+libraries, and run the C reader on raw bytes."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import xxhash
 from elftools.elf.elffile import ELFFile
 
+from modpack.format.seal import SEAL_SIZE, write_seal
 from modpack.runtime.binding import error_from_status, ffi, lib
 
 
@@ -26,12 +27,26 @@ def read_blob(path: Path) -> bytearray:
     return bytearray(path.read_bytes()[offset : offset + size])
 
 
-def write_blob(path: Path, blob: bytes) -> None:
+def write_blob(path: Path, blob: bytes, seal: bool = True) -> None:
+    """Put |blob| in place of the library's; then, unless not |seal|, seal the library again
+    over its new bytes (as a buggy writer would), so that what a test reaches is the blob
+    reader's own checks rather than the seal's."""
     offset, size = blob_extent(path)
     assert len(blob) == size
     data = bytearray(path.read_bytes())
     data[offset : offset + size] = blob
     path.write_bytes(bytes(data))
+    if seal:
+        reseal_library(path)
+
+
+def reseal_library(path: Path) -> None:
+    """Replace the library's seal with one over its current bytes."""
+    data = path.read_bytes()
+    fields = struct.unpack_from("<6Q", data, len(data) - SEAL_SIZE)
+    path.write_bytes(data[:-SEAL_SIZE])
+    with open(path, "r+b") as f:
+        write_seal(f, *fields[1:])
 
 
 def reseal(blob: bytearray) -> bytearray:

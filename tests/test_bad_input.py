@@ -83,7 +83,21 @@ def test_truncated_file_in_fresh_process_does_not_crash(copy):
 def test_not_a_library(tmp_path):
     path = tmp_path / "junk.so"
     path.write_bytes(b"\x00" * 4096)
-    assert "not an ELF" in str(load_error(path))
+    assert "carries no modpack seal" in str(load_error(path))
+    with pytest.raises(modpack.FormatError, match="not an ELF"):
+        modpack.load_module(path, allow_unsealed=True)
+
+
+def test_damage_is_caught_by_the_seal_before_dlopen(copy):
+    """A changed index byte, without a writer's help: the seal refuses the file."""
+    path = copy()
+    blob = read_blob(path)
+    blob[layout(blob)["entries"] + 8] ^= 0x10
+    write_blob(path, blob, seal=False)
+    err = load_error(path)
+    assert isinstance(err, modpack.FormatError) and "do not match its seal" in str(err)
+    with pytest.raises(modpack.FormatError, match="do not match its seal"):
+        modpack.load_module(path, allow_unsealed=True)  # a damaged seal is never skipped
 
 
 def test_bad_magic(copy):

@@ -19,7 +19,7 @@ from modpack.cli.main import format_inspection, main
 from modpack.inspection import inspect_library
 
 TOP_KEYS = ["path", "format_version", "writer_version", "blob", "modules", "import_tree",
-            "functions"]
+            "functions", "seal"]
 BLOB_KEYS = ["symbol", "section", "file_offset", "size", "index_size", "index_checksum",
              "payload_checksums"]
 MODULE_KEYS = [
@@ -65,7 +65,7 @@ def test_diamond_matches_the_serializer_plan(diamond_so):
     blob = report["blob"]
     assert list(blob) == BLOB_KEYS
     assert blob["symbol"] == "__dev_mblob"
-    assert "rodata" in blob["section"]
+    assert blob["section"] == ".modpack.blob"  # the anchor's section, pointed at the blob
     assert blob["payload_checksums"] is True
     assert 0 < blob["index_size"] <= blob["size"]
     assert len(blob["index_checksum"]) == 16 and int(blob["index_checksum"], 16) >= 0
@@ -113,6 +113,8 @@ def test_json_on_stdout_in_process(diamond_so, capsys):
 def test_library_without_blob(tmp):
     path = modpack.csource_module(VADD_C).export_library(tmp / "host_only.so")
     report = inspect_library(path)
+    seal = report.pop("seal")
+    assert seal["state"] == "valid" and len(seal["digest"]) == 32  # host code is sealed too
     assert report == {
         "path": str(path),
         "format_version": None,
@@ -127,6 +129,12 @@ def test_library_without_blob(tmp):
     assert proc.returncode == 0, proc.stderr
     assert "no __dev_mblob" in proc.stdout and "library" in proc.stdout
     assert "add_int" in proc.stdout and "vadd" in proc.stdout
+    assert f"seal               valid (XXH3-128 {seal['digest']})" in proc.stdout
+    data = bytearray(path.read_bytes())
+    data[200] ^= 1  # somewhere in the headers
+    path.write_bytes(bytes(data))
+    assert inspect_library(path)["seal"]["state"] == "damaged"
+    assert "seal               DAMAGED: " in run_cli("inspect", str(path)).stdout
 
 
 def test_human_output(diamond_so, capsys):

@@ -35,7 +35,10 @@ def expected_array(spec: dict) -> np.ndarray:
 
 @needs_x86_64
 def test_golden_library_loads_as_recorded():
-    root = modpack.load_module(GOLDEN / "deploy.so")
+    # Made before the seal: it loads when asked to load unsealed, and only then.
+    with pytest.raises(modpack.FormatError, match="carries no modpack seal"):
+        modpack.load_module(GOLDEN / "deploy.so")
+    root = modpack.load_module(GOLDEN / "deploy.so", allow_unsealed=True)
     assert root.type_key == "library"
 
     # Rebuild index -> loaded module by walking the recorded CSR tree from the root.

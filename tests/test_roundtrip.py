@@ -178,18 +178,21 @@ def test_export_is_atomic_on_compile_error(tmp):
 def test_workspace_dir_keeps_intermediates(host, tmp):
     host.import_module(consts(1))
     host.export_library(tmp / "ws.so", workspace_dir=tmp / "ws")
-    assert {"lib0.c", "lib0.o", "devc.o"} <= {p.name for p in (tmp / "ws").iterdir()}
+    assert {"lib0.c", "lib0.o", "anchor.o"} <= {p.name for p in (tmp / "ws").iterdir()}
     host.export_library(tmp / "ws2.so", workspace_dir=tmp / "ws2", packer="asm")
-    assert {"devc.bin", "devc.S", "devc.o"} <= {p.name for p in (tmp / "ws2").iterdir()}
+    assert {"anchor.S", "anchor.o"} <= {p.name for p in (tmp / "ws2").iterdir()}
+    host.export_library(tmp / "ws3.tar", workspace_dir=tmp / "ws3")  # the linker takes it all
+    assert {"devc.o"} <= {p.name for p in (tmp / "ws3").iterdir()}
 
 
 @pytest.mark.parametrize("packer", ["elf", "asm", "llvm"])
-@pytest.mark.parametrize("linker", ["bfd", "lld"])
+@pytest.mark.parametrize("linker", ["bfd", "gold", "lld", "mold"])
 def test_every_packer_and_linker_make_the_same_blob(host, tmp, packer, linker, monkeypatch):
     import shutil
 
-    if linker == "lld" and not shutil.which("ld.lld"):
-        pytest.skip("lld is not installed (apt-get install lld)")
+    tool = {"bfd": "ld.bfd", "gold": "ld.gold", "lld": "ld.lld", "mold": "mold"}[linker]
+    if not shutil.which(tool):
+        pytest.skip(f"{tool} is not installed (scripts/dev.sh installs it)")
     monkeypatch.setenv("MODPACK_LINKER", linker)
     host.import_module(modpack.const_module({"w": np.arange(1000, dtype=np.int16)}))
     path = host.export_library(tmp / f"{packer}-{linker}.so", packer=packer)
@@ -239,7 +242,9 @@ def test_custom_fcompile(host, tmp):
 def test_load_object_file(tmp):
     host = modpack.csource_module(VADD_C)
     host.export_library(tmp / "ws.so", workspace_dir=tmp / "ws")
-    root = modpack.load_module(tmp / "ws" / "lib0.o")
+    with pytest.raises(modpack.FormatError, match="carries no modpack seal"):
+        modpack.load_module(tmp / "ws" / "lib0.o")  # an object file carries no seal
+    root = modpack.load_module(tmp / "ws" / "lib0.o", allow_unsealed=True)
     assert root["add_int"](3, 4) == 7
 
 

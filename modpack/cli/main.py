@@ -76,6 +76,12 @@ def format_inspection(report: dict[str, Any]) -> str:
         field("flags", "payload checksums: "
                        + ("yes (verified)" if blob["payload_checksums"] else "no"))
 
+    seal = report.get("seal") or {"state": "absent", "message": None}
+    if seal["state"] == "valid":
+        field("seal", "valid" + (f" (XXH3-128 {seal['digest']})" if seal.get("digest") else ""))
+    else:
+        field("seal", f"{seal['state'].upper()}: {seal['message']}")
+
     modules = report["modules"]
     out += ["", f"modules ({len(modules)})"]
     header = ("index", "type_key", "offset", "size", "checksum", "children", "parents")

@@ -1,4 +1,20 @@
-"""export_library: compile the host modules, pack the blob, link one library, atomically."""
+"""export_library: compile the host modules, link one library, write the blob into it, seal it,
+and put it in place atomically.
+
+A ``.so`` is made in one of two ways:
+
+- *placed* (64-bit little-endian targets, the default): the linker links the host code with the
+  anchor object, a placeholder; modpack then writes the blob once, straight into the final
+  file, as a read-only segment of its own (:mod:`modpack.format.image`). No linker reads or
+  writes payload bytes and no intermediate file holds them, so export runs at the speed of one
+  sequential write;
+- *linked*: a blob object holding the whole blob goes through the linker (a custom packer,
+  targets the placement does not handle).
+
+Either way the library ends with its seal (:mod:`modpack.format.seal`). A ``.tar`` keeps the
+objects for a later link, the blob object among them, with a seal over every member
+(:mod:`modpack.format.tar_seal`).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +29,10 @@ from typing import Any
 
 from ..errors import ModpackError, ModpackWarning
 from ..format import ALIGNMENT
+from ..format.image import PLACEABLE_MACHINES, find_blob, place_blob
+from ..format.seal import seal_library
 from ..format.section import machine_name
+from ..format.tar_seal import seal_tar
 from ..modules.tree import Node, shadowed_kernels
 from ..packers import ELF_MACHINES, PACKERS
 from ..serializer import ModuleSerializer
@@ -22,7 +41,8 @@ from ..toolchain.cc import Toolchain, create_shared, create_tar, target_machine
 __all__ = ["export_library"]
 
 _PACKERS = ("auto", "elf", "asm", "llvm")
-LARGE_BLOB = 1 << 30  # from here on, link with GNU ld (see below)
+LARGE_BLOB = 1 << 30  # from here on, a linked blob is linked with GNU ld (see below)
+_PLACEHOLDER = bytes(8)  # the anchor's stand-in for the blob
 
 
 def export_library(
@@ -44,8 +64,12 @@ def export_library(
         raise ModpackError(f"cannot export to {output}: the folder {output.parent} does not exist")
     if packer not in _PACKERS:
         raise ValueError(f"packer must be one of {sorted(_PACKERS)}, not {packer!r}")
+    alignment = payload_alignment or ALIGNMENT
+    if alignment < ALIGNMENT or alignment & (alignment - 1):
+        raise ValueError(f"payload_alignment must be a power of two >= {ALIGNMENT}")
+    as_tar = output.suffix == ".tar" if fcompile is None else fcompile is create_tar
     if fcompile is None:
-        fcompile = create_tar if output.suffix == ".tar" else create_shared
+        fcompile = create_tar if as_tar else create_shared
     options = list(options or [])
     serializer = ModuleSerializer(root)  # validates the tree before any work
     shadowed = shadowed_kernels(serializer.plan.nodes)
@@ -56,31 +80,42 @@ def export_library(
             "(opencl_module(..., name='fp16')) and call 'fp16/kernel'",
             ModpackWarning, stacklevel=3)
 
+    plan = serializer.plan
+    has_blob = len(plan.nodes) > 1 or plan.nodes[0] is not None
+    placed = (has_blob and not as_tar and fpack_imports is None
+              and machine_name(target_machine(cc)) in PLACEABLE_MACHINES)
+    payload_bytes = sum(n.payload_size() for n in plan.nodes if n)
     keep = workspace_dir is not None
-    payload_bytes = sum(n.payload_size() for n in serializer.plan.nodes if n)
     if keep:
         workspace = Path(workspace_dir)
     else:
-        scratch = _scratch_root(payload_bytes)
+        scratch = None if placed or not has_blob else _scratch_root(payload_bytes)
         workspace = Path(tempfile.mkdtemp(prefix="modpack-export-", dir=scratch))
     workspace.mkdir(parents=True, exist_ok=True)
+
+    def write_blob(f: Any, offset: int) -> int:
+        return serializer.write_blob_to(f, offset, alignment)
+
     try:
         objects: list[Path] = []
         toolchain = Toolchain(cc, cxx)
-        for i, module in enumerate(serializer.plan.dso_modules):
+        for i, module in enumerate(plan.dso_modules):
             objects += module.compile_objects(workspace, f"lib{i}", toolchain, options)
         # C++ host code is linked by the C++ driver, which brings the C++ runtime.
         linker = cc
-        if any(m.language == "c++" for m in serializer.plan.dso_modules):
+        if any(m.language == "c++" for m in plan.dso_modules):
             linker = shlex.join(toolchain.cpp())
-        if len(serializer.plan.nodes) > 1 or serializer.plan.nodes[0] is not None:
-            objects.append(_pack(serializer, workspace, packer, fpack_imports, cc,
-                                 payload_alignment or ALIGNMENT))
+        if placed:
+            objects.append(_packer(packer, cc)(_write_placeholder, workspace, cc, alignment,
+                                               anchor=True))
+        elif has_blob:
+            objects.append(_pack(write_blob, workspace, packer, fpack_imports, cc, alignment))
         if not objects:
             raise ModpackError("nothing to export: the tree has no host code and no modules")
         link_options = list(options)
         user_linker = "MODPACK_LINKER" in os.environ
-        if fcompile is create_shared and payload_bytes >= LARGE_BLOB and not user_linker:
+        if (fcompile is create_shared and not placed and payload_bytes >= LARGE_BLOB
+                and not user_linker):
             # GNU ld places x86-64 large sections after the data, so code-to-data references
             # never span the blob; lld before 17 does not, and fails past 2 GiB.
             link_options.append("-fuse-ld=bfd")
@@ -90,7 +125,13 @@ def export_library(
         tmp = Path(tmp_name)
         try:
             _call_fcompile(fcompile, tmp, objects, link_options, linker)
-            os.chmod(tmp, 0o755 if output.suffix != ".tar" else 0o644)
+            if as_tar:
+                seal_tar(tmp)
+            else:
+                placement = (place_blob(tmp, write_blob, alignment) if placed
+                             else find_blob(tmp, alignment) if has_blob else None)
+                seal_library(tmp, placement)
+            os.chmod(tmp, 0o644 if as_tar else 0o755)
             os.replace(tmp, output)
         finally:
             tmp.unlink(missing_ok=True)
@@ -100,10 +141,16 @@ def export_library(
     return output
 
 
+def _write_placeholder(f: Any, offset: int) -> int:
+    f.seek(offset)
+    f.write(_PLACEHOLDER)
+    return len(_PLACEHOLDER)
+
+
 def _scratch_root(payload_bytes: int) -> str | None:
-    """Where intermediates go: memory-backed /dev/shm when it has room for the blob object
-    twice over, since the object is written once and read once by the linker and never needs
-    to reach the disk (that halves export time for large blobs); else the temp folder."""
+    """Where a linked blob's intermediates go: memory-backed /dev/shm when it has room for
+    the blob object twice over, since the object is written once and read once by the linker
+    and never needs to reach the disk; else the temp folder."""
     shm = "/dev/shm"
     try:
         if os.path.isdir(shm) and os.access(shm, os.W_OK):
@@ -114,23 +161,24 @@ def _scratch_root(payload_bytes: int) -> str | None:
     return None
 
 
-def _pack(serializer: ModuleSerializer, workspace: Path, packer: str,
-          fpack_imports: Callable[[Path, Path], Path] | None, cc: str | None,
-          alignment: int) -> Path:
-    """The blob object: written directly as ELF where the target allows (one pass over the
-    payloads, no assembler), else with the assembler or llvmlite; or by the caller's own
-    packer, which takes a blob file."""
-
-    def write_blob(f: Any, offset: int) -> int:
-        return serializer.write_blob_to(f, offset, alignment)
-
-    if fpack_imports is not None:
-        blob = workspace / "devc.bin"
-        serializer.write_blob(blob, alignment)
-        return Path(fpack_imports(blob, workspace))
+def _packer(packer: str, cc: str | None) -> Callable[..., Path]:
     if packer == "auto":
         packer = "elf" if machine_name(target_machine(cc)) in ELF_MACHINES else "asm"
-    return PACKERS[packer](write_blob, workspace, cc, alignment)
+    return PACKERS[packer]
+
+
+def _pack(write_blob: Callable[[Any, int], int], workspace: Path, packer: str,
+          fpack_imports: Callable[[Path, Path], Path] | None, cc: str | None,
+          alignment: int) -> Path:
+    """The blob object for a linked blob: written directly as ELF where the target allows
+    (one pass over the payloads, no assembler), else with the assembler or llvmlite; or by
+    the caller's own packer, which takes a blob file."""
+    if fpack_imports is not None:
+        blob = workspace / "devc.bin"
+        with open(blob, "w+b") as f:
+            write_blob(f, 0)
+        return Path(fpack_imports(blob, workspace))
+    return _packer(packer, cc)(write_blob, workspace, cc, alignment)
 
 
 def _call_fcompile(fcompile: Callable[..., Any], output: Path, objects: list[Path],

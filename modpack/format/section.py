@@ -1,10 +1,12 @@
 """Where the blob goes inside an object file: its section, for a target machine.
 
-On x86-64 the blob goes to a *large* data section (``.lrodata.__dev_mblob``, flag
-``SHF_X86_64_LARGE``), which the linker places after the code and data: blobs over 2 GiB then
-still link, where ``.rodata`` fails with relocation overflows. Other targets use
-``.rodata.__dev_mblob``. Both packers (the direct ELF writer and the assembler directives) take
-the section from here.
+A library exported as ``.so`` is linked with an *anchor* instead: a tiny placeholder blob in
+``.modpack.blob``, after which the blob itself is written into the library
+(``modpack/format/image.py``). When the linker does take the whole blob (a ``.tar``
+linked later, a custom packer), on x86-64 it goes to a *large* data section
+(``.lrodata.__dev_mblob``, flag ``SHF_X86_64_LARGE``), which the linker places after the code
+and data: blobs over 2 GiB then still link, where ``.rodata`` fails with relocation overflows.
+Other targets use ``.rodata.__dev_mblob``. Every packer takes the section from here.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 from .layout import BLOB_SYMBOL
 
-__all__ = ["BlobSection", "blob_section", "machine_name"]
+__all__ = ["ANCHOR", "BlobSection", "blob_section", "machine_name"]
 
 # Spellings of one architecture, as compilers (-dumpmachine), platform.machine() and LLVM
 # triples write them.
@@ -32,6 +34,11 @@ def machine_name(machine: str | None = None) -> str:
 class BlobSection:
     name: str   # ".lrodata.__dev_mblob"
     large: bool  # the x86-64 large-section flag (SHF_X86_64_LARGE, "l" in assembler flags)
+
+
+# The anchor object's section: a placeholder __dev_mblob that the blob replaces after the link
+# (modpack/format/image.py).
+ANCHOR = BlobSection(".modpack.blob", False)
 
 
 def blob_section(machine: str | None = None) -> BlobSection:

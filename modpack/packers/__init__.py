@@ -2,12 +2,16 @@
 
 Every packer has one shape::
 
-    packer(write_blob: BlobWriter, workspace: Path, cc: str | None, alignment: int) -> Path
+    packer(write_blob: BlobWriter, workspace: Path, cc: str | None, alignment: int,
+           anchor: bool = False) -> Path
 
 ``write_blob(file, offset)`` (from the serializer) writes the whole blob into an open, seekable
 file starting at ``offset`` and returns its size; ``cc`` is the C compiler whose target the
 object is for; ``alignment`` is the blob's alignment in memory (the payload alignment). The
-packer returns the object file it wrote in ``workspace``.
+packer returns the object file it wrote in ``workspace``. With ``anchor``, the object is the
+*anchor* a ``.so`` export links instead of the blob: ``write_blob`` writes a placeholder, in
+the anchor's section; the blob itself is written into the linked library afterwards
+(:mod:`modpack.format.image`).
 
 - ``elf``: writes the object itself, the blob straight into its section (one pass, no tool);
 - ``asm``: writes the blob to a file and assembles ``.incbin`` directives with ``cc -c``;
@@ -24,7 +28,7 @@ from .blob import BlobWriter
 from .elf import ELF_MACHINES, pack_elf_object
 from .llvm import pack_with_llvm
 
-Packer = Callable[[BlobWriter, Path, "str | None", int], Path]
+Packer = Callable[..., Path]
 
 PACKERS: dict[str, Packer] = {
     "elf": pack_elf_object,

@@ -13,11 +13,14 @@ __all__ = ["pack_with_assembler"]
 
 
 def pack_with_assembler(write_blob: BlobWriter, workspace: Path, cc: str | None,
-                        alignment: int) -> Path:
-    """``workspace/devc.o`` from the blob, assembled with the C compiler driver |cc|."""
+                        alignment: int, anchor: bool = False) -> Path:
+    """``workspace/devc.o`` (``anchor.o`` for an anchor) from the blob, assembled with the C
+    compiler driver |cc|."""
     blob = write_blob_file(write_blob, workspace)
-    source = workspace / "devc.S"
-    source.write_text("\n".join(blob_directives(blob, target_machine(cc), alignment)) + "\n")
-    obj = workspace / "devc.o"
+    stem = "anchor" if anchor else "devc"
+    source = workspace / f"{stem}.S"
+    source.write_text("\n".join(blob_directives(blob, target_machine(cc), alignment, anchor))
+                      + "\n")
+    obj = workspace / f"{stem}.o"
     run_tool([*c_compiler(cc), "-c", str(source), "-o", str(obj)], "assembling the blob object")
     return obj

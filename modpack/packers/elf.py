@@ -2,9 +2,9 @@
 straight into its section — no intermediate blob file, no assembler pass.
 
 The object holds one allocated, read-only section for the blob (its name and flags from
-:func:`modpack.format.section.blob_section`), an empty ``.note.GNU-stack`` (a non-executable
-stack), and a symbol table defining ``__dev_mblob`` with its size. The layout follows the
-System V ABI's ELF-64 object file format.
+:mod:`modpack.format.section`; the anchor's for an anchor object), an empty
+``.note.GNU-stack`` (a non-executable stack), and a symbol table defining ``__dev_mblob`` with
+its size. The layout follows the System V ABI's ELF-64 object file format.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 
 from ..format import BLOB_SYMBOL
-from ..format.section import blob_section, machine_name
+from ..format.section import ANCHOR, blob_section, machine_name
 from ..toolchain.cc import target_machine
 from .blob import BlobWriter
 
@@ -35,21 +35,21 @@ def _align(value: int, alignment: int) -> int:
 
 
 def pack_elf_object(write_blob: BlobWriter, workspace: Path, cc: str | None,
-                    alignment: int) -> Path:
-    """Write ``workspace/devc.o`` for the target of |cc| (an architecture of ELF_MACHINES)
-    holding the blob aligned to |alignment|; returns its path."""
+                    alignment: int, anchor: bool = False) -> Path:
+    """Write ``workspace/devc.o`` (``anchor.o`` for an anchor) for the target of |cc| (an
+    architecture of ELF_MACHINES) holding the blob aligned to |alignment|; returns its path."""
     machine = target_machine(cc) or ""
     arch = machine_name(machine or None)
     if arch not in ELF_MACHINES:
         raise ValueError(f"the ELF packer does not support {machine or arch!r}; use packer='asm'")
-    placement = blob_section(arch)
+    placement = ANCHOR if anchor else blob_section(arch)
     large, section = placement.large, placement.name
-    shstrtab = b"\0" + section.encode() + b"\0.note.GNU-stack\0.symtab\0.strtab\0.shstrtab\0"
-    names = {n: shstrtab.index(b"\0" + n.encode() + b"\0") + 1
-             for n in (section, ".note.GNU-stack", ".symtab", ".strtab", ".shstrtab")}
+    names_list = [section, ".note.GNU-stack", ".symtab", ".strtab", ".shstrtab"]
+    shstrtab = b"\0" + b"".join(n.encode() + b"\0" for n in names_list)
+    names = {n: shstrtab.index(b"\0" + n.encode() + b"\0") + 1 for n in names_list}
     strtab = b"\0" + BLOB_SYMBOL.encode() + b"\0"
 
-    path = workspace / "devc.o"
+    path = workspace / ("anchor.o" if anchor else "devc.o")
     with open(path, "w+b") as f:
         data_at = _align(_EHDR.size, alignment)
         size = write_blob(f, data_at)
@@ -78,5 +78,5 @@ def pack_elf_object(write_blob: BlobWriter, workspace: Path, cc: str | None,
         ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)  # 64-bit, little-endian, SysV
         f.seek(0)
         f.write(_EHDR.pack(ident, 1, ELF_MACHINES[arch], 1, 0, 0, shdrs_at, 0, _EHDR.size, 0, 0,
-                           _SHDR.size, len(headers), 5))
+                           _SHDR.size, len(headers), len(headers) - 1))
     return path

@@ -26,6 +26,7 @@ HEADERS = ["dlpack/dlpack.h"] + [
 # symbol from the one place C defines them.
 STRING_CONSTANTS = """
 static const char *const MP_FORMAT_MAGIC;
+static const char *const MP_SEAL_MAGIC;
 static const char *const MP_BLOB_SYMBOL;
 static const char *const MP_LIB_TYPE_KEY;
 static const char *const MP_LIBRARY_TYPE_KEY;

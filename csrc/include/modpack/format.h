@@ -89,9 +89,47 @@ typedef struct {
 } mp_format_entry_v1_t;
 /* MP_API_END */
 
+/*
+ * The seal: the last MP_SEAL_SIZE bytes of every library modpack exports, so that the whole
+ * file is checked, by reading it, before any of it is mapped or runs.
+ *
+ * Its digest is XXH3-128 (seed 0) over every byte of the file except the payloads — the range
+ * [payloads_offset, payloads_offset + payloads_size), which the blob's own payload checksums
+ * cover — with the digest field read as zero: the ELF header, program and section headers,
+ * dynamic section, symbol and hash tables, relocations, code, data, the blob's index and the
+ * rest of this trailer. The blob itself lies in a read-only PT_LOAD segment of its own at
+ * [blob_offset, blob_offset + blob_size) in the file and at blob_vaddr in the library's image,
+ * where __dev_mblob points; blob_size is 0 for a library without a blob.
+ *
+ * Compatibility rule: a reader accepts the seal versions it knows (1) and refuses a library
+ * with a newer one (upgrade modpack). A library without a seal (linked by hand, or by a
+ * modpack before the seal) loads only when the caller asks for it (MP_LOAD_ALLOW_UNSEALED).
+ */
+/* MP_API_BEGIN */
+enum {
+  MP_SEAL_SIZE = 80,
+  MP_SEAL_VERSION = 1,
+};
+typedef struct {
+  uint64_t file_size;       /* the whole file, this trailer included */
+  uint64_t blob_offset;     /* file offset of __dev_mblob (0 with blob_size 0: no blob) */
+  uint64_t blob_vaddr;      /* its address in the library's image, from the load base */
+  uint64_t blob_size;       /* the blob's size (its header's blob_size) */
+  uint64_t payloads_offset; /* the bytes the digest leaves to the payload checksums */
+  uint64_t payloads_size;
+  uint64_t digest_low; /* XXH3-128 of the rest of the file (see above), low 64 bits */
+  uint64_t digest_high;
+  uint32_t version; /* MP_SEAL_VERSION */
+  uint32_t flags;   /* reserved, 0 */
+  uint8_t magic[8]; /* MP_SEAL_MAGIC: the file's last 8 bytes */
+} mp_seal_v1_t;
+/* MP_API_END */
+#define MP_SEAL_MAGIC "MPKSEAL\n"
+
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_format_header_v1_t) == 64, "format v1 header must be 64 bytes");
 _Static_assert(sizeof(mp_format_entry_v1_t) == 48, "format v1 entry must be 48 bytes");
+_Static_assert(sizeof(mp_seal_v1_t) == MP_SEAL_SIZE, "the seal is MP_SEAL_SIZE bytes");
 #endif
 
 #ifdef __cplusplus

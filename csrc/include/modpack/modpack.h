@@ -96,14 +96,24 @@ enum {
   /* Skip the XXH3 checks of payload bytes (the index is always checked). For multi-GB
    * weights whose integrity is guaranteed by other means. */
   MP_LOAD_SKIP_PAYLOAD_CHECKSUMS = 1,
+  /* Load a library that carries no seal (linked by hand, or exported by a modpack before the
+   * seal): its code, headers and blob index are then not checked before dlopen. A library
+   * with a seal is always checked. */
+  MP_LOAD_ALLOW_UNSEALED = 2,
 };
 
-/* Load a deployable library: validate the file, dlopen it, parse and validate `__dev_mblob`,
- * run each module's loader and rebuild the import tree. |out_module| receives the root (a
- * "library" module when the file has no blob). Loading the same file again while its tree is
- * alive returns the same root. */
+/* Load a deployable library: check the file's seal (format.h) before anything of it is
+ * mapped, dlopen it, parse and validate `__dev_mblob`, run each module's loader and rebuild
+ * the import tree. |out_module| receives the root (a "library" module when the file has no
+ * blob). Loading the same file again while its tree is alive returns the same root. */
 MP_API mp_status_t mp_module_load_from_file(const char* path, uint32_t flags,
                                             mp_module_t** out_module);
+
+/* Check the seal of the library at |path| by reading the file (nothing is mapped or run):
+ * MP_OK, with the seal in |*out_seal|, when it carries one and every byte outside the payloads
+ * matches it; MP_ERR_NOT_FOUND when it carries none; MP_ERR_FORMAT, naming the damage, when it
+ * does not match; MP_ERR_INCOMPATIBLE for a seal newer than this runtime. */
+MP_API mp_status_t mp_seal_check_file(const char* path, mp_seal_v1_t* out_seal);
 
 /* ---- modules ----------------------------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
-/* The format's checksum: XXH3-64 (seed 0), from the xxHash library, compiled inline so the
- * runtime has no link-time dependency on it. */
+/* The format's checksums: XXH3-64 (seed 0) for the blob, XXH3-128 for the seal, from the
+ * xxHash library, compiled inline so the runtime has no link-time dependency on it. */
 #include <stddef.h>
+#include <stdlib.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -35,4 +36,27 @@ uint64_t mp_index_checksum(const uint8_t* blob, uint64_t index_size) {
   XXH3_64bits_update(&state, zeros, sizeof zeros);
   XXH3_64bits_update(&state, blob + FIELD + FIELD_SIZE, (size_t)(index_size - FIELD - FIELD_SIZE));
   return (uint64_t)XXH3_64bits_digest(&state);
+}
+
+struct mp_hash128 {
+  XXH3_state_t state;
+};
+
+mp_hash128_t* mp_hash128_new(void) {
+  mp_hash128_t* hash = aligned_alloc(64, sizeof *hash); /* XXH3_state_t wants 64 bytes */
+  if (hash) XXH3_128bits_reset(&hash->state);
+  return hash;
+}
+
+void mp_hash128_update(mp_hash128_t* hash, const void* data, size_t size) {
+  XXH3_128bits_update(&hash->state, data, size);
+}
+
+mp_digest128_t mp_hash128_digest(const mp_hash128_t* hash) {
+  XXH128_hash_t digest = XXH3_128bits_digest(&hash->state);
+  return (mp_digest128_t){digest.low64, digest.high64};
+}
+
+void mp_hash128_free(mp_hash128_t* hash) {
+  free(hash);
 }

@@ -10,6 +10,7 @@
 #include "load/library.h"
 
 #include <dlfcn.h>
+#include <inttypes.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -263,10 +264,14 @@ static int find_phdrs(struct dl_phdr_info* info, size_t size, void* data) {
   return 1;
 }
 
-mp_status_t mp_library_locate_blob(mp_library_t* library, mp_const_byte_span_t* out_bytes,
-                                   bool* out_found) {
+mp_status_t mp_library_locate_blob(mp_library_t* library, const mp_seal_v1_t* seal,
+                                   mp_const_byte_span_t* out_bytes, bool* out_found) {
   const uint8_t* blob = dlsym(library->handle, MP_BLOB_SYMBOL);
   *out_found = blob != NULL;
+  if (seal && (blob != NULL) != (seal->blob_size > 0))
+    return mp_errorf(MP_ERR_FORMAT, "'%s' is damaged: its seal says it %s a blob, but %s is %s",
+                     library->path, seal->blob_size ? "has" : "has no", MP_BLOB_SYMBOL,
+                     blob ? "defined" : "not found");
   if (!blob) return MP_OK;
   Dl_info info;
   const ElfW(Sym)* sym = NULL;
@@ -278,6 +283,11 @@ mp_status_t mp_library_locate_blob(mp_library_t* library, mp_const_byte_span_t* 
     return mp_errorf(MP_ERR_IO, "'%s': dlinfo failed: %s", library->path, dlerror());
   uint64_t size = sym->st_size;
   uint64_t vaddr = (uint64_t)(uintptr_t)blob - (uint64_t)map->l_addr;
+  if (seal && (vaddr != seal->blob_vaddr || size != seal->blob_size))
+    return mp_errorf(MP_ERR_FORMAT,
+                     "'%s' is damaged: %s is at %#" PRIx64 " with %" PRIu64
+                     " bytes, its seal says %#" PRIx64 " with %" PRIu64,
+                     library->path, MP_BLOB_SYMBOL, vaddr, size, seal->blob_vaddr, seal->blob_size);
   /* Find the segment holding the symbol, from the loader's own program headers (the file's
    * copy need not be mapped). */
   phdr_query_t query = {map->l_addr, NULL, 0};

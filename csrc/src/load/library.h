@@ -27,11 +27,13 @@ void mp_library_set_root(mp_library_t* library, mp_module_t* root);
 
 /* The address of |symbol| in the library, or NULL. */
 void* mp_library_symbol(const mp_library_t* library, const char* symbol);
-/* The blob's bytes: from `__dev_mblob` to its ELF st_size, which must lie inside a
- * file-backed part of a loaded segment (so no read can run past the file). *out_found is
- * false for a library without a blob (host code only). */
-mp_status_t mp_library_locate_blob(mp_library_t* library, mp_const_byte_span_t* out_bytes,
-                                   bool* out_found);
+/* The blob's bytes: from `__dev_mblob` to its size, which must lie inside a file-backed part
+ * of a loaded segment (so no read can run past the file). With the file's |seal| (NULL for a
+ * library loaded unsealed), the blob must be where and as large as the seal says, and present
+ * exactly when the seal has one. *out_found is false for a library without a blob (host code
+ * only). */
+mp_status_t mp_library_locate_blob(mp_library_t* library, const mp_seal_v1_t* seal,
+                                   mp_const_byte_span_t* out_bytes, bool* out_found);
 
 /* Make |library| the owner of |module|, a module loaded from it (the module keeps it alive
  * and it forgets the module when the module dies). */

@@ -7,6 +7,7 @@
 #endif
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,12 +16,13 @@
 #include "kinds/builtin.h"
 #include "load/elf_check.h"
 #include "load/library.h"
+#include "load/seal.h"
 #include "load/trace.h"
 #include "load/tree.h"
 
 /* The tree of an opened library: the live one, or one built anew. Caller holds the lock. */
 static mp_status_t tree_of(mp_library_t* library, bool existing, uint32_t flags,
-                           mp_module_t** out_module) {
+                           const mp_seal_v1_t* seal, mp_module_t** out_module) {
   if (existing) {
     mp_module_t* root = mp_library_live_root(library);
     if (root) {
@@ -32,22 +34,42 @@ static mp_status_t tree_of(mp_library_t* library, bool existing, uint32_t flags,
   }
   mp_const_byte_span_t bytes;
   bool has_blob;
-  MP_RETURN_IF_ERROR(mp_library_locate_blob(library, &bytes, &has_blob));
+  MP_RETURN_IF_ERROR(mp_library_locate_blob(library, seal, &bytes, &has_blob));
   MP_RETURN_IF_ERROR(has_blob ? mp_tree_build(library, bytes, flags, out_module)
                               : mp_tree_host_only(library, out_module));
   mp_library_set_root(library, *out_module);
   return MP_OK;
 }
 
+/* Before anything of the file is mapped: its seal, which covers every byte but the payloads;
+ * for a library loaded unsealed (on request), its extents at least. */
+static mp_status_t check_file(const char* path, uint32_t flags, mp_seal_v1_t* seal, bool* sealed) {
+  mp_status_t status = mp_seal_check_file(path, seal);
+  *sealed = status == MP_OK;
+  if (status != MP_ERR_NOT_FOUND) return status;
+  if (!(flags & MP_LOAD_ALLOW_UNSEALED)) {
+    char reason[512];
+    snprintf(reason, sizeof reason, "%s", mp_error_message());
+    return mp_errorf(MP_ERR_FORMAT,
+                     "%s; export it again, or load it without the check "
+                     "(load_module(path, allow_unsealed=True); C: MP_LOAD_ALLOW_UNSEALED), "
+                     "which leaves its code, headers and blob index unchecked before dlopen",
+                     reason);
+  }
+  return mp_elf_check_file(path);
+}
+
 static mp_status_t load_locked(const char* path, uint32_t flags, mp_module_t** out_module) {
   double clock = mp_trace_now_ms();
-  MP_RETURN_IF_ERROR(mp_elf_check_file(path));
-  mp_trace_phase(path, "file check", &clock, "");
+  mp_seal_v1_t seal;
+  bool sealed;
+  MP_RETURN_IF_ERROR(check_file(path, flags, &seal, &sealed));
+  mp_trace_phase(path, "file check", &clock, sealed ? "sealed" : "unsealed");
   mp_library_t* library;
   bool existing;
   MP_RETURN_IF_ERROR(mp_library_open(path, &library, &existing));
   mp_trace_phase(path, "dlopen", &clock, "");
-  mp_status_t status = tree_of(library, existing, flags, out_module);
+  mp_status_t status = tree_of(library, existing, flags, sealed ? &seal : NULL, out_module);
   mp_library_release(library); /* the modules hold it now (or it goes, on failure) */
   return status;
 }

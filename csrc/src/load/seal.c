@@ -1,0 +1,151 @@
+/* Checking a library's seal (modpack/format.h): the trailer's fields against the file, then
+ * XXH3-128 of every byte outside the payloads, read with pread in large chunks. Nothing of
+ * the file is mapped or run, so a damaged file gives an error here, never a crash later. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pread */
+#endif
+#include "load/seal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/bytes.h"
+#include "core/checksum.h"
+#include "core/error.h"
+
+enum { CHUNK = 1 << 20, DIGEST_FIELD = offsetof(mp_seal_v1_t, digest_low) };
+
+static bool read_exact(int fd, void* buf, size_t n, uint64_t offset) {
+  uint8_t* p = buf;
+  while (n > 0) {
+    ssize_t got = pread(fd, p, n, (off_t)offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got;
+    n -= (size_t)got;
+    offset += (uint64_t)got;
+  }
+  return true;
+}
+
+/* Hash the file's bytes [begin, end) into |hash|. */
+static mp_status_t hash_range(int fd, const char* path, uint8_t* buffer, uint64_t begin,
+                              uint64_t end, mp_hash128_t* hash) {
+  while (begin < end) {
+    size_t n = end - begin < CHUNK ? (size_t)(end - begin) : CHUNK;
+    if (!read_exact(fd, buffer, n, begin))
+      return mp_errorf(MP_ERR_IO, "cannot read '%s' at byte %" PRIu64 ": %s", path, begin,
+                       strerror(errno ? errno : EIO));
+    mp_hash128_update(hash, buffer, n);
+    begin += n;
+  }
+  return MP_OK;
+}
+
+static mp_seal_v1_t decode(const uint8_t* p) {
+  mp_seal_v1_t s;
+  s.file_size = mp_load_le64(p + offsetof(mp_seal_v1_t, file_size));
+  s.blob_offset = mp_load_le64(p + offsetof(mp_seal_v1_t, blob_offset));
+  s.blob_vaddr = mp_load_le64(p + offsetof(mp_seal_v1_t, blob_vaddr));
+  s.blob_size = mp_load_le64(p + offsetof(mp_seal_v1_t, blob_size));
+  s.payloads_offset = mp_load_le64(p + offsetof(mp_seal_v1_t, payloads_offset));
+  s.payloads_size = mp_load_le64(p + offsetof(mp_seal_v1_t, payloads_size));
+  s.digest_low = mp_load_le64(p + offsetof(mp_seal_v1_t, digest_low));
+  s.digest_high = mp_load_le64(p + offsetof(mp_seal_v1_t, digest_high));
+  s.version = mp_load_le32(p + offsetof(mp_seal_v1_t, version));
+  s.flags = mp_load_le32(p + offsetof(mp_seal_v1_t, flags));
+  memcpy(s.magic, p + offsetof(mp_seal_v1_t, magic), sizeof s.magic);
+  return s;
+}
+
+/* The fields agree with the file and with each other. */
+static mp_status_t check_fields(const mp_seal_v1_t* s, uint64_t file_size, const char* path) {
+  if (s->version > MP_SEAL_VERSION)
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "'%s' has a version %u seal; this runtime reads version %d: upgrade modpack",
+                     path, s->version, MP_SEAL_VERSION);
+  if (s->version == 0 || s->flags != 0)
+    return mp_errorf(MP_ERR_FORMAT, "'%s' is damaged: its seal has version %u and flags %u", path,
+                     s->version, s->flags);
+  if (s->file_size != file_size)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "'%s' is damaged: its seal says the file has %" PRIu64
+                     " bytes, but it has %" PRIu64 "; copy or export it again",
+                     path, s->file_size, file_size);
+  uint64_t body = file_size - MP_SEAL_SIZE;
+  bool blob_ok = s->blob_size == 0
+                     ? s->blob_offset == 0 && s->blob_vaddr == 0
+                     : s->blob_offset <= body && s->blob_size <= body - s->blob_offset;
+  bool payloads_ok = s->payloads_size == 0 ||
+                     (s->blob_size > 0 && s->payloads_offset >= s->blob_offset &&
+                      s->payloads_offset - s->blob_offset <= s->blob_size &&
+                      s->payloads_size <= s->blob_size - (s->payloads_offset - s->blob_offset));
+  if (!blob_ok || !payloads_ok)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "'%s' is damaged: its seal places the blob at [%" PRIu64 ", +%" PRIu64
+                     ") and the payloads at [%" PRIu64 ", +%" PRIu64 ") in a %" PRIu64 "-byte file",
+                     path, s->blob_offset, s->blob_size, s->payloads_offset, s->payloads_size,
+                     file_size);
+  return MP_OK;
+}
+
+mp_status_t mp_seal_check_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out) {
+  uint8_t raw[MP_SEAL_SIZE];
+  if (file_size < MP_SEAL_SIZE || !read_exact(fd, raw, sizeof raw, file_size - MP_SEAL_SIZE) ||
+      memcmp(raw + offsetof(mp_seal_v1_t, magic), MP_SEAL_MAGIC, sizeof out->magic) != 0)
+    return mp_errorf(MP_ERR_NOT_FOUND,
+                     "'%s' carries no modpack seal: it was damaged or truncated, or linked "
+                     "without modpack's export (by hand, or by a modpack before the seal)",
+                     path);
+  mp_seal_v1_t seal = decode(raw);
+  MP_RETURN_IF_ERROR(check_fields(&seal, file_size, path));
+
+  uint8_t* buffer = malloc(CHUNK);
+  mp_hash128_t* hash = mp_hash128_new();
+  mp_status_t status = buffer && hash ? MP_OK : mp_out_of_memory("checking the seal");
+  /* [0, payloads) then [end of payloads, digest field): one range when there are none. */
+  uint64_t trailer = file_size - MP_SEAL_SIZE;
+  uint64_t first_end = seal.payloads_size ? seal.payloads_offset : 0;
+  uint64_t second_begin = seal.payloads_size ? seal.payloads_offset + seal.payloads_size : 0;
+  static const uint8_t zeros[16] = {0};
+  if (status == MP_OK) status = hash_range(fd, path, buffer, 0, first_end, hash);
+  if (status == MP_OK)
+    status = hash_range(fd, path, buffer, second_begin, trailer + DIGEST_FIELD, hash);
+  if (status == MP_OK) {
+    mp_hash128_update(hash, zeros, sizeof zeros);
+    mp_hash128_update(hash, raw + DIGEST_FIELD + sizeof zeros,
+                      MP_SEAL_SIZE - DIGEST_FIELD - sizeof zeros);
+    mp_digest128_t digest = mp_hash128_digest(hash);
+    if (digest.low != seal.digest_low || digest.high != seal.digest_high)
+      status = mp_errorf(MP_ERR_FORMAT,
+                         "'%s' is damaged: its bytes outside the payloads (code, headers, "
+                         "symbol tables, the blob's index) do not match its seal "
+                         "(XXH3-128 %016" PRIx64 "%016" PRIx64 ", sealed %016" PRIx64 "%016" PRIx64
+                         "); copy or export it again",
+                         path, digest.high, digest.low, seal.digest_high, seal.digest_low);
+  }
+  free(buffer);
+  if (hash) mp_hash128_free(hash);
+  if (status == MP_OK) *out = seal;
+  return status;
+}
+
+mp_status_t mp_seal_check_file(const char* path, mp_seal_v1_t* out_seal) {
+  if (!path || !out_seal)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_seal_check_file: NULL argument");
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
+                     strerror(errno));
+  struct stat st;
+  mp_status_t status = fstat(fd, &st) == 0
+                           ? mp_seal_check_fd(fd, (uint64_t)st.st_size, path, out_seal)
+                           : mp_errorf(MP_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
+  close(fd);
+  return status;
+}
