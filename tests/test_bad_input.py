@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import shutil
 import struct
@@ -134,6 +135,25 @@ def test_flipped_payload_byte(copy):
     err = load_error(path)
     assert isinstance(err, modpack.FormatError)
     assert "payload checksum mismatch" in str(err) and "const" in str(err)
+
+
+def test_damaged_padding_between_payloads(tmp_path):
+    """Alignment padding lies outside the seal and every payload checksum: it must be zero."""
+    host = modpack.csource_module(VADD_C)
+    for i in (1, 2):  # odd-sized payloads, each followed by padding to the next
+        host.import_module(modpack.const_module({f"c{i}": np.arange(3 * i, dtype=np.int8)}))
+    path = host.export_library(tmp_path / "padded.so")
+    blob = read_blob(path)
+    entries = layout(blob)["entries"]
+    ranges = sorted(struct.unpack_from("<QQ", blob, entries + 48 * i)
+                    for i in range(layout(blob)["n"]))
+    gaps = [(a + n, b) for (a, n), (b, _) in itertools.pairwise(ranges) if a and b > a + n]
+    assert gaps, "the test tree must have padding between payloads"
+    blob[gaps[0][0]] = 0x5A
+    write_blob(path, blob)
+    err = load_error(path)
+    assert isinstance(err, modpack.FormatError) and "padding between payloads" in str(err)
+    modpack.load_module(path, verify_checksums=False)  # the opt-out skips it, as the payloads
 
 
 def test_payload_checksums_can_be_skipped(copy):

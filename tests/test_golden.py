@@ -1,13 +1,18 @@
 """Golden files: libraries written by earlier modpack versions that the reader must keep
-reading. tests/data/golden_v1 was exported once by modpack 0.1.0 (format 1.0) with
-tests/data/golden_v1/make_golden.py and is never regenerated: if these tests fail, the reader
-(or the runtime above it) stopped reading format v1, which the compatibility rule forbids.
+reading. Each folder was exported once with tests/data/golden_v1/make_golden.py and is never
+regenerated: if these tests fail, the reader (or the runtime above it) stopped reading what an
+earlier modpack wrote, which the compatibility rules forbid.
+
+- golden_v1: format 1.0, linked blob, no seal (modpack 0.1.0 before the seal);
+- golden_v1_sealed: format 1.0, the blob placed in a segment of its own, seal version 1, and a
+  ``.tar`` with tar seal version 2.
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +21,14 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
 import modpack
+from modpack.format.seal import check_seal
 from modpack.runtime.binding import error_from_status, ffi, lib
 
-GOLDEN = Path(__file__).parent / "data" / "golden_v1"
+DATA = Path(__file__).parent / "data"
+GOLDEN = DATA / "golden_v1"
+SEALED = DATA / "golden_v1_sealed"
 EXPECTED = json.loads((GOLDEN / "expected.json").read_text())
+assert json.loads((SEALED / "expected.json").read_text()) == EXPECTED  # one tree, two forms
 UINT64_MAX = 2**64 - 1
 
 # deploy.so holds x86-64 Linux code; the blob checks below run anywhere.
@@ -38,7 +47,37 @@ def test_golden_library_loads_as_recorded():
     # Made before the seal: it loads when asked to load unsealed, and only then.
     with pytest.raises(modpack.FormatError, match="carries no modpack seal"):
         modpack.load_module(GOLDEN / "deploy.so")
-    root = modpack.load_module(GOLDEN / "deploy.so", allow_unsealed=True)
+    check_tree(modpack.load_module(GOLDEN / "deploy.so", allow_unsealed=True))
+
+
+@needs_x86_64
+@pytest.mark.parametrize("name", ["deploy.so", "deploy.tar"])
+def test_sealed_golden_loads_as_recorded(name):
+    check_tree(modpack.load_module(SEALED / name))
+
+
+def test_sealed_golden_seal_says_where_the_blob_is():
+    seal = check_seal(SEALED / "deploy.so")
+    blob = (SEALED / "devc.bin").read_bytes()
+    assert seal.file_size == (SEALED / "deploy.so").stat().st_size
+    assert seal.blob_size == len(blob)
+    with open(SEALED / "deploy.so", "rb") as f:
+        f.seek(seal.blob_offset)
+        assert f.read(seal.blob_size) == blob
+    assert seal.payloads_offset + seal.payloads_size == seal.blob_offset + seal.blob_size
+    assert check_seal(GOLDEN / "deploy.so") is None
+
+
+def test_a_changed_byte_in_the_sealed_golden_is_refused(tmp_path):
+    data = bytearray((SEALED / "deploy.so").read_bytes())
+    data[100] ^= 1  # in the program headers
+    (tmp_path / "changed.so").write_bytes(bytes(data))
+    with pytest.raises(modpack.FormatError, match="do not match its seal"):
+        modpack.load_module(tmp_path / "changed.so")
+
+
+def check_tree(root: modpack.Module) -> None:
+    """|root| is the recorded tree, with its arrays and host functions."""
     assert root.type_key == "library"
 
     # Rebuild index -> loaded module by walking the recorded CSR tree from the root.
@@ -91,8 +130,9 @@ def parse_blob(data: object) -> object:
     return ffi.gc(out[0], lib.mp_blob_free)
 
 
-def test_golden_blob_parses_with_the_c_reader():
-    blob = (GOLDEN / "devc.bin").read_bytes()
+@pytest.mark.parametrize("folder", [GOLDEN, SEALED], ids=lambda p: p.name)
+def test_golden_blob_parses_with_the_c_reader(folder):
+    blob = (folder / "devc.bin").read_bytes()
     data = ffi.from_buffer("uint8_t[]", blob)
     parsed = parse_blob(data)
     info = ffi.new("mp_blob_info_t*")
@@ -139,7 +179,7 @@ def embedded_blob(path: Path) -> bytes:
         assert symbols, "no __dev_mblob symbol"
         sym = symbols[0]
         section = elf.get_section(sym["st_shndx"])
-        assert section.name in (".lrodata", ".rodata") or section.name.startswith(
+        assert section.name in (".lrodata", ".rodata", ".modpack.blob") or section.name.startswith(
             (".lrodata.", ".rodata.")
         ), section.name
         assert section["sh_flags"] & SH_FLAGS.SHF_ALLOC
@@ -151,5 +191,31 @@ def embedded_blob(path: Path) -> bytes:
         return f.read(sym["st_size"])
 
 
-def test_golden_library_embeds_the_golden_blob():
-    assert embedded_blob(GOLDEN / "deploy.so") == (GOLDEN / "devc.bin").read_bytes()
+@pytest.mark.parametrize("folder", [GOLDEN, SEALED], ids=lambda p: p.name)
+def test_golden_library_embeds_the_golden_blob(folder):
+    assert embedded_blob(folder / "deploy.so") == (folder / "devc.bin").read_bytes()
+
+
+def test_the_worked_example_in_the_format_docs_runs_as_written(tmp_path, monkeypatch):
+    """docs/format.md's worked example: its script runs as printed, and the blob it reads back
+    is the hex dump printed there, byte for byte."""
+    text = (DATA.parents[1] / "docs" / "format.md").read_text()
+    example = text[text.index("## Worked example"):]
+    script, check = re.findall(r"```python\n(.*?)```", example, re.S)[:2]
+    dump = example[example.index("00000000: "):]
+    dump = dump[: dump.index("```")]
+    folder = str(tmp_path / "fmtex")
+    exec(script.replace("/tmp/fmtex", folder), {})
+    exec(check.replace("/tmp/fmtex", folder), {})
+    assert xxd((tmp_path / "fmtex" / "blob.bin").read_bytes()) == dump
+
+
+def xxd(data: bytes) -> str:
+    """What `xxd` prints for |data|."""
+    lines = []
+    for at in range(0, len(data), 16):
+        row = data[at : at + 16]
+        pairs = " ".join(row[i : i + 2].hex() for i in range(0, len(row), 2))
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in row)
+        lines.append(f"{at:08x}: {pairs:<39}  {text}\n")
+    return "".join(lines)

@@ -312,3 +312,24 @@ def test_ml_dtypes_round_trip(host, tmp):
 
     (const,) = [m for m in inspect_library(path)["modules"] if m["type_key"] == "const"]
     assert [a["dtype"] for a in const["contents"]["arrays"]] == names
+
+
+def test_large_payloads_are_checked_through_the_sequential_path(tmp):
+    """Payloads from 1 MiB are hashed with the mapping marked sequential: the digest is the
+    writer's, and a byte changed near the end is caught (the library resealed, as a buggy
+    writer would)."""
+    from blobtools import read_blob, write_blob
+
+    data = np.arange((9 << 20) // 8, dtype=np.uint64)
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({"big": data}))
+    path = host.export_library(tmp / "windows.so")
+    assert np.array_equal(modpack.load_module(path).imported_modules[0].arrays["big"], data)
+    del data
+    damaged = tmp / "damaged.so"  # a copy: the loaded library's file must stay as it is
+    damaged.write_bytes(path.read_bytes())
+    blob = read_blob(damaged)
+    blob[-100] ^= 1
+    write_blob(damaged, blob)
+    with pytest.raises(modpack.FormatError, match="payload checksum mismatch"):
+        modpack.load_module(damaged)

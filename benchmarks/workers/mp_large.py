@@ -4,6 +4,10 @@ Modes (the JSON argument's ``mode``):
   export     create the payload here, export host + const module, report time, phases and peaks
   load       load the exported library (checksums on or off), report time and RSS growth
   mmap_hash  hash the whole file through a fresh read-only mapping (page cache -> XXH3)
+  seq_read   read the whole file with read() in 8 MiB pieces: the disk's sequential speed when
+             the file is not cached (run.py drops it first), the yardstick of cold loads
+  seal       export a host library of about 1 MiB (code and data, no blob) and time the
+             runtime's seal check of it (mp_seal_check_file), warm
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ def payload(size: int, seed: int) -> np.ndarray:
 
 def export(a: dict) -> dict:
     import modpack.exporter.export as export_module
-    from modpack.serializer import ModuleSerializer
 
     base = c.rss()
     t0 = c.now()
@@ -53,21 +56,14 @@ def export(a: dict) -> dict:
     after_arrays = c.rss()
     c.reset_peak_rss()
 
-    # Time the in-process packing phase without changing what it does: the blob object
-    # writer (modpack.exporter.export._pack) where present, else the blob file writer.
+    # Time the in-process phases without changing what they do: writing the blob into the
+    # linked library (place_blob) or the blob object (_pack), and the seal.
     phases: dict[str, float] = {}
-    owner, name = (export_module, "_pack") if hasattr(export_module, "_pack") else (
-        ModuleSerializer, "write_blob")
-    original = getattr(owner, name)
-
-    def timed(*args, **kwargs):
-        t = c.now()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            phases["pack_s"] = phases.get("pack_s", 0.0) + c.now() - t
-
-    setattr(owner, name, timed)  # (a plain function: as a class attribute it binds self)
+    for phase, owner, name in (("place_s", export_module, "place_blob"),
+                               ("pack_s", export_module, "_pack"),
+                               ("seal_s", export_module, "seal_library")):
+        if hasattr(owner, name):
+            _time_calls(owner, name, phase, phases)
 
     t0 = c.now()
     host = modpack.csource_module(c.HOST_C)
@@ -92,6 +88,20 @@ def export(a: dict) -> dict:
         "tools": tools, "phases": phases,
         "file_size": os.path.getsize(a["out"]), "digest": digest,
     }
+
+
+def _time_calls(owner: object, name: str, phase: str, phases: dict[str, float]) -> None:
+    """Replace owner.name by a wrapper adding its time to phases[phase]."""
+    original = getattr(owner, name)
+
+    def timed(*args, **kwargs):
+        t = c.now()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            phases[phase] = phases.get(phase, 0.0) + c.now() - t
+
+    setattr(owner, name, timed)  # (a plain function: as a class attribute it binds self)
 
 
 def load(a: dict) -> dict:
@@ -136,6 +146,47 @@ def mmap_hash(a: dict) -> dict:
             "hash_bw_mmap": size / cold, "hash_bw_resident": size / warm}
 
 
+def seq_read(a: dict) -> dict:
+    fd = os.open(a["path"], os.O_RDONLY)
+    try:
+        t0 = c.now()
+        total = 0
+        while chunk := os.read(fd, 8 << 20):
+            total += len(chunk)
+        seconds = c.now() - t0
+    finally:
+        os.close(fd)
+    return {"bytes": total, "seq_read_s": seconds, "seq_read_bw": total / seconds}
+
+
+# About 1 MiB of host library: 768 KiB of read-only data and a few hundred functions.
+SEAL_HOST_C = "\n".join([
+    '#include "modpack/backend.h"',
+    "static const unsigned char table[768 * 1024] = {1};",
+    *(f"int64_t f{i}(int64_t x) {{ return x * {i} + table[x & 1023]; }}" for i in range(3000)),
+    "static int64_t first(int64_t x) { return f0(x); }",
+    "MP_EXPORT_FUNC(first, int64_t, int64_t)",
+])
+
+
+def seal(a: dict) -> dict:
+    path = a["out"]
+    modpack.csource_module(SEAL_HOST_C).export_library(path)
+    out = ffi.new("mp_seal_v1_t*")
+    times = []
+    for _ in range(a.get("repeats", 50)):
+        t0 = c.now()
+        status = lib.mp_seal_check_file(os.fsencode(path), out)
+        times.append(c.now() - t0)
+        if status != 0:
+            raise SystemExit(f"seal check failed with status {status}")
+    times.sort()
+    return {"file_size": os.path.getsize(path), "seal_check_s": times[len(times) // 2],
+            "seal_check_min_s": times[0]}
+
+
 if __name__ == "__main__":
     args = c.args()
-    c.emit({"export": export, "load": load, "mmap_hash": mmap_hash}[args["mode"]](args))
+    modes = {"export": export, "load": load, "mmap_hash": mmap_hash, "seq_read": seq_read,
+             "seal": seal}
+    c.emit(modes[args["mode"]](args))

@@ -1,12 +1,17 @@
 """The seal of a ``.tar`` export: its last member, ``MODPACK-SEAL``, lists every other member
-with its size and XXH3-128, and ends with the XXH3-128 of those lines. ``load_module`` checks it
+with its size and XXH3-128, then the XXH3-128 of every byte of the archive before the seal
+member (so tar headers and padding are covered too), and ends with the XXH3-128 of those lines.
+After the seal member the archive holds only zeros (tar's end blocks). ``load_module`` checks it
 before anything is extracted or linked, so a damaged archive is refused, never linked into a
 library that loads "host code only".
 
-    modpack tar seal 1
+    modpack tar seal 2
     <xxh3-128 hex> <size> <name>
     ...
+    archive <xxh3-128 hex> <bytes before the seal member>
     seal <xxh3-128 hex of the lines above>
+
+Version 1 (the first sealed exports) has no ``archive`` line; it is still read.
 """
 
 from __future__ import annotations
@@ -23,15 +28,20 @@ from ..errors import FormatError
 __all__ = ["SEAL_MEMBER", "check_tar_seal", "has_tar_seal", "seal_tar"]
 
 SEAL_MEMBER = "MODPACK-SEAL"
-_FIRST_LINE = "modpack tar seal 1"
+_FIRST_LINES = ("modpack tar seal 1", "modpack tar seal 2")
 _CHUNK = 1 << 20
+_BLOCK = tarfile.BLOCKSIZE
 
 
 def seal_tar(path: str | os.PathLike) -> None:
     """Append the seal member to the tar at |path|."""
     with tarfile.open(path, "r") as tar:
-        lines = [_FIRST_LINE] + [f"{_digest(tar.extractfile(m))} {m.size} {m.name}"
-                                 for m in tar.getmembers()]
+        members = tar.getmembers()
+        lines = [_FIRST_LINES[-1]] + [f"{_digest(tar.extractfile(m))} {m.size} {m.name}"
+                                      for m in members]
+        end = _end_of(members[-1]) if members else 0  # where the seal member will go
+    with open(path, "rb") as f:
+        lines.append(f"archive {_digest(f, end)} {end}")
     text = _with_seal_line(lines).encode()
     with tarfile.open(path, "a") as tar:
         info = tarfile.TarInfo(SEAL_MEMBER)
@@ -51,8 +61,9 @@ def check_tar_seal(path: str | os.PathLike) -> list[str]:
                                   "its end): it was damaged or truncated, or made without "
                                   "modpack's export; export it again, or load it with "
                                   "allow_unsealed=True")
-            text = tar.extractfile(members[-1]).read().decode("utf-8", "replace")
-            expected = _parse(text, path)
+            seal = members[-1]
+            text = tar.extractfile(seal).read().decode("utf-8", "replace")
+            expected, archive = _parse(text, path)
             found = {m.name: m for m in members[:-1]}
             if len(found) != len(members) - 1 or set(found) != set(expected):
                 raise FormatError(f"{path} is damaged: its members {sorted(found)} are not the "
@@ -65,7 +76,9 @@ def check_tar_seal(path: str | os.PathLike) -> list[str]:
                 if _digest(tar.extractfile(member)) != digest:
                     raise FormatError(f"{path} is damaged: member {name} does not match its "
                                       "seal; export it again")
-            return list(found)
+        if archive is not None:
+            _check_archive_bytes(path, archive, seal)
+        return list(found)
     except (tarfile.TarError, EOFError, OSError) as exc:
         if isinstance(exc, FileNotFoundError):
             raise
@@ -82,18 +95,51 @@ def has_tar_seal(path: str | os.PathLike) -> bool:
         return False
 
 
-def _parse(text: str, path: object) -> dict[str, tuple[int, str]]:
+def _check_archive_bytes(path: str | os.PathLike, archive: tuple[str, int],
+                        seal: tarfile.TarInfo) -> None:
+    """The bytes before the seal member match its digest; after its text there are only zeros
+    (its padding and tar's end blocks), up to the end of a whole tar record."""
+    digest, size = archive
+    with open(path, "rb") as f:
+        if seal.offset != size or _digest(f, size) != digest:
+            raise FormatError(f"{path} is damaged: its tar headers or padding before byte "
+                              f"{size} do not match its seal; export it again")
+        end = f.seek(0, os.SEEK_END)
+        if end < _end_of(seal) + 2 * _BLOCK or end % tarfile.RECORDSIZE:
+            raise FormatError(f"{path} is damaged: it ends at byte {end}, not after tar's end "
+                              f"blocks (it was truncated or extended); export it again")
+        f.seek(seal.offset_data + seal.size)
+        while chunk := f.read(_CHUNK):
+            if chunk.count(0) != len(chunk):
+                raise FormatError(f"{path} is damaged: bytes after its {SEAL_MEMBER} member "
+                                  "are not tar's zero padding and end blocks; export it again")
+
+
+def _end_of(member: tarfile.TarInfo) -> int:
+    """The offset just past |member|'s data, padded to tar's block."""
+    return member.offset_data + -(-member.size // _BLOCK) * _BLOCK
+
+
+def _parse(text: str, path: object
+           ) -> tuple[dict[str, tuple[int, str]], tuple[str, int] | None]:
+    """The sealed members (name -> (size, digest)) and the archive line, if any."""
     lines = text.rstrip("\n").split("\n")
-    if len(lines) < 2 or lines[0] != _FIRST_LINE or _with_seal_line(lines[:-1]) != text:
+    if len(lines) < 2 or lines[0] not in _FIRST_LINES or _with_seal_line(lines[:-1]) != text:
         raise FormatError(f"{path} is damaged: its {SEAL_MEMBER} member does not match itself")
-    out = {}
-    for line in lines[1:-1]:
+    out, archive = {}, None
+    body = lines[1:-1]
+    if lines[0] != _FIRST_LINES[0]:  # version 2 and on: the last line covers the archive
+        fields = body.pop().split(" ") if body else []
+        if len(fields) != 3 or fields[0] != "archive" or not fields[2].isdigit():
+            raise FormatError(f"{path} is damaged: {SEAL_MEMBER} has no archive line")
+        archive = (fields[1], int(fields[2]))
+    for line in body:
         try:
             digest, size, name = line.split(" ", 2)
             out[name] = (int(size), digest)
         except ValueError:
             raise FormatError(f"{path} is damaged: {SEAL_MEMBER} has a line {line!r}") from None
-    return out
+    return out, archive
 
 
 def _with_seal_line(lines: list[str]) -> str:
@@ -101,8 +147,14 @@ def _with_seal_line(lines: list[str]) -> str:
     return body + f"seal {xxhash.xxh3_128_hexdigest(body.encode())}\n"
 
 
-def _digest(f: IO[bytes] | None) -> str:
+def _digest(f: IO[bytes] | None, size: int | None = None) -> str:
+    """XXH3-128 of what |f| holds from where it stands (the first |size| bytes, if given)."""
     digest = xxhash.xxh3_128()
-    while f is not None and (chunk := f.read(_CHUNK)):
+    left = size
+    while f is not None and (chunk := f.read(_CHUNK if left is None else min(_CHUNK, left))):
         digest.update(chunk)
+        if left is not None:
+            left -= len(chunk)
+    if left:
+        raise FormatError(f"the archive ended {left} bytes before its sealed size")
     return digest.hexdigest()

@@ -12,7 +12,8 @@ It writes, into that folder:
 
 - ``deploy.so``: host C code (``add_int``, ``vadd``) importing a diamond of ``const``
   modules: the host imports A and B, and both import one shared module S;
-- ``devc.bin``: the blob of that export (the bytes of ``__dev_mblob``), from its workspace;
+- ``deploy.tar``: the same tree exported as a ``.tar`` (since the seal);
+- ``devc.bin``: the blob of that export (the bytes of ``__dev_mblob``, read from the library);
 - ``expected.json``: the tree in index order (type keys, ``row_ptr``, ``child_indices``) and
   every array's name, dtype, shape and values.
 """
@@ -20,15 +21,14 @@ It writes, into that folder:
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 import modpack
-from modpack.format import FORMAT_MAJOR, FORMAT_MINOR
+from modpack.format import ALIGNMENT, FORMAT_MAJOR, FORMAT_MINOR
+from modpack.format.image import find_blob
 from modpack.serializer import ModuleSerializer
 
 # The host code of tests/conftest.py (VADD_C), frozen here with the golden file.
@@ -119,19 +119,19 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     out = Path(argv[1])
-    names = ("deploy.so", "devc.bin", "expected.json")
+    names = ("deploy.so", "deploy.tar", "devc.bin", "expected.json")
     if any((out / n).exists() for n in names):
         print(f"{out} already holds a golden file; golden files are never regenerated",
               file=sys.stderr)
         return 1
     out.mkdir(parents=True, exist_ok=True)
     host, labels = build()
-    workspace = Path(tempfile.mkdtemp(prefix="modpack-golden-"))
-    try:
-        host.export_library(out / "deploy.so", workspace_dir=workspace)
-        blob = (workspace / "devc.bin").read_bytes()
-    finally:
-        shutil.rmtree(workspace, ignore_errors=True)
+    library = host.export_library(out / "deploy.so")
+    host.export_library(out / "deploy.tar")
+    placement = find_blob(library, ALIGNMENT)
+    with open(library, "rb") as f:
+        f.seek(placement.offset)
+        blob = f.read(placement.size)
     (out / "devc.bin").write_bytes(blob)
     expected = describe(host, labels, blob)
     (out / "expected.json").write_text(dump_json(expected) + "\n")

@@ -1,0 +1,270 @@
+"""The damage campaign: copies of exported libraries and archives, damaged the ways disks,
+downloads and careless tools damage files (truncated, bits flipped in every region of the ELF
+file, ranges zeroed, tar headers and members broken), each loaded in a child process. Every
+copy must be refused with a FormatError: no crash, no hang, and never a load (a load would run
+damaged code, or come back with its modules gone). The short campaign always runs; the long one,
+over every linker and thousands of copies, is marked slow."""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import VADD_C
+from elftools.elf.elffile import ELFFile
+
+import modpack
+from modpack.format.seal import SEAL_SIZE
+
+HANG_SECONDS = 30  # no load of a small damaged file takes this long
+
+# Loads each file named on stdin in turn, one line per outcome, flushed before the next
+# file: the parent sees which file a crash or a hang happened on.
+WORKER = r"""
+import sys, modpack
+for line in sys.stdin:
+    index, path = line.rstrip("\n").split(" ", 1)
+    print("begin", index, flush=True)
+    try:
+        root = modpack.load_module(path)
+    except modpack.FormatError as exc:
+        print("refused", index, str(exc).splitlines()[0][:300], flush=True)
+    except Exception as exc:
+        print("other", index, type(exc).__name__, str(exc).splitlines()[0][:300], flush=True)
+    else:
+        print("loaded", index, len(root.imported_modules), flush=True)
+        del root
+"""
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One damaged copy: what was done, to which region of which original."""
+
+    original: str
+    region: str
+    what: str
+    path: Path
+
+
+@dataclass
+class Outcome:
+    damage: Damage
+    result: str  # refused, other, loaded, crash, hang
+    detail: str = ""
+
+
+def elf_regions(path: Path) -> list[tuple[str, int, int]]:
+    """(name, begin, end) of every part of the library's file: headers, each section with
+    bytes in the file, the blob's index and payloads, the seal, and the bytes between them."""
+    size = path.stat().st_size
+    regions: list[tuple[str, int, int]] = []
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        regions.append(("ELF header", 0, elf["e_ehsize"]))
+        start = elf["e_phoff"]
+        regions.append(("program headers", start, start + elf["e_phnum"] * elf["e_phentsize"]))
+        start = elf["e_shoff"]
+        regions.append(("section headers", start, start + elf["e_shnum"] * elf["e_shentsize"]))
+        for section in elf.iter_sections():
+            if section["sh_type"] != "SHT_NOBITS" and section["sh_size"] and section.name:
+                begin = section["sh_offset"]
+                regions.append((section.name, begin, begin + section["sh_size"]))
+    # Where the blob and its payloads lie, as the seal records it.
+    with open(path, "rb") as f:
+        f.seek(size - SEAL_SIZE)
+        _, blob_offset, _, _, payloads, payloads_size = struct.unpack("<6Q", f.read(48))
+    if blob_offset:
+        regions.append(("blob index", blob_offset, payloads))
+        regions.append(("payloads", payloads, payloads + payloads_size))
+    regions.append(("seal", size - SEAL_SIZE, size))
+    # The blob's section is covered by the blob's own regions.
+    regions = [r for r in regions if r[0] != ".modpack.blob" and r[1] < r[2] <= size]
+    covered = np.zeros(size, dtype=bool)
+    for _, begin, end in regions:
+        covered[begin:end] = True
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], (~covered).view(np.int8), [0]))))
+    for begin, end in zip(edges[::2], edges[1::2], strict=True):
+        regions.append(("between regions", int(begin), int(end)))
+    return regions
+
+
+def tar_regions(path: Path) -> list[tuple[str, int, int]]:
+    """(name, begin, end) of each member's header and data (with its padding to tar's 512-byte
+    blocks), and tar's end blocks."""
+    regions = []
+    with tarfile.open(path) as tar:
+        members = tar.getmembers()
+    end = 0
+    for m in members:
+        regions.append((f"{m.name} header", m.offset, m.offset_data))
+        end = m.offset_data + -(-m.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+        if m.size:
+            regions.append((f"{m.name} data", m.offset_data, end))
+    regions.append(("end blocks", end, path.stat().st_size))
+    return regions
+
+
+def damage(original: Path, regions: list[tuple[str, int, int]], out: Path, rng: random.Random,
+           flips: int, truncations: int) -> list[Damage]:
+    """Damaged copies of |original| in |out|: in each region |flips| single-bit flips, one
+    zeroed range and a truncation at its start; plus |truncations| at random offsets."""
+    data = original.read_bytes()
+    made: list[Damage] = []
+
+    def write(region: str, what: str, content: bytes) -> None:
+        path = out / f"{original.stem}-{len(made)}{original.suffix}"
+        path.write_bytes(content)
+        made.append(Damage(original.name, region, what, path))
+
+    for name, begin, end in regions:
+        for _ in range(flips):
+            at, bit = rng.randrange(begin, end), rng.randrange(8)
+            copy = bytearray(data)
+            copy[at] ^= 1 << bit
+            write(name, f"bit {bit} of byte {at} flipped", bytes(copy))
+        at = rng.randrange(begin, end)
+        length = min(rng.choice((1, 8, 64, 4096)), end - at)
+        if any(data[at : at + length]):
+            write(name, f"{length} bytes zeroed at {at}",
+                  data[:at] + bytes(length) + data[at + length :])
+        write(name, f"truncated at {begin}", data[:begin])
+    for _ in range(truncations):
+        at = rng.randrange(len(data))
+        write("anywhere", f"truncated at {at}", data[:at])
+    return made
+
+
+def run_campaign(damages: list[Damage]) -> list[Outcome]:
+    """Load every damaged copy in child processes; a crash or a hang is recorded against the
+    copy being loaded, and a new child goes on with the next one."""
+    outcomes: dict[int, Outcome] = {}
+    next_index = 0
+    while next_index < len(damages):
+        proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump(stream=proc.stdout, sink=lines) -> None:
+            for line in stream:
+                sink.put(line)
+            sink.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        feed = "".join(f"{i} {damages[i].path}\n" for i in range(next_index, len(damages)))
+        threading.Thread(target=_feed, args=(proc, feed), daemon=True).start()
+        current = None
+        while True:
+            try:
+                line = lines.get(timeout=HANG_SECONDS)
+            except queue.Empty:
+                proc.kill()
+                outcomes[current] = Outcome(damages[current], "hang")
+                break
+            if line is None:  # the child ended: finished, or died on |current|
+                code = proc.wait()
+                if current is not None and current not in outcomes:
+                    outcomes[current] = Outcome(damages[current], "crash", f"exit {code}")
+                break
+            word, index, *rest = line.rstrip("\n").split(" ", 2)
+            current = int(index)
+            if word != "begin":
+                outcomes[current] = Outcome(damages[current], word, " ".join(rest))
+        proc.wait()
+        next_index = (current + 1) if current is not None else len(damages)
+    return [outcomes[i] for i in sorted(outcomes)]
+
+
+def _feed(proc: subprocess.Popen, text: str) -> None:
+    try:
+        proc.stdin.write(text)
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass  # the child died; the parent starts another
+
+
+def assert_all_refused(outcomes: list[Outcome], expected: int) -> None:
+    counts = Counter(o.result for o in outcomes)
+    bad = [o for o in outcomes if o.result != "refused"]
+    report = "\n".join(f"  {o.result}: {o.damage.original} {o.damage.region}: "
+                       f"{o.damage.what} {o.detail}" for o in bad[:40])
+    assert len(outcomes) == expected and not bad, (
+        f"{dict(counts)} of {expected} damaged copies:\n{report}")
+
+
+def export_originals(out: Path, linker: str | None = None) -> list[Path]:
+    """A host library importing weights and a small tree, as .so and .tar."""
+    host = modpack.csource_module(VADD_C)
+    weights = modpack.const_module({
+        "w": np.linspace(-1, 1, 300_000, dtype=np.float32),  # a payload of more than 1 MiB
+        "b": np.arange(16, dtype=np.int64),
+    })
+    small = modpack.const_module({"s": np.arange(7, dtype=np.int16)})
+    host.import_module(weights)
+    weights.import_module(small)
+    host.import_module(small)
+    env = dict(os.environ)
+    try:
+        if linker:
+            os.environ["MODPACK_LINKER"] = linker
+        tag = linker or "default"
+        return [host.export_library(out / f"{tag}.so"), host.export_library(out / f"{tag}.tar")]
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+
+
+def campaign(tmp: Path, seed: int, flips: int, truncations: int,
+             linkers: list[str | None]) -> tuple[int, list[Outcome]]:
+    rng = random.Random(seed)
+    damages: list[Damage] = []
+    for linker in linkers:
+        for original in export_originals(tmp, linker):
+            assert modpack.load_module(original).imported_modules  # the original is fine
+            regions = (tar_regions(original) if original.suffix == ".tar"
+                       else elf_regions(original))
+            folder = tmp / f"damaged-{original.stem}{original.suffix.replace('.', '-')}"
+            folder.mkdir()
+            damages += damage(original, regions, folder, rng, flips, truncations)
+    return len(damages), run_campaign(damages)
+
+
+def test_the_regions_cover_the_whole_file(tmp_path):
+    """The campaign reaches every byte: the regions of an export tile its file."""
+    (so, tar) = export_originals(tmp_path)
+    for path, regions in ((so, elf_regions(so)), (tar, tar_regions(tar))):
+        covered = np.zeros(path.stat().st_size, dtype=bool)
+        for _, begin, end in regions:
+            covered[begin:end] = True
+        assert covered.all(), f"{path.name}: bytes in no region"
+    names = {name for name, _, _ in elf_regions(so)}
+    for expected in ("ELF header", "program headers", "section headers", ".dynamic", ".dynsym",
+                     ".text", "blob index", "payloads", "seal"):
+        assert expected in names
+
+
+def test_every_damaged_copy_is_refused(tmp_path):
+    total, outcomes = campaign(tmp_path, seed=1, flips=5, truncations=40, linkers=[None])
+    assert total > 150
+    assert_all_refused(outcomes, total)
+
+
+@pytest.mark.slow
+def test_every_damaged_copy_is_refused_long(tmp_path):
+    linkers = [name for name, tool in (("bfd", "ld.bfd"), ("gold", "ld.gold"),
+                                       ("lld", "ld.lld"), ("mold", "mold")) if shutil.which(tool)]
+    total, outcomes = campaign(tmp_path, seed=2, flips=40, truncations=200, linkers=linkers)
+    assert total > 4000
+    assert_all_refused(outcomes, total)
