@@ -6,6 +6,9 @@ Modes (the JSON argument's ``mode``):
   mmap_hash  hash the whole file through a fresh read-only mapping (page cache -> XXH3)
   seq_read   read the whole file with read() in 8 MiB pieces: the disk's sequential speed when
              the file is not cached (run.py drops it first), the yardstick of cold loads
+  write      create the payload here and write it to a new file with write() in 8 MiB pieces:
+             the floor of an export (one sequential write of the payload, through the page
+             cache, as the export does)
   seal       export a host library of about 1 MiB (code and data, no blob) and time the
              runtime's seal check of it (mp_seal_check_file), warm
 """
@@ -146,6 +149,15 @@ def mmap_hash(a: dict) -> dict:
             "hash_bw_mmap": size / cold, "hash_bw_resident": size / warm}
 
 
+def write(a: dict) -> dict:
+    view = memoryview(payload(a["size"], a["seed"])).cast("B")
+    t0 = c.now()
+    with open(a["out"], "wb") as f:
+        for start in range(0, len(view), 8 << 20):
+            f.write(view[start : start + (8 << 20)])
+    return {"write_s": c.now() - t0}
+
+
 def seq_read(a: dict) -> dict:
     fd = os.open(a["path"], os.O_RDONLY)
     try:
@@ -188,5 +200,5 @@ def seal(a: dict) -> dict:
 if __name__ == "__main__":
     args = c.args()
     modes = {"export": export, "load": load, "mmap_hash": mmap_hash, "seq_read": seq_read,
-             "seal": seal}
+             "write": write, "seal": seal}
     c.emit(modes[args["mode"]](args))

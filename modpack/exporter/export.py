@@ -37,11 +37,13 @@ from ..modules.tree import Node, shadowed_kernels
 from ..packers import ELF_MACHINES, PACKERS
 from ..serializer import ModuleSerializer
 from ..toolchain.cc import Toolchain, create_shared, create_tar, target_machine
+from .write_behind import WriteBehind
 
 __all__ = ["export_library"]
 
 _PACKERS = ("auto", "elf", "asm", "llvm")
 LARGE_BLOB = 1 << 30  # from here on, a linked blob is linked with GNU ld (see below)
+WRITE_BEHIND_FROM = 64 << 20  # payloads from this size go to disk as they stream
 _PLACEHOLDER = bytes(8)  # the anchor's stand-in for the blob
 
 
@@ -94,7 +96,12 @@ def export_library(
     workspace.mkdir(parents=True, exist_ok=True)
 
     def write_blob(f: Any, offset: int) -> int:
-        return serializer.write_blob_to(f, offset, alignment)
+        if payload_bytes < WRITE_BEHIND_FROM:
+            return serializer.write_blob_to(f, offset, alignment)
+        behind = WriteBehind(f)
+        size = serializer.write_blob_to(behind, offset, alignment)
+        behind.finish()
+        return size
 
     try:
         objects: list[Path] = []

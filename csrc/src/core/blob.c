@@ -309,24 +309,51 @@ static int compare_offsets(const void* a, const void* b) {
   return x->payload_size < y->payload_size ? -1 : x->payload_size > y->payload_size;
 }
 
-/* A payload not in the page cache is hashed at the disk's sequential speed only if the kernel
- * reads ahead in large requests while the hash runs: marked sequential, page faults on the
- * mapping use the full read-ahead window (the same requests as read()). Measured cold on a 1 GiB
- * payload (benchmarks/RESULTS.md): 1.9 GB/s, against 1.2 GB/s with MADV_WILLNEED windows and
- * 0.5 GB/s with MADV_POPULATE_READ. The advice is reset afterwards so later random access to the
- * weights does not read ahead. Advisory: failures are ignored. */
+/* How a large payload is read while it is hashed depends on where its pages are (measured in
+ * benchmarks/RESULTS.md):
+ * - in the page cache (a warm load): mapped in one call (MADV_POPULATE_READ, Linux >= 5.14)
+ *   rather than faulted in 64 KiB at a time, which more than doubles the hash's cost;
+ * - on disk (a cold load): the mapping is marked sequential, so the faults read ahead with the
+ *   full read-ahead window, the same requests as read(), while the hash runs: the disk's
+ *   sequential speed, where populating the whole range first reached a third of it.
+ * mincore() tells the two apart. The advice is reset afterwards, so later random access to the
+ * weights does not read ahead. All of it is advisory: failures are ignored. */
+enum { PAGE = 4096, MP_MADV_POPULATE_READ = 22, RESIDENCY_CHUNK_PAGES = 16384 };
+
 static void advise(const uint8_t* data, uint64_t size, int advice) {
 #if defined(__linux__)
-  uintptr_t page = 4096;
-  uintptr_t start = (uintptr_t)data & ~(page - 1);
+  uintptr_t start = (uintptr_t)data & ~(uintptr_t)(PAGE - 1);
   (void)madvise((void*)start, (size_t)((uintptr_t)data + size - start), advice);
 #else
   (void)data, (void)size, (void)advice;
 #endif
 }
 
+/* Whether most (9 in 10) of the pages under |data| are in memory; false when unknown. */
+static bool mostly_resident(const uint8_t* data, uint64_t size) {
+#if defined(__linux__)
+  unsigned char vector[RESIDENCY_CHUNK_PAGES];
+  uintptr_t start = (uintptr_t)data & ~(uintptr_t)(PAGE - 1);
+  uint64_t pages = ((uintptr_t)data + size - start + PAGE - 1) / PAGE, resident = 0;
+  for (uint64_t done = 0; done < pages;) {
+    uint64_t n = pages - done < RESIDENCY_CHUNK_PAGES ? pages - done : RESIDENCY_CHUNK_PAGES;
+    if (mincore((void*)(start + done * PAGE), (size_t)(n * PAGE), vector) != 0) return false;
+    for (uint64_t i = 0; i < n; ++i) resident += vector[i] & 1;
+    done += n;
+  }
+  return resident * 10 >= pages * 9;
+#else
+  (void)data, (void)size;
+  return false;
+#endif
+}
+
 static uint64_t checksum_payload(mp_const_byte_span_t payload) {
   if (payload.size < (1u << 20)) return mp_checksum(payload);
+  if (mostly_resident(payload.data, payload.size)) {
+    advise(payload.data, payload.size, MP_MADV_POPULATE_READ);
+    return mp_checksum(payload);
+  }
   advise(payload.data, payload.size, MADV_SEQUENTIAL);
   uint64_t digest = mp_checksum(payload);
   advise(payload.data, payload.size, MADV_NORMAL);
@@ -347,8 +374,10 @@ static mp_status_t check_padding(const mp_blob_t* b, uint64_t begin, uint64_t en
   uint64_t at = first_nonzero(b, begin, end);
   if (at == end) return MP_OK;
   return mp_errorf(MP_ERR_FORMAT,
-                   "corrupt blob: byte %" PRIu64 " of the blob, in the padding between "
-                   "payloads [%" PRIu64 ", %" PRIu64 "), is %u where zero was written; the "
+                   "corrupt blob: byte %" PRIu64
+                   " of the blob, in the padding between "
+                   "payloads [%" PRIu64 ", %" PRIu64
+                   "), is %u where zero was written; the "
                    "file was damaged after export",
                    at, begin, end, (unsigned)b->bytes.data[at]);
 }
