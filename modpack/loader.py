@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 import tarfile
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import FormatError, MissingFileError
+from .errors import ArgumentError, FormatError, MissingFileError
+from .exporter.scratch import new_workspace
 from .format.image import find_blob
 from .format.layout import ALIGNMENT
 from .format.seal import seal_library
@@ -41,6 +41,10 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
     shared library with the system C compiler. Before anything of the file is mapped, its seal
     is checked: every byte but the payloads (code, headers, symbol tables, the blob's index)
     must be as exported, else :class:`~modpack.FormatError` names the damage.
+    Loading a path whose library is loaded returns the live tree when the file is the one
+    loaded; when the file was replaced since (a new export renamed over it), the new file is
+    loaded as a tree of its own, and the old tree stays valid for whoever holds it. A file
+    rewritten in place under a loaded version is refused.
     ``verify_checksums=False`` skips the payload checksums, for multi-GB weights whose
     integrity is guaranteed otherwise. ``allow_unsealed=True`` loads a library that carries no
     seal (linked by hand, or by a modpack before the seal), whose code and headers are then
@@ -50,6 +54,9 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
     path = Path(path)
     if not path.exists():
         raise MissingFileError(f"no such library: {path}")
+    if not path.is_file():  # a FIFO would block the archive reader (the runtime refuses too)
+        raise ArgumentError(f"{path} is not a regular file: give the path of an exported "
+                            ".so or .tar")
     if path.suffix in (".tar", ".o"):
         return _load_relinked(path, verify_checksums, allow_unsealed)
     flags = (0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) | (
@@ -68,7 +75,7 @@ def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool
     """Link the objects of a ``.tar``/``.o`` export into a private ``.so`` and load that.
     A ``.tar``'s seal is checked before anything is extracted; the library linked from it is
     sealed in turn. The file can be deleted once loaded: the mapping stays."""
-    workspace = Path(tempfile.mkdtemp(prefix="modpack-relink-"))
+    workspace = new_workspace("relink")  # named for this process: swept if it dies
     try:
         sealed = False
         if path.suffix == ".tar":

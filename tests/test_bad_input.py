@@ -289,3 +289,58 @@ def test_const_records_must_have_a_valid_width(tmp_path):
 def test_huge_arrays_are_refused():
     with pytest.raises(modpack.ArgumentError, match="too large"):
         modpack.empty((2**63 - 1,), "int16")
+
+
+def _library_with_names(tmp_path, names):
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({n: np.arange(3, dtype=np.int32) for n in names}))
+    return host.export_library(tmp_path / "names.so")
+
+
+def _rename(path, old: bytes, new: bytes) -> None:
+    """Replace the array name |old| by |new| (same length) in the library's blob, resealed."""
+    blob = read_blob(path)
+    at = blob.rindex(old)
+    blob[at : at + len(old)] = new
+    write_blob(path, blob)
+
+
+def test_array_names_that_are_not_utf8_are_refused(tmp_path):
+    path = _library_with_names(tmp_path, ["weights_xyz"])
+    _rename(path, b"weights_xyz", b"weights_\xff\xfe\xfd")
+    with pytest.raises(modpack.FormatError, match="name is not UTF-8"):
+        modpack.load_module(path, verify_checksums=False)
+
+
+def test_two_arrays_of_one_name_are_refused(tmp_path):
+    path = _library_with_names(tmp_path, ["first_name", "other_name"])
+    _rename(path, b"other_name", b"first_name")
+    with pytest.raises(modpack.FormatError, match="two arrays are named 'first_name'"):
+        modpack.load_module(path, verify_checksums=False)
+
+
+def test_array_names_and_ranks_are_checked_at_export():
+    with pytest.raises(ValueError, match="UTF-8 without NUL"):
+        modpack.const_module({"bad\udcff": np.zeros(1)})
+    with pytest.raises(ValueError, match="UTF-8 without NUL"):
+        modpack.const_module({"a\0b": np.zeros(1)})
+    with pytest.raises(ValueError, match="40 dimensions"):
+        modpack.const_module({"deep": np.zeros((1,) * 40)})
+
+
+def test_an_array_changed_after_const_module_fails_the_export(tmp_path):
+    weights = np.zeros(16, dtype=np.float32)
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({"w": weights}))
+    weights[3] = 1.0
+    with pytest.raises(modpack.ModpackError, match="'w' changed after const_module"):
+        host.export_library(tmp_path / "changed.so")
+    assert not (tmp_path / "changed.so").exists()
+
+
+def test_nul_in_a_function_name_or_a_str_argument_is_refused(good):
+    root = modpack.load_module(good)
+    with pytest.raises(modpack.ArgumentError, match="NUL"):
+        root["add_int\x00junk"]
+    with pytest.raises(modpack.ArgumentError):
+        root["add_int"]("4\x00", 1)

@@ -300,3 +300,17 @@ def test_inspect_a_tar_with_unsafe_member_names(tmp_path, name):
         inspect_library(tar)
     proc = run_cli("inspect", str(tar))
     assert_clean_failure(proc, str(tar), "unsafe member name", repr(name))
+
+
+def test_the_quickstart_leaves_what_the_readme_inspects_next(tmp_path):
+    """The README's first two commands: the demo, then `modpack inspect deploy.so` in the same
+    folder."""
+    demo = Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "demo.py"
+    done = subprocess.run([sys.executable, str(demo)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "matches numpy: yes" in done.stdout and "modpack inspect deploy.so" in done.stdout
+    shown = subprocess.run([sys.executable, "-m", "modpack", "inspect", "deploy.so"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "const" in shown.stdout

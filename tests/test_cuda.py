@@ -671,6 +671,7 @@ for name, attempt in attempts.items():
         print(name, "-> no error")
     except modpack.UnavailableError as e:
         print(name, "->", e)
+print("count", modpack.device_count("cuda"))
 """
 
 
@@ -688,9 +689,11 @@ def test_no_driver_errors_name_the_fix(host_library):
                  MODPACK_CUDA_LIBRARY="/nonexistent/libcuda.so.1")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
+    assert lines.pop() == "count 0"  # no driver: 0 devices, as users count them
     assert [line.split(" ->")[0] for line in lines] == [
         "device_count", "array", "empty", "kernel", "host"]
-    for line in lines:  # every path, the host -> device call included, says the same
+    assert lines[0] == "device_count -> no error"
+    for line in lines[1:]:  # every use, the host -> device call included, says the same
         assert "-> no NVIDIA driver: /nonexistent/libcuda.so.1 not found" in line
         assert "install the NVIDIA driver" in line
 
@@ -715,8 +718,9 @@ def test_driver_without_a_device(host_library, stub_driver):
     proc = child(NO_GPU_PROGRAM, str(host_library), MODPACK_CUDA_LIBRARY=str(stub_driver))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
+    assert lines.pop() == "count 0" and lines[0] == "device_count -> no error"
     assert len(lines) == 5
-    for line in lines:
+    for line in lines[1:]:
         assert "driver present but no CUDA device" in line
         assert "CUDA_ERROR_NO_DEVICE" in line and "driver for CUDA 12.4" in line
 

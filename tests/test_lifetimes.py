@@ -5,10 +5,12 @@ loaded again."""
 from __future__ import annotations
 
 import gc
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import VADD_C, consts
+from conftest import VADD_C, consts, run_python
 
 import modpack
 
@@ -77,3 +79,139 @@ def test_a_reused_library_node_keeps_its_imports(tmp_path):
         gc.collect()
     assert counts == [1, 1, 1, 1]
     assert keep(1, 1) == 2
+
+
+def mapped(path) -> bool:
+    """Whether the file at |path| is mapped into this process."""
+    return os.path.realpath(path) in Path("/proc/self/maps").read_text()
+
+
+def rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture
+def weights_library(tmp_path):
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({"w": np.arange(4096, dtype=np.float32)}))
+    return host.export_library(tmp_path / "weights.so")
+
+
+def test_a_dropped_library_is_unmapped_once_its_views_functions_and_capsules_go(
+        weights_library):
+    root = modpack.load_module(weights_library)
+    arrays = root.imported_modules[0].arrays
+    w = arrays["w"]
+    function = root["add_int"]
+    consumer = np.from_dlpack(w)  # a DLPack capsule's consumer keeps the view's base
+    assert mapped(weights_library) and function(2, 3) == 5
+
+    del root, arrays, function
+    gc.collect()
+    assert mapped(weights_library)  # the view and its DLPack consumer still hold it
+    assert float(consumer[4095]) == 4095.0
+    del w
+    gc.collect()
+    assert mapped(weights_library)
+    del consumer
+    gc.collect()
+    assert not mapped(weights_library), "the library stayed mapped after everything was dropped"
+
+
+def cycles(path, count: int) -> tuple[int, int]:
+    """RSS (KiB) after a warm-up, and after |count| cycles of load, read .arrays, drop."""
+    def cycle() -> None:
+        root = modpack.load_module(path)
+        assert root.imported_modules[0].arrays["w"][7] == 7.0
+
+    for _ in range(50):
+        cycle()
+    gc.collect()
+    before = rss_kib()
+    for _ in range(count):
+        cycle()
+    gc.collect()
+    return before, rss_kib()
+
+
+def test_load_read_drop_cycles_keep_memory_flat(weights_library):
+    before, after = cycles(weights_library, 1000)
+    assert not mapped(weights_library)
+    assert after - before < 2048, f"RSS grew by {after - before} KiB over 1,000 cycles"
+
+
+@pytest.mark.slow
+def test_ten_thousand_load_read_drop_cycles_keep_memory_flat(weights_library):
+    before, after = cycles(weights_library, 10_000)
+    assert not mapped(weights_library)
+    assert after - before < 4096, f"RSS grew by {after - before} KiB over 10,000 cycles"
+
+
+def export_value(path, value: float):
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({"v": np.full(4, value, dtype=np.float32)}))
+    return host.export_library(path)
+
+
+def test_a_re_exported_file_loads_anew_and_the_old_tree_stays_valid(tmp_path):
+    path = export_value(tmp_path / "r.so", 4.0)
+    old = modpack.load_module(path)
+    old_v = old.imported_modules[0].arrays["v"]
+    assert modpack.load_module(path) is old  # the same file: the live tree
+    export_value(path, 8.0)  # a new file renamed over the old one
+    new = modpack.load_module(path)
+    assert new is not old
+    assert new.imported_modules[0].arrays["v"].tolist() == [8.0] * 4
+    assert old_v.tolist() == [4.0] * 4 and old["add_int"](1, 2) == 3
+    assert modpack.load_module(path) is new
+    del old, old_v
+    gc.collect()
+    assert modpack.load_module(path) is new
+
+
+REWRITE_IN_PLACE = r"""
+import os, shutil, sys, modpack
+path, other = sys.argv[1], sys.argv[2]
+old = modpack.load_module(path)
+shutil.copyfile(other, path)  # same inode, new bytes, as `cp` does
+try:
+    modpack.load_module(path)
+    print("loaded")
+except modpack.ModpackError as e:
+    print(e)
+sys.stdout.flush()
+# The old mapping now shows the rewritten file: unloading it, or running its code, is unsafe
+# (the classic crash of `cp` over a loaded library), so this process ends without either.
+os._exit(0)
+"""
+
+
+def test_a_file_rewritten_in_place_under_a_loaded_version_is_refused(tmp_path):
+    path = export_value(tmp_path / "p.so", 4.0)
+    other = export_value(tmp_path / "q.so", 8.0)
+    out = run_python(REWRITE_IN_PLACE, str(path), str(other))
+    assert "rewritten in place" in out and "renaming it over the old" in out
+    assert modpack.load_module(path).imported_modules[0].arrays["v"][0] == 8.0
+
+
+@pytest.mark.parametrize("name", ["fifo.so", "fifo.tar"])
+def test_a_fifo_is_refused_without_blocking(tmp_path, name):
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    with pytest.raises(modpack.ModpackError, match="not a regular file"):
+        modpack.load_module(fifo)
+
+
+def test_the_runtime_refuses_special_files_without_blocking(tmp_path):
+    from modpack.runtime.binding import error_from_status, ffi, lib
+
+    fifo = tmp_path / "pipe.so"
+    os.mkfifo(fifo)
+    out = ffi.new("mp_module_t**")
+    error = error_from_status(lib.mp_module_load_from_file(os.fsencode(fifo), 0, out))
+    assert "FIFO" in str(error) and "not a library file" in str(error)
+    error = error_from_status(lib.mp_module_load_from_file(os.fsencode(tmp_path), 0, out))
+    assert "a directory" in str(error)

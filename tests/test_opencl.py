@@ -298,12 +298,14 @@ def test_missing_opencl_library_is_a_clear_error(kernels):
     proc = _child(
         "import sys, modpack\n"
         "lib = modpack.load_module(sys.argv[1])\n"  # loading needs no OpenCL
-        "try:\n    modpack.device_count('opencl')\n"
+        "print('count', modpack.device_count('opencl'))\n"  # none, as users count them
+        "try:\n    modpack.empty(4, 'float32', device='opencl:0')\n"
         "except modpack.UnavailableError as e:\n    print('Unavailable:', e)\n",
         kernels.library_path,
         MODPACK_OPENCL_LIBRARY="/nonexistent/libOpenCL.so.1",
     )
     assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("count 0\n")
     assert "OpenCL is not available: cannot load /nonexistent/libOpenCL.so.1" in proc.stdout
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import numpy as np
@@ -173,6 +174,44 @@ def test_export_is_atomic_on_compile_error(tmp):
         bad.export_library(target)
     assert target.read_bytes() == b"previous"
     assert [p.name for p in tmp.iterdir()] == ["broken.so"]
+
+
+def test_unusable_destinations_fail_before_any_work(host, tmp, monkeypatch):
+    import modpack.toolchain.cc as cc
+
+    def no_compiling(*args, **kwargs):
+        raise AssertionError("the export compiled before checking its destination")
+
+    monkeypatch.setattr(cc, "compile_c", no_compiling)
+    with pytest.raises(modpack.ModpackError, match="is a directory"):
+        host.export_library(tmp)
+    with pytest.raises(modpack.ModpackError, match="does not exist"):
+        host.export_library(tmp / "missing" / "x.so")
+    if os.geteuid() != 0:  # (root writes into read-only folders)
+        locked = tmp / "locked"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(modpack.ModpackError, match="not writable"):
+            host.export_library(locked / "x.so")
+
+
+def test_a_full_disk_is_named_and_the_old_file_kept(host, tmp, monkeypatch):
+    import errno
+
+    import modpack.exporter.export as export_module
+
+    target = tmp / "full.so"
+    target.write_bytes(b"previous")
+    host.import_module(consts(1))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(export_module, "place_blob_into", full)
+    with pytest.raises(modpack.ModpackError, match="no space left on device") as info:
+        host.export_library(target)
+    assert str(tmp) in str(info.value) and "intact" in str(info.value)
+    assert target.read_bytes() == b"previous"
+    assert [p.name for p in tmp.iterdir()] == ["full.so"]
 
 
 def test_workspace_dir_keeps_intermediates(host, tmp):

@@ -62,9 +62,9 @@ def export(a: dict) -> dict:
     # Time the in-process phases without changing what they do: writing the blob into the
     # linked library (place_blob) or the blob object (_pack), and the seal.
     phases: dict[str, float] = {}
-    for phase, owner, name in (("place_s", export_module, "place_blob"),
+    for phase, owner, name in (("place_s", export_module, "place_blob_into"),
                                ("pack_s", export_module, "_pack"),
-                               ("seal_s", export_module, "seal_library")):
+                               ("seal_s", export_module, "seal_file")):
         if hasattr(owner, name):
             _time_calls(owner, name, phase, phases)
 

@@ -3,9 +3,9 @@ fresh process, call a host function on numpy data and print the module tree."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -64,19 +64,20 @@ print("matches numpy: yes")
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "deploy.so"
-        host = modpack.csource_module(HOST_CODE)
-        host.import_module(modpack.const_module({
-            "weights": np.arange(8, dtype=np.float32) / 4,
-            "bias": np.full(8, 0.5, dtype=np.float32),
-        }))
-        t0 = time.perf_counter()
-        host.export_library(path)
-        print(f"exported {path.name} ({path.stat().st_size} bytes) in "
-              f"{1e3 * (time.perf_counter() - t0):.1f} ms")
-        # A fresh process proves nothing from the exporting process is needed.
-        subprocess.run([sys.executable, "-c", LOAD_AND_RUN, str(path)], check=True)
+    # Left in the current folder (or where argv[1] says), for `modpack inspect deploy.so`.
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else "deploy.so").resolve()
+    host = modpack.csource_module(HOST_CODE)
+    host.import_module(modpack.const_module({
+        "weights": np.arange(8, dtype=np.float32) / 4,
+        "bias": np.full(8, 0.5, dtype=np.float32),
+    }))
+    t0 = time.perf_counter()
+    host.export_library(path)
+    print(f"exported {path} ({path.stat().st_size} bytes) in "
+          f"{1e3 * (time.perf_counter() - t0):.1f} ms")
+    # A fresh process proves nothing from the exporting process is needed.
+    subprocess.run([sys.executable, "-c", LOAD_AND_RUN, str(path)], check=True)
+    print(f"next: modpack inspect {os.path.relpath(path)}")
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ objects for a later link, the blob object among them, with a seal over every mem
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import shutil
-import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -29,14 +29,20 @@ from typing import Any
 
 from ..errors import ModpackError, ModpackWarning
 from ..format import ALIGNMENT
-from ..format.image import PLACEABLE_MACHINES, find_blob, place_blob
-from ..format.seal import seal_library
+from ..format.image import (
+    HUGE_SEGMENT_ALIGNMENT,
+    PLACEABLE_MACHINES,
+    find_blob,
+    place_blob_into,
+)
+from ..format.seal import seal_file, seal_library
 from ..format.section import machine_name
 from ..format.tar_seal import seal_tar
 from ..modules.tree import Node, shadowed_kernels
 from ..packers import ELF_MACHINES, PACKERS
 from ..serializer import ModuleSerializer
 from ..toolchain.cc import Toolchain, create_shared, create_tar, target_machine
+from .scratch import AnonymousOutput, new_workspace, scratch_name
 from .write_behind import WriteBehind
 
 __all__ = ["export_library"]
@@ -62,8 +68,7 @@ def export_library(
 ) -> Path:
     """See :meth:`modpack.Module.export_library`."""
     output = Path(path).resolve()
-    if not output.parent.is_dir():
-        raise ModpackError(f"cannot export to {output}: the folder {output.parent} does not exist")
+    _check_destination(output)
     if packer not in _PACKERS:
         raise ValueError(f"packer must be one of {sorted(_PACKERS)}, not {packer!r}")
     alignment = payload_alignment or ALIGNMENT
@@ -90,9 +95,8 @@ def export_library(
     keep = workspace_dir is not None
     if keep:
         workspace = Path(workspace_dir)
-    else:
-        scratch = None if placed or not has_blob else _scratch_root(payload_bytes)
-        workspace = Path(tempfile.mkdtemp(prefix="modpack-export-", dir=scratch))
+    else:  # (never /dev/shm, which is memory until reboot when an export dies)
+        workspace = new_workspace()
     workspace.mkdir(parents=True, exist_ok=True)
 
     def write_blob(f: Any, offset: int) -> int:
@@ -126,20 +130,29 @@ def export_library(
             # GNU ld places x86-64 large sections after the data, so code-to-data references
             # never span the blob; lld before 17 does not, and fails past 2 GiB.
             link_options.append("-fuse-ld=bfd")
-        # Write next to the target and rename: the output is complete or absent, never half.
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-        os.close(fd)
-        tmp = Path(tmp_name)
+        # Written beside the output and renamed over it: the output is complete or absent, never
+        # half. A placed library is linked small in the workspace and finished in an anonymous
+        # file, so a killed export leaves nothing of payload size anywhere.
+        tmp = workspace / "linked.so" if placed else scratch_name(output)
         try:
             _call_fcompile(fcompile, tmp, objects, link_options, linker)
-            if as_tar:
-                seal_tar(tmp)
+            if placed:
+                _finish_placed(tmp, output, write_blob, alignment, payload_bytes)
             else:
-                placement = (place_blob(tmp, write_blob, alignment) if placed
-                             else find_blob(tmp, alignment) if has_blob else None)
-                seal_library(tmp, placement)
-            os.chmod(tmp, 0o644 if as_tar else 0o755)
-            os.replace(tmp, output)
+                if as_tar:
+                    seal_tar(tmp)
+                else:
+                    seal_library(tmp, find_blob(tmp, alignment) if has_blob else None)
+                os.chmod(tmp, 0o644 if as_tar else 0o755)
+                os.replace(tmp, output)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise ModpackError(_no_space(output)) from None
+            raise
+        except ModpackError as exc:  # a tool that failed: was it the disk?
+            if _nearly_full(output.parent):
+                raise ModpackError(f"{_no_space(output)}\n{exc}") from None
+            raise
         finally:
             tmp.unlink(missing_ok=True)
     finally:
@@ -148,24 +161,60 @@ def export_library(
     return output
 
 
+def _finish_placed(linked: Path, output: Path, write_blob: Callable[[Any, int], int],
+                   alignment: int, payload_bytes: int) -> None:
+    """Copy the linked library into an anonymous file beside |output|, write the blob into it,
+    seal it, and put it in place of |output|."""
+    target = AnonymousOutput(output)
+    try:
+        with open(linked, "rb") as source:
+            shutil.copyfileobj(source, target.file)
+        huge = HUGE_SEGMENT_ALIGNMENT if payload_bytes >= WRITE_BEHIND_FROM else 0
+        seal_file(target.file, place_blob_into(target.file, output, write_blob, alignment, huge))
+        target.publish(0o755)
+    finally:
+        target.discard()
+
+
+def _check_destination(output: Path) -> None:
+    """Fail before any work for a destination that cannot be written."""
+    if output.is_dir():
+        raise ModpackError(f"cannot export to {output}: it is a directory; give a file path, "
+                           f"e.g. {output / 'deploy.so'}")
+    if not output.parent.is_dir():
+        raise ModpackError(f"cannot export to {output}: the folder {output.parent} does not exist")
+    if not os.access(output.parent, os.W_OK | os.X_OK):
+        raise ModpackError(f"cannot export to {output}: the folder {output.parent} is not "
+                           "writable by this user")
+    if output.exists() and not output.is_file():
+        raise ModpackError(f"cannot export to {output}: it exists and is not a regular file")
+
+
+def _no_space(output: Path) -> str:
+    return (f"cannot export to {output}: no space left on device (the file system of "
+            f"{output.parent}, {_free(output.parent)} free); any earlier {output.name} is intact")
+
+
+def _free(folder: Path) -> str:
+    try:
+        return f"{shutil.disk_usage(folder).free / (1 << 20):.1f} MiB"
+    except OSError:
+        return "unknown"
+
+
+def _nearly_full(folder: Path) -> bool:
+    """Whether the file system of |folder| has (nearly) no room left, as after a tool ran
+    out of it."""
+    try:
+        return shutil.disk_usage(folder).free < (1 << 20)
+    except OSError:
+        return False
+
+
 def _write_placeholder(f: Any, offset: int) -> int:
     f.seek(offset)
     f.write(_PLACEHOLDER)
     return len(_PLACEHOLDER)
-
-
-def _scratch_root(payload_bytes: int) -> str | None:
-    """Where a linked blob's intermediates go: memory-backed /dev/shm when it has room for
-    the blob object twice over, since the object is written once and read once by the linker
-    and never needs to reach the disk; else the temp folder."""
-    shm = "/dev/shm"
-    try:
-        if os.path.isdir(shm) and os.access(shm, os.W_OK):
-            if shutil.disk_usage(shm).free > 2 * payload_bytes + (64 << 20):
-                return shm
-    except OSError:
-        pass
-    return None
 
 
 def _packer(packer: str, cc: str | None) -> Callable[..., Path]:

@@ -33,7 +33,7 @@ from ..errors import ModpackError
 from .layout import BLOB_SYMBOL, HEADER_SIZE, align_up
 from .section import ANCHOR
 
-__all__ = ["PLACEABLE_MACHINES", "Placement", "find_blob", "place_blob"]
+__all__ = ["PLACEABLE_MACHINES", "Placement", "find_blob", "place_blob", "place_blob_into"]
 
 # Targets whose shared libraries are 64-bit little-endian ELF, which place_blob edits.
 PLACEABLE_MACHINES = frozenset({"x86_64", "aarch64", "riscv64", "ppc64le", "loongarch64"})
@@ -60,36 +60,53 @@ class Placement:
     payloads_size: int
 
 
-def place_blob(path: str | os.PathLike, write_blob: BlobWriter, alignment: int) -> Placement:
+# Large blobs get a segment aligned to 2 MiB in the file and in memory (the dynamic loader
+# aligns the library to its largest p_align): the kernel then maps the page cache's large
+# folios whole, which halves the cost of touching every page of a warm payload (measured on a
+# 512 MiB payload: 55-65 ms misaligned, 25-35 ms aligned, for faults plus hashing).
+HUGE_SEGMENT_ALIGNMENT = 2 << 20
+
+
+def place_blob(path: str | os.PathLike, write_blob: BlobWriter, alignment: int,
+               segment_alignment: int = 0) -> Placement:
     """Write the blob into the library at |path| (linked with the anchor object) as described
-    above; |alignment| is the blob's (the payload alignment)."""
+    above; |alignment| is the blob's (the payload alignment), |segment_alignment| (if larger
+    than the page) the segment's, e.g. HUGE_SEGMENT_ALIGNMENT for large payloads."""
     with open(path, "r+b") as f:
-        plan = _Plan.read(f, path)
-        page = max(plan.page, alignment)
-        f.seek(0, os.SEEK_END)
-        segment = align_up(f.tell(), page)  # the new segment: file offset and address
-        vaddr = align_up(plan.end_vaddr, page)
-        table_size = (len(plan.headers) + 1) * _PHDR.size
-        blob_at = align_up(table_size, alignment)
-        f.write(bytes(segment + blob_at - f.tell()))
-        size = write_blob(f, segment + blob_at)
-        end = blob_at + size
-        load = _PHDR.pack(_PT_LOAD, _PF_R, segment, vaddr, vaddr, end, end, page)
-        f.seek(segment)
-        f.write(b"".join(plan.program_headers(load, segment, vaddr, table_size)))
-        f.seek(_E_PHOFF)
-        f.write(struct.pack("<Q", segment))
-        f.seek(_E_PHNUM)
-        f.write(struct.pack("<H", len(plan.headers) + 1))
-        blob_vaddr = vaddr + blob_at
-        for field, value in ((_SH_ADDR, blob_vaddr), (_SH_OFFSET, segment + blob_at),
-                             (_SH_SIZE, size), (_SH_ADDRALIGN, alignment)):
-            f.seek(plan.section_header + field)
-            f.write(struct.pack("<Q", value))
-        for entry in plan.symbols:
-            f.seek(entry + _ST_VALUE)
-            f.write(struct.pack("<QQ", blob_vaddr, size))
-        return _with_payloads(f, segment + blob_at, blob_vaddr, size, alignment)
+        return place_blob_into(f, path, write_blob, alignment, segment_alignment)
+
+
+def place_blob_into(f: BinaryIO, path: Any, write_blob: BlobWriter, alignment: int,
+                    segment_alignment: int = 0) -> Placement:
+    """:func:`place_blob` on the library open in |f| (read-write); |path| names it in
+    messages."""
+    plan = _Plan.read(f, path)
+    page = max(plan.page, alignment, segment_alignment)
+    f.seek(0, os.SEEK_END)
+    segment = align_up(f.tell(), page)  # the new segment: file offset and address
+    vaddr = align_up(plan.end_vaddr, page)
+    table_size = (len(plan.headers) + 1) * _PHDR.size
+    blob_at = align_up(table_size, alignment)
+    f.seek(segment + blob_at)  # the gap before it stays a hole: zeros that take no disk
+    f.truncate()
+    size = write_blob(f, segment + blob_at)
+    end = blob_at + size
+    load = _PHDR.pack(_PT_LOAD, _PF_R, segment, vaddr, vaddr, end, end, page)
+    f.seek(segment)
+    f.write(b"".join(plan.program_headers(load, segment, vaddr, table_size)))
+    f.seek(_E_PHOFF)
+    f.write(struct.pack("<Q", segment))
+    f.seek(_E_PHNUM)
+    f.write(struct.pack("<H", len(plan.headers) + 1))
+    blob_vaddr = vaddr + blob_at
+    for field, value in ((_SH_ADDR, blob_vaddr), (_SH_OFFSET, segment + blob_at),
+                         (_SH_SIZE, size), (_SH_ADDRALIGN, alignment)):
+        f.seek(plan.section_header + field)
+        f.write(struct.pack("<Q", value))
+    for entry in plan.symbols:
+        f.seek(entry + _ST_VALUE)
+        f.write(struct.pack("<QQ", blob_vaddr, size))
+    return _with_payloads(f, segment + blob_at, blob_vaddr, size, alignment)
 
 
 def find_blob(path: str | os.PathLike, alignment: int) -> Placement | None:

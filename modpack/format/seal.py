@@ -19,7 +19,8 @@ import xxhash
 from ..runtime.binding import error_from_status, ffi, lib
 from .layout import check_struct
 
-__all__ = ["SEAL_MAGIC", "SEAL_SIZE", "Seal", "check_seal", "seal_library", "write_seal"]
+__all__ = ["SEAL_MAGIC", "SEAL_SIZE", "Seal", "check_seal", "seal_file", "seal_library",
+           "write_seal"]
 
 SEAL_SIZE: int = lib.MP_SEAL_SIZE
 SEAL_VERSION: int = lib.MP_SEAL_VERSION
@@ -71,10 +72,15 @@ def seal_library(path: str | os.PathLike, placement: Any = None) -> Seal:
     """Append the seal to the linked library at |path|, whose blob lies at |placement| (a
     :class:`~modpack.format.image.Placement`; None for a library without a blob)."""
     with open(path, "r+b") as f:
-        if placement is None:
-            return write_seal(f)
-        return write_seal(f, placement.offset, placement.vaddr, placement.size,
-                          placement.payloads_offset, placement.payloads_size)
+        return seal_file(f, placement)
+
+
+def seal_file(f: BinaryIO, placement: Any = None) -> Seal:
+    """:func:`seal_library` on the library open in |f| (read-write)."""
+    if placement is None:
+        return write_seal(f)
+    return write_seal(f, placement.offset, placement.vaddr, placement.size,
+                      placement.payloads_offset, placement.payloads_size)
 
 
 def _pack(seal: Seal, digest: int) -> bytes:

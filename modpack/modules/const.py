@@ -3,6 +3,12 @@
 Written here, read by the C runtime's ``loadbinary_const`` (csrc/src/kinds/const/). The payload
 layout and its numbers are in csrc/include/modpack/kinds/const.h, read here through the runtime
 binding. Array bytes are streamed from the caller's arrays, never joined.
+
+The module keeps references to the caller's arrays rather than copies (weights can be as large
+as memory), so an array changed between ``const_module()`` and the export would be exported
+changed without a word. Instead, each array's XXH3 is taken when the module is built and
+checked again as the export streams it (XXH3 runs at memory speed, far above the disk's): a
+changed array fails the export, naming it.
 """
 
 from __future__ import annotations
@@ -12,7 +18,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+import xxhash
 
+from ..errors import ModpackError
 from ..format.layout import check_struct
 from ..runtime.binding import lib
 from ..runtime.dtypes import dtype_to_dl
@@ -24,6 +32,7 @@ _HEADER = check_struct(struct.Struct("<IIQ"), "mp_const_header_v1_t")
 _RECORD = check_struct(struct.Struct("<QIBBHIIQQQ"), "mp_const_record_v1_t")
 _DATA_ALIGNMENT: int = lib.MP_CONST_DATA_ALIGNMENT
 _MAX_NAME: int = lib.MP_CONST_MAX_NAME
+_MAX_NDIM: int = lib.MP_CONST_MAX_NDIM
 
 
 def _align(value: int, alignment: int) -> int:
@@ -40,17 +49,18 @@ class ConstModule(BinaryModule):
         if not isinstance(arrays, Mapping):
             raise TypeError("const_module expects a mapping of name -> numpy array")
         self._arrays: dict[str, np.ndarray] = {}
+        self._digests: dict[str, int] = {}
         for name, value in arrays.items():
-            if (not isinstance(name, str) or not 1 <= len(name.encode()) <= _MAX_NAME
-                    or "\0" in name):
-                raise ValueError(
-                    f"array name {name!r} must be a str of 1 to {_MAX_NAME} bytes without NUL"
-                )
+            _check_name(name)
             array = np.asarray(value)
             if not array.flags.c_contiguous:  # (ascontiguousarray would turn 0-d into 1-d)
                 array = array.copy(order="C")
             dtype_to_dl(array.dtype)  # raises for dtypes DLPack cannot describe
+            if array.ndim > _MAX_NDIM:
+                raise ValueError(f"array {name!r} has {array.ndim} dimensions; the runtime "
+                                 f"reads up to {_MAX_NDIM}: reshape it")
             self._arrays[name] = array
+            self._digests[name] = xxhash.xxh3_64_intdigest(_bytes_of(array))
         self._layout = self._plan()
 
     @property
@@ -93,11 +103,32 @@ class ConstModule(BinaryModule):
         meta, data_offsets, _ = self._layout
         yield meta
         cursor = len(meta)
-        for offset, array in zip(data_offsets, self._arrays.values(), strict=True):
+        for offset, (name, array) in zip(data_offsets, self._arrays.items(), strict=True):
             if offset > cursor:
                 yield bytes(offset - cursor)
-            yield memoryview(array.reshape(-1).view(np.uint8))
+            data = _bytes_of(array)
+            if xxhash.xxh3_64_intdigest(data) != self._digests[name]:
+                raise ModpackError(
+                    f"const array {name!r} changed after const_module() was built (its bytes "
+                    "differ from when the module was made): build the module after the last "
+                    "change, or give it a copy (array.copy())")
+            yield data
             cursor = offset + array.nbytes
+
+
+def _check_name(name: Any) -> None:
+    """Array names are str of 1 to _MAX_NAME bytes of UTF-8, without NUL."""
+    try:
+        size = len(name.encode()) if isinstance(name, str) else 0
+    except UnicodeEncodeError:  # a lone surrogate
+        size = 0
+    if not 1 <= size <= _MAX_NAME or "\0" in name:
+        raise ValueError(f"array name {name!r} must be a str of 1 to {_MAX_NAME} bytes of "
+                         "UTF-8 without NUL")
+
+
+def _bytes_of(array: np.ndarray) -> memoryview:
+    return memoryview(array.reshape(-1).view(np.uint8))
 
 
 def const_module(arrays: Mapping[str, Any]) -> ConstModule:

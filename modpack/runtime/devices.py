@@ -9,11 +9,15 @@ __all__ = ["device_count", "device_name", "get_stream", "set_stream", "synchroni
 
 
 def device_count(device_type: str) -> int:
-    """Number of devices of |device_type| (``"cpu"``, ``"opencl"``, ``"cuda"``); raises
-    UnavailableError naming the fix when the driver is missing."""
+    """Number of devices of |device_type| (``"cpu"``, ``"opencl"``, ``"cuda"``): 0 where the
+    driver is missing, as on a machine without that kind of device (using a device there raises
+    UnavailableError naming the fix). An unknown device type raises ArgumentError."""
     dtype, _ = parse_device(device_type)
     out = ffi.new("int32_t*")
-    check(lib.mp_device_count(dtype, out))
+    status = lib.mp_device_count(dtype, out)
+    if status == lib.MP_ERR_UNAVAILABLE:
+        return 0
+    check(status)
     return int(out[0])
 
 

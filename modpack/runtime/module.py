@@ -114,26 +114,19 @@ class LoadedModule:
     @property
     def arrays(self) -> Mapping[str, np.ndarray]:
         """Named arrays (for ``const`` modules): read-only numpy views into the loaded
-        library, no copies. Each view keeps the library loaded."""
+        library, no copies. Each view keeps the library loaded, and only the library: a
+        dropped module whose views are gone is unloaded."""
         if self._arrays_cache is None:
             arrays = {}
             name = ffi.new("char**")
             tensor = ffi.new("DLTensor**")
-            for i in range(lib.mp_module_array_count(self._handle)):
+            count = lib.mp_module_array_count(self._handle)
+            reference = _runtime_reference(self._handle) if count else None
+            for i in range(count):
                 check(lib.mp_module_array_at(self._handle, i, name, tensor))
-                arrays[string(name[0])] = self._view(tensor[0])
+                arrays[string(name[0])] = _view(tensor[0], reference)
             self._arrays_cache = _ReadOnlyMapping(arrays)
         return self._arrays_cache
-
-    def _view(self, tensor: Any) -> np.ndarray:
-        dtype = dtype_from_dl(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
-        if dtype.itemsize * 8 != tensor.dtype.bits * tensor.dtype.lanes:
-            raise TypeError(f"dtype {dtype} does not match the {tensor.dtype.bits}-bit record")
-        shape = tuple(tensor.shape[d] for d in range(tensor.ndim))
-        nbytes = int(lib.mp_array_nbytes(tensor))  # the size the runtime checked
-        holder = _ArrayHolder(self, int(ffi.cast("uintptr_t", tensor.data)), nbytes)
-        # View the bytes as the dtype (ml_dtypes too); the base chain ends at the holder.
-        return np.asarray(holder).view(dtype).reshape(shape)
 
     def __repr__(self) -> str:
         count = len(self.imported_modules)
@@ -141,13 +134,35 @@ class LoadedModule:
         return f"<modpack.LoadedModule type_key={self.type_key!r}{named} imports={count}>"
 
 
+def _runtime_reference(handle: Any) -> Any:
+    """A new runtime reference to the module |handle|, released when the returned object is
+    collected. Views hold this, not the Python module: the module caches its views, and numpy
+    cannot collect a reference cycle that runs through an array's base, so a view holding the
+    module would keep it, and its library, loaded for the life of the process."""
+    lib.mp_module_retain(handle)
+    return ffi.gc(ffi.cast("mp_module_t*", handle), lib.mp_module_release)
+
+
+def _view(tensor: Any, reference: Any) -> np.ndarray:
+    """A read-only numpy view of |tensor|'s bytes, whose base holds |reference|."""
+    dtype = dtype_from_dl(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
+    if dtype.itemsize * 8 != tensor.dtype.bits * tensor.dtype.lanes:
+        raise TypeError(f"dtype {dtype} does not match the {tensor.dtype.bits}-bit record")
+    shape = tuple(tensor.shape[d] for d in range(tensor.ndim))
+    nbytes = int(lib.mp_array_nbytes(tensor))  # the size the runtime checked
+    holder = _ArrayHolder(reference, int(ffi.cast("uintptr_t", tensor.data)), nbytes)
+    # View the bytes as the dtype (ml_dtypes too); the base chain ends at the holder.
+    return np.asarray(holder).view(dtype).reshape(shape)
+
+
 class _ArrayHolder:
-    """Exposes read-only memory to numpy; being the array's base, it keeps |owner| alive."""
+    """Exposes read-only memory to numpy; being the array's base, it keeps the runtime module
+    (and so the library mapping) alive through |reference|."""
 
-    __slots__ = ("__array_interface__", "_owner")
+    __slots__ = ("__array_interface__", "_reference")
 
-    def __init__(self, owner: LoadedModule, address: int, nbytes: int) -> None:
-        self._owner = owner
+    def __init__(self, reference: Any, address: int, nbytes: int) -> None:
+        self._reference = reference
         self.__array_interface__ = {
             "version": 3,
             "shape": (nbytes,),

@@ -45,6 +45,10 @@ bool mp_read_u32(mp_reader_t* r, uint32_t* out);
 bool mp_read_u64(mp_reader_t* r, uint64_t* out);
 /* |*out| points into the payload (no copy); fails if |n| bytes are not there. */
 bool mp_read_bytes(mp_reader_t* r, uint64_t n, const uint8_t** out);
+
+/* The offset of the first byte of |s| that does not begin a valid UTF-8 sequence (overlong
+ * forms and surrogates are invalid), or |size| when all of it is UTF-8. */
+uint64_t mp_utf8_invalid_at(const uint8_t* s, uint64_t size);
 /* A length-prefixed (u32) string of 1..|max| bytes without NUL, copied NUL-terminated into a
  * new allocation (*out, freed by the caller). |where| ("kernel vadd: ", may be "") and |field|
  * name it in messages; a size out of range is reported as the violated limit. */

@@ -35,6 +35,28 @@ bool mp_read_u64(mp_reader_t* r, uint64_t* out) {
   return true;
 }
 
+uint64_t mp_utf8_invalid_at(const uint8_t* s, uint64_t size) {
+  for (uint64_t i = 0; i < size;) {
+    uint8_t c = s[i];
+    uint64_t n = c < 0x80             ? 1
+                 : (c & 0xE0) == 0xC0 ? 2
+                 : (c & 0xF0) == 0xE0 ? 3
+                 : (c & 0xF8) == 0xF0 ? 4
+                                      : 0;
+    if (n == 0 || n > size - i) return i;
+    uint32_t code = n == 1 ? c : n == 2 ? c & 0x1Fu : n == 3 ? c & 0x0Fu : c & 0x07u;
+    for (uint64_t k = 1; k < n; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return i;
+      code = code << 6 | (s[i + k] & 0x3Fu);
+    }
+    /* Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8. */
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < least[n] || (code >= 0xD800 && code <= 0xDFFF) || code > 0x10FFFF) return i;
+    i += n;
+  }
+  return size;
+}
+
 static mp_status_t read_string(mp_reader_t* r, uint32_t max, bool optional, const char* where,
                                const char* field, char** out) {
   *out = NULL;
@@ -49,6 +71,10 @@ static mp_status_t read_string(mp_reader_t* r, uint32_t max, bool optional, cons
   if (!mp_read_bytes(r, size, &bytes)) return mp_reader_error(r, field);
   if (memchr(bytes, 0, size))
     return mp_errorf(MP_ERR_FORMAT, "%s: %s%s contains a NUL byte", r->what, where, field);
+  uint64_t bad = mp_utf8_invalid_at(bytes, size);
+  if (bad < size)
+    return mp_errorf(MP_ERR_FORMAT, "%s: %s%s is not UTF-8 (byte %" PRIu64 " of %u is 0x%02x)",
+                     r->what, where, field, bad, size, bytes[bad]);
   char* s = malloc((size_t)size + 1);
   if (!s) return mp_out_of_memory(field);
   memcpy(s, bytes, size);

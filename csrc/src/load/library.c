@@ -10,6 +10,7 @@
 #include "load/library.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <link.h>
 #include <pthread.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/module.h"
@@ -39,6 +41,8 @@ typedef struct device_array {
 struct mp_library {
   atomic_long refcount;
   void* handle; /* from dlopen */
+  int fd;       /* the file, open while loaded: dlopen knows the library by its /proc name */
+  mp_file_id_t id;
   char* path;
   mp_module_t* root;       /* the root of its live tree (not owned), under the library lock */
   mp_module_t* lib_module; /* the "library" node (not owned) while it lives, same lock */
@@ -117,6 +121,7 @@ void mp_library_release(mp_library_t* library) {
     a = next;
   }
   dlclose(library->handle);
+  if (library->fd >= 0) close(library->fd);
   free(library->path);
   free(library);
 }
@@ -129,18 +134,96 @@ void* mp_library_symbol(const mp_library_t* library, const char* symbol) {
   return dlsym(library->handle, symbol);
 }
 
-mp_status_t mp_library_open(const char* path, mp_library_t** out_library, bool* out_existing) {
+/* ---- opening: which file, which version, and the name dlopen knows it by ---------------- */
+
+static int name_in_use(struct dl_phdr_info* info, size_t size, void* name) {
+  (void)size;
+  return info->dlpi_name && strcmp(info->dlpi_name, name) == 0;
+}
+
+/* The name to dlopen the file open as *fd by: /proc/self/fd/N, so that the bytes mapped are
+ * those of the file checked (not whatever the path names by then), and so that a new version
+ * of a file whose old version is loaded gets a name of its own (the dynamic loader returns
+ * the object already loaded under a name without looking at the file). The name must not be
+ * one the dynamic loader still knows (an object it kept after dlclose): *fd moves to another
+ * number until it is free. Falls back to |path| where /proc is not mounted. */
+static const char* dlopen_name(int* fd, const char* path, char* buffer, size_t size) {
+  if (access("/proc/self/fd", X_OK) != 0) return path;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    snprintf(buffer, size, "/proc/self/fd/%d", *fd);
+    if (!dl_iterate_phdr(name_in_use, buffer)) return buffer;
+    int moved = fcntl(*fd, F_DUPFD_CLOEXEC, *fd + 1);
+    if (moved < 0) break;
+    close(*fd);
+    *fd = moved;
+  }
+  return path;
+}
+
+/* The live library of this version of the file, retained; or an error when the file was
+ * rewritten in place under a loaded version. NULL when there is none. */
+static mp_status_t find_live(const char* path, const mp_file_id_t* id, mp_library_t** out) {
+  *out = NULL;
+  for (live_library_t* live = live_libraries; live; live = live->next) {
+    mp_library_t* library = live->library;
+    if (!mp_file_same_file(&library->id, id)) continue;
+    if (!mp_file_same_version(&library->id, id))
+      return mp_errorf(MP_ERR_IO,
+                       "'%s' was rewritten in place while an earlier version of it is loaded "
+                       "(same file, now %" PRIu64 " bytes, was %" PRIu64
+                       "): the loaded code no longer matches the file. Replace library files "
+                       "by writing a new file and renaming it over the old (export_library "
+                       "does), or drop every module of the old version before loading again",
+                       path, id->size, library->id.size);
+    if (try_retain(library)) {
+      *out = library;
+      return MP_OK;
+    }
+  }
+  return MP_OK;
+}
+
+mp_status_t mp_library_open(const char* path, int fd, const mp_file_id_t* id,
+                            mp_library_t** out_library, bool* out_existing) {
   *out_library = NULL;
   *out_existing = false;
+  mp_library_t* found;
+  mp_status_t status = find_live(path, id, &found);
+  if (status != MP_OK || found) {
+    close(fd);
+    *out_library = found;
+    *out_existing = found != NULL;
+    return status;
+  }
+  char name_buffer[64];
+  const char* name = dlopen_name(&fd, path, name_buffer, sizeof name_buffer);
   dlerror();
-  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!handle) return mp_errorf(MP_ERR_IO, "cannot load '%s': %s", path, dlerror());
+  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    close(fd);
+    return mp_errorf(MP_ERR_IO, "cannot load '%s': %s", path, dlerror());
+  }
   for (live_library_t* live = live_libraries; live; live = live->next) {
-    if (live->library->handle != handle || !try_retain(live->library)) continue;
-    dlclose(handle); /* the live library holds its own */
-    *out_library = live->library;
-    *out_existing = true;
-    return MP_OK;
+    if (live->library->handle != handle) continue;
+    /* The dynamic loader had this object already (a library dying on another thread, or the
+     * same file under another path): share it if it is this version, else refuse. */
+    bool same = mp_file_same_version(&live->library->id, id);
+    if (same && try_retain(live->library)) {
+      dlclose(handle); /* the live library holds its own */
+      close(fd);
+      *out_library = live->library;
+      *out_existing = true;
+      return MP_OK;
+    }
+    if (!same) {
+      dlclose(handle);
+      close(fd);
+      return mp_errorf(MP_ERR_IO,
+                       "cannot load the new version of '%s' while the old one is loaded (the "
+                       "dynamic loader returned the old one; is /proc mounted?): drop every "
+                       "module of the old version first",
+                       path);
+    }
   }
   mp_library_t* library = calloc(1, sizeof *library);
   live_library_t* live = calloc(1, sizeof *live);
@@ -148,10 +231,13 @@ mp_status_t mp_library_open(const char* path, mp_library_t** out_library, bool* 
   if (!library || !live || !path_copy) {
     free(library), free(live), free(path_copy);
     dlclose(handle);
+    close(fd);
     return mp_out_of_memory("a library");
   }
   atomic_init(&library->refcount, 1);
   library->handle = handle;
+  library->fd = fd;
+  library->id = *id;
   library->path = path_copy;
   live->library = library;
   live->next = live_libraries;

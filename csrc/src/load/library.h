@@ -9,15 +9,20 @@
 
 #include <stdbool.h>
 
+#include "load/file.h"
 #include "modpack/kind.h"
 
 void mp_library_lock(void);
 void mp_library_unlock(void);
 
-/* dlopen |path| (a resolved path) and return its library: the live one if the file is already
- * loaded (*out_existing true, a new reference), else a new one registered as live. Caller
- * holds the library lock. */
-mp_status_t mp_library_open(const char* path, mp_library_t** out_library, bool* out_existing);
+/* The library of the file |path| (a resolved path), open as |fd| (taken over in every case),
+ * whose version is |id|: the live one if that version of that file is loaded (*out_existing
+ * true, a new reference), else a new one, dlopen'd through |fd| and registered as live. A file
+ * replaced since (renamed over: a new inode) is a new library, and the old one lives on for
+ * whoever holds it; a file rewritten in place while loaded (same inode, another version) is
+ * refused, since its old mapping no longer matches it. Caller holds the library lock. */
+mp_status_t mp_library_open(const char* path, int fd, const mp_file_id_t* id,
+                            mp_library_t** out_library, bool* out_existing);
 /* The root of the library's live tree (a new reference), or NULL when there is none. Caller
  * holds the library lock. */
 mp_module_t* mp_library_live_root(mp_library_t* library);

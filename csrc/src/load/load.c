@@ -10,11 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/registry.h"
 #include "kinds/builtin.h"
 #include "load/elf_check.h"
+#include "load/file.h"
 #include "load/library.h"
 #include "load/seal.h"
 #include "load/trace.h"
@@ -43,8 +45,9 @@ static mp_status_t tree_of(mp_library_t* library, bool existing, uint32_t flags,
 
 /* Before anything of the file is mapped: its seal, which covers every byte but the payloads;
  * for a library loaded unsealed (on request), its extents at least. */
-static mp_status_t check_file(const char* path, uint32_t flags, mp_seal_v1_t* seal, bool* sealed) {
-  mp_status_t status = mp_seal_check_file(path, seal);
+static mp_status_t check_file(int fd, const char* path, const mp_file_id_t* id, uint32_t flags,
+                              mp_seal_v1_t* seal, bool* sealed) {
+  mp_status_t status = mp_seal_check_fd(fd, id->size, path, seal);
   *sealed = status == MP_OK;
   if (status != MP_ERR_NOT_FOUND) return status;
   if (!(flags & MP_LOAD_ALLOW_UNSEALED)) {
@@ -61,13 +64,21 @@ static mp_status_t check_file(const char* path, uint32_t flags, mp_seal_v1_t* se
 
 static mp_status_t load_locked(const char* path, uint32_t flags, mp_module_t** out_module) {
   double clock = mp_trace_now_ms();
+  int fd;
+  mp_file_id_t id;
+  MP_RETURN_IF_ERROR(mp_file_open(path, &fd, &id));
   mp_seal_v1_t seal;
   bool sealed;
-  MP_RETURN_IF_ERROR(check_file(path, flags, &seal, &sealed));
+  mp_status_t checked = check_file(fd, path, &id, flags, &seal, &sealed);
+  if (checked != MP_OK) {
+    close(fd);
+    return checked;
+  }
+  if (sealed) id.digest_low = seal.digest_low, id.digest_high = seal.digest_high;
   mp_trace_phase(path, "file check", &clock, sealed ? "sealed" : "unsealed");
   mp_library_t* library;
   bool existing;
-  MP_RETURN_IF_ERROR(mp_library_open(path, &library, &existing));
+  MP_RETURN_IF_ERROR(mp_library_open(path, fd, &id, &library, &existing));
   mp_trace_phase(path, "dlopen", &clock, "");
   mp_status_t status = tree_of(library, existing, flags, sealed ? &seal : NULL, out_module);
   mp_library_release(library); /* the modules hold it now (or it goes, on failure) */

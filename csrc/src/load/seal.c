@@ -17,6 +17,7 @@
 #include "core/bytes.h"
 #include "core/checksum.h"
 #include "core/error.h"
+#include "load/file.h"
 
 enum { CHUNK = 1 << 20, DIGEST_FIELD = offsetof(mp_seal_v1_t, digest_low) };
 
@@ -138,14 +139,10 @@ mp_status_t mp_seal_check_fd(int fd, uint64_t file_size, const char* path, mp_se
 mp_status_t mp_seal_check_file(const char* path, mp_seal_v1_t* out_seal) {
   if (!path || !out_seal)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_seal_check_file: NULL argument");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
-                     strerror(errno));
-  struct stat st;
-  mp_status_t status = fstat(fd, &st) == 0
-                           ? mp_seal_check_fd(fd, (uint64_t)st.st_size, path, out_seal)
-                           : mp_errorf(MP_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
+  int fd;
+  mp_file_id_t id;
+  MP_RETURN_IF_ERROR(mp_file_open(path, &fd, &id));
+  mp_status_t status = mp_seal_check_fd(fd, id.size, path, out_seal);
   close(fd);
   return status;
 }

@@ -90,6 +90,8 @@ static mp_status_t read_array(const uint8_t* p, uint64_t payload_size, uint64_t 
                      dtype.code, dtype.bits, dtype.lanes);
   if (memchr(p + name_offset, 0, name_size))
     return mp_errorf(MP_ERR_FORMAT, "const array[%" PRIu64 "]: name contains a NUL byte", i);
+  if (mp_utf8_invalid_at(p + name_offset, name_size) < name_size)
+    return mp_errorf(MP_ERR_FORMAT, "const array[%" PRIu64 "]: name is not UTF-8", i);
   uint64_t expected = (uint64_t)dtype.bits * dtype.lanes / 8;
   const_array_t* a = calloc(1, sizeof *a + (ndim ? ndim : 1) * sizeof(int64_t));
   if (!a) return mp_out_of_memory("a const array");
@@ -122,6 +124,27 @@ static mp_status_t read_array(const uint8_t* p, uint64_t payload_size, uint64_t 
   a->tensor.byte_offset = 0;
   *out = a;
   return MP_OK;
+}
+
+static int compare_names(const void* a, const void* b) {
+  return strcmp((*(const const_array_t* const*)a)->name, (*(const const_array_t* const*)b)->name);
+}
+
+/* Two arrays of one name would be found differently by Python (the last) and by host code's
+ * lookup (the first): refused. Sorted copies, so thousands of arrays cost n log n. */
+static mp_status_t check_unique_names(const const_module_t* m) {
+  if (m->count < 2) return MP_OK;
+  const_array_t** sorted = malloc(m->count * sizeof *sorted);
+  if (!sorted) return mp_out_of_memory("the const array names");
+  memcpy(sorted, m->arrays, m->count * sizeof *sorted);
+  qsort(sorted, m->count, sizeof *sorted, compare_names);
+  mp_status_t status = MP_OK;
+  for (uint64_t i = 1; i < m->count && status == MP_OK; ++i)
+    if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0)
+      status =
+          mp_errorf(MP_ERR_FORMAT, "const payload: two arrays are named '%s'", sorted[i]->name);
+  free(sorted);
+  return status;
 }
 
 #define HEADER_FIELD(field) offsetof(mp_const_header_v1_t, field)
@@ -159,6 +182,11 @@ static mp_status_t load_const(void* user_data, const mp_loader_args_t* args,
       const_destroy(m);
       return status;
     }
+  }
+  mp_status_t status = check_unique_names(m);
+  if (status != MP_OK) {
+    const_destroy(m);
+    return status;
   }
   return mp_module_create("const", &const_vtable, m, out_module);
 }

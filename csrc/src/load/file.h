@@ -1,0 +1,29 @@
+/* A library file opened for loading: a regular file only, and which version of which file it
+ * is, so that a file replaced or rewritten after it was loaded is told from the loaded one. */
+#ifndef MODPACK_LOAD_FILE_H_
+#define MODPACK_LOAD_FILE_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "modpack/modpack.h"
+
+typedef struct {
+  uint64_t device, inode; /* which file */
+  uint64_t size;          /* and which version of it: its size, modification time and the */
+  int64_t mtime_ns;       /* digest of its seal (zeros for a library loaded unsealed) */
+  uint64_t digest_low, digest_high;
+} mp_file_id_t;
+
+/* Open |path| read-only. FIFOs, devices, sockets and directories are refused with a message
+ * (opened without blocking, so a FIFO with no writer cannot hang the caller). On success *out_fd
+ * is the caller's, and *out_id holds all but the digest. */
+mp_status_t mp_file_open(const char* path, int* out_fd, mp_file_id_t* out_id);
+
+/* Whether |a| and |b| are the same file (device and inode). */
+bool mp_file_same_file(const mp_file_id_t* a, const mp_file_id_t* b);
+
+/* Whether |a| and |b| are the same version of one file. */
+bool mp_file_same_version(const mp_file_id_t* a, const mp_file_id_t* b);
+
+#endif /* MODPACK_LOAD_FILE_H_ */
