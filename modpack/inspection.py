@@ -34,6 +34,7 @@ from .format.layout import (
     LIB_TYPE_KEY,
     LIBRARY_TYPE_KEY,
 )
+from .format.seal import Seal, check_seal
 from .format.tar_seal import check_tar_seal, has_tar_seal
 from .runtime.binding import error_from_status, ffi, lib
 from .toolchain.demangle import demangle, is_mangled
@@ -107,6 +108,10 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             "functions": functions,
             "seal": _seal_report(shown),
         }
+        seal = _valid_seal(shown)
+        if seal is not None and seal.blob_size:  # where the loader takes the blob from
+            section = location[0] if location is not None else "(placed by the seal)"
+            location = (section, seal.blob_offset, seal.blob_size)
         if location is not None:
             section, offset, size = location
             result.update(_parse_blob(f, offset, size, shown))
@@ -147,6 +152,15 @@ def _inspect_tar(shown: str) -> dict[str, Any]:
     result["functions"] = sorted({f for r in reports for f in r["functions"]})
     result["seal"] = _tar_seal_report(shown)
     return result
+
+
+def _valid_seal(path: str) -> Seal | None:
+    """The library's seal when it holds (the loader then takes the blob from where it says),
+    else None (absent or damaged: _seal_report says which)."""
+    try:
+        return check_seal(path)
+    except ModpackError:
+        return None
 
 
 def _seal_report(path: str) -> dict[str, Any]:

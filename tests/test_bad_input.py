@@ -344,3 +344,19 @@ def test_nul_in_a_function_name_or_a_str_argument_is_refused(good):
         root["add_int\x00junk"]
     with pytest.raises(modpack.ArgumentError):
         root["add_int"]("4\x00", 1)
+
+
+def test_nested_payload_ranges_are_refused(tmp_path):
+    """Payloads are disjoint and in index order (or shared whole): a range inside another is
+    refused, which keeps validation linear in the file."""
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({"a": np.arange(256, dtype=np.float32)}))
+    host.import_module(modpack.const_module({"b": np.arange(8, dtype=np.float32)}))
+    blob = read_blob(host.export_library(tmp_path / "nested.so"))
+    at = layout(blob)["entries"]
+    entries = [list(struct.unpack_from("<QQQ", blob, at + 48 * i)) for i in range(3)]
+    first, second = entries[1][0], entries[2][0]
+    assert second > first + 64
+    struct.pack_into("<QQ", blob, at + 48 * 2, first + 64, 64)  # inside the first payload
+    err = parse(reseal(blob))
+    assert isinstance(err, modpack.FormatError) and "overlaps an earlier payload" in str(err)

@@ -314,3 +314,16 @@ def test_the_quickstart_leaves_what_the_readme_inspects_next(tmp_path):
                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "const" in shown.stdout
+
+
+def test_a_damaged_library_is_reported_with_a_non_zero_exit(diamond_so, tmp_path):
+    """inspect reads what the loader would refuse as refused: the report, and exit status 1."""
+    damaged = tmp_path / "damaged.so"
+    data = bytearray(diamond_so[1].read_bytes())
+    data[0x30] ^= 0x01  # e_shnum's low byte: the section headers say one more
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(modpack.FormatError):
+        modpack.load_module(damaged)
+    proc = run_cli("inspect", str(damaged))
+    assert proc.returncode == 1
+    assert "damaged" in proc.stderr or "do not match its seal" in proc.stderr

@@ -36,7 +36,8 @@ def _add_inspect(subparsers: _Subparsers) -> None:
             "Describe a deployable library made by export_library: the __dev_mblob header, "
             "every module with its payload and import edges, the import tree and the exported "
             "host functions. The file is read, never loaded: no code from it runs. The blob is "
-            "fully validated, payload checksums included."
+            "fully validated, payload checksums included. The exit status is 1 when the file "
+            "is damaged (its seal does not match), as loading it would fail."
         ),
     )
     p.add_argument("library", help="path to the shared library (e.g. deploy.so)")
@@ -52,6 +53,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         sys.stdout.write(format_inspection(report))
+    seal = report.get("seal") or {}
+    if seal.get("state") in ("damaged", "newer"):  # the loader refuses it: so does the exit
+        sys.stdout.flush()
+        return _fail(args.command, f"{args.library} would not load: {seal['message']}")
     return 0
 
 

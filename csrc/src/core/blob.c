@@ -190,6 +190,8 @@ static mp_status_t check_tree(const mp_blob_t* b) {
   return status;
 }
 
+static mp_status_t check_payload_ranges(const mp_blob_t* b);
+
 static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
   const uint8_t* p = b->bytes.data;
   const mp_blob_info_t* h = &b->info;
@@ -291,6 +293,7 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
   if (lib_count > 1)
     return mp_errorf(MP_ERR_FORMAT, "corrupt blob: %" PRIu64 " \"_lib\" entries (at most one)",
                      lib_count);
+  MP_RETURN_IF_ERROR(check_payload_ranges(b));
 
   MP_RETURN_IF_ERROR(check_tree(b));
   for (uint64_t i = 0; i < n; ++i) {
@@ -300,6 +303,44 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
 
   if (!(flags & MP_LOAD_SKIP_PAYLOAD_CHECKSUMS)) return mp_blob_verify_payloads(b);
   return MP_OK;
+}
+
+/* Payloads lie in index order, each after the one before it, or exactly where an earlier one
+ * lies (identical payloads are stored once). Overlapping or nested ranges are refused, so that
+ * checking the payloads reads each byte once: validation takes time linear in the file, where
+ * thousands of nested ranges would take time quadratic in it. */
+static mp_status_t check_payload_ranges(const mp_blob_t* b) {
+  uint64_t n = b->info.module_count, count = 0, end = 0;
+  const mp_blob_module_t** ranges = malloc((n ? n : 1) * sizeof *ranges); /* by offset */
+  if (!ranges) return mp_out_of_memory("the payload ranges");
+  mp_status_t status = MP_OK;
+  for (uint64_t i = 0; i < n && status == MP_OK; ++i) {
+    const mp_blob_module_t* m = &b->modules[i];
+    if (m->payload_offset == 0) continue; /* "_lib" */
+    if (m->payload_offset >= end) {
+      ranges[count++] = m;
+      end = m->payload_offset + m->payload_size;
+      continue;
+    }
+    uint64_t low = 0, high = count; /* the earlier range starting where this one does */
+    while (low < high) {
+      uint64_t mid = low + (high - low) / 2;
+      if (ranges[mid]->payload_offset < m->payload_offset)
+        low = mid + 1;
+      else
+        high = mid;
+    }
+    const mp_blob_module_t* same = low < count ? ranges[low] : NULL;
+    if (!same || same->payload_offset != m->payload_offset ||
+        same->payload_size != m->payload_size || same->payload_checksum != m->payload_checksum)
+      status = mp_errorf(MP_ERR_FORMAT,
+                         "corrupt blob: module[%" PRIu64 "] payload [%" PRIu64 ", +%" PRIu64
+                         ") overlaps an earlier payload without being the same: payloads "
+                         "are disjoint and in index order, or shared whole",
+                         i, m->payload_offset, m->payload_size);
+  }
+  free(ranges);
+  return status;
 }
 
 static int compare_offsets(const void* a, const void* b) {
