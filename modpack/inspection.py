@@ -34,7 +34,6 @@ from .format.layout import (
     LIB_TYPE_KEY,
     LIBRARY_TYPE_KEY,
 )
-from .format.seal import Seal, check_seal
 from .format.tar_seal import check_tar_seal, has_tar_seal
 from .runtime.binding import error_from_status, ffi, lib
 from .toolchain.demangle import demangle, is_mangled
@@ -98,6 +97,7 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
                 "copy or export it again"
             ) from None
 
+        seal_report, sealed_blob = _seal_report(shown)
         result: dict[str, Any] = {
             "path": shown,
             "format_version": None,
@@ -106,12 +106,11 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             "modules": [_module(0, LIBRARY_TYPE_KEY, 0, 0, None, [], [])],
             "import_tree": {"row_ptr": [0, 0], "child_indices": []},
             "functions": functions,
-            "seal": _seal_report(shown),
+            "seal": seal_report,
         }
-        seal = _valid_seal(shown)
-        if seal is not None and seal.blob_size:  # where the loader takes the blob from
+        if sealed_blob is not None:  # where the loader takes the blob from
             section = location[0] if location is not None else "(placed by the seal)"
-            location = (section, seal.blob_offset, seal.blob_size)
+            location = (section, *sealed_blob)
         if location is not None:
             section, offset, size = location
             result.update(_parse_blob(f, offset, size, shown))
@@ -154,28 +153,21 @@ def _inspect_tar(shown: str) -> dict[str, Any]:
     return result
 
 
-def _valid_seal(path: str) -> Seal | None:
-    """The library's seal when it holds (the loader then takes the blob from where it says),
-    else None (absent or damaged: _seal_report says which)."""
-    try:
-        return check_seal(path)
-    except ModpackError:
-        return None
-
-
-def _seal_report(path: str) -> dict[str, Any]:
+def _seal_report(path: str) -> tuple[dict[str, Any], tuple[int, int] | None]:
     """The library's seal, checked by the runtime (which reads the file, nothing more):
     ``state`` is ``"valid"`` (``digest`` then holds its XXH3-128), ``"absent"`` (a library made
     without modpack's export, or damaged at its end), ``"damaged"`` or ``"newer"`` (a seal this
-    runtime cannot read); ``message`` says why when it is not valid."""
+    runtime cannot read); ``message`` says why when it is not valid. With it, where a valid
+    seal puts the blob (file offset, size), where the loader takes it from; else None."""
     seal = ffi.new("mp_seal_v1_t*")
     status = lib.mp_seal_check_file(os.fsencode(path), seal)
     if status == 0:
-        return {"state": "valid", "digest": f"{seal.digest_high:016x}{seal.digest_low:016x}",
-                "message": None}
+        report = {"state": "valid", "digest": f"{seal.digest_high:016x}{seal.digest_low:016x}",
+                  "message": None}
+        return report, ((seal.blob_offset, seal.blob_size) if seal.blob_size else None)
     state = {lib.MP_ERR_NOT_FOUND: "absent", lib.MP_ERR_INCOMPATIBLE: "newer"}.get(status,
                                                                                    "damaged")
-    return {"state": state, "digest": None, "message": str(error_from_status(status))}
+    return {"state": state, "digest": None, "message": str(error_from_status(status))}, None
 
 
 def _tar_seal_report(path: str) -> dict[str, Any]:

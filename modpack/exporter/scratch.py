@@ -22,7 +22,6 @@ from typing import BinaryIO
 
 __all__ = ["AnonymousOutput", "new_workspace", "scratch_name", "sweep_stale"]
 
-_WORKSPACE = "modpack-export-"
 _STALE = re.compile(r"^(?:modpack-export-|modpack-relink-|\..*\.modpack-)(\d+)-")
 
 

@@ -1,6 +1,6 @@
 """The blob's place in the final library file.
 
-:func:`place_blob` puts the blob into a library linked with the anchor object (a placeholder
+:func:`place_blob_into` puts the blob into a library linked with the anchor object (a placeholder
 ``__dev_mblob`` in a ``.modpack.blob`` section; see :mod:`modpack.format.section` and the
 packers): the linker only ever sees the placeholder, and the blob's bytes are written once,
 straight into the final file, by modpack. After the end of the file, at an offset and an
@@ -33,9 +33,10 @@ from ..errors import ModpackError
 from .layout import BLOB_SYMBOL, HEADER_SIZE, align_up
 from .section import ANCHOR
 
-__all__ = ["PLACEABLE_MACHINES", "Placement", "find_blob", "place_blob", "place_blob_into"]
+__all__ = ["HUGE_SEGMENT_ALIGNMENT", "PLACEABLE_MACHINES", "Placement", "find_blob",
+           "place_blob_into"]
 
-# Targets whose shared libraries are 64-bit little-endian ELF, which place_blob edits.
+# Targets whose shared libraries are 64-bit little-endian ELF, which place_blob_into edits.
 PLACEABLE_MACHINES = frozenset({"x86_64", "aarch64", "riscv64", "ppc64le", "loongarch64"})
 # write_blob(file, offset) writes the blob into |file| from byte |offset| on; returns its size.
 BlobWriter = Callable[[BinaryIO, int], int]
@@ -68,19 +69,12 @@ class Placement:
 HUGE_SEGMENT_ALIGNMENT = 2 << 20
 
 
-def place_blob(path: str | os.PathLike, write_blob: BlobWriter, alignment: int,
-               segment_alignment: int = 0) -> Placement:
-    """Write the blob into the library at |path| (linked with the anchor object) as described
-    above; |alignment| is the blob's (the payload alignment), |segment_alignment| (if larger
-    than the page) the segment's, e.g. HUGE_SEGMENT_ALIGNMENT for large payloads."""
-    with open(path, "r+b") as f:
-        return place_blob_into(f, path, write_blob, alignment, segment_alignment)
-
-
 def place_blob_into(f: BinaryIO, path: Any, write_blob: BlobWriter, alignment: int,
                     segment_alignment: int = 0) -> Placement:
-    """:func:`place_blob` on the library open in |f| (read-write); |path| names it in
-    messages."""
+    """Write the blob into the library open in |f| (read-write, linked with the anchor object)
+    as described above; |path| names it in messages. |alignment| is the blob's (the payload
+    alignment), |segment_alignment| (if larger than the page) the segment's, e.g.
+    HUGE_SEGMENT_ALIGNMENT for large payloads."""
     plan = _Plan.read(f, path)
     page = max(plan.page, alignment)
     f.seek(0, os.SEEK_END)
@@ -160,7 +154,7 @@ def _elf(f: BinaryIO, path: Any) -> ELFFile:
 
 @dataclass
 class _Plan:
-    """What place_blob needs to know of the linked library."""
+    """What place_blob_into needs to know of the linked library."""
 
     headers: list[bytes]  # the program header table, one entry each
     last_load: int  # index of the last PT_LOAD

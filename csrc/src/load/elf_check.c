@@ -19,33 +19,12 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "load/file.h"
 
-static bool read_exact(int fd, void* buf, size_t n, uint64_t offset) {
-  uint8_t* p = buf;
-  while (n > 0) {
-    ssize_t got = pread(fd, p, n, (off_t)offset);
-    if (got <= 0) return false;
-    p += got;
-    n -= (size_t)got;
-    offset += (uint64_t)got;
-  }
-  return true;
-}
-
-mp_status_t mp_elf_check_file(const char* path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
-                     strerror(errno));
+mp_status_t mp_elf_check_fd(int fd, uint64_t file_size, const char* path) {
   mp_status_t status = MP_OK;
-  struct stat st;
   ElfW(Ehdr) eh;
-  if (fstat(fd, &st) != 0) {
-    status = mp_errorf(MP_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
-    goto done;
-  }
-  uint64_t file_size = (uint64_t)st.st_size;
-  if (file_size < sizeof eh || !read_exact(fd, &eh, sizeof eh, 0) ||
+  if (file_size < sizeof eh || !mp_file_read_at(fd, &eh, sizeof eh, 0) ||
       memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
     status = mp_errorf(MP_ERR_FORMAT,
                        "'%s' is not an ELF shared library (%" PRIu64 " bytes, no ELF header)", path,
@@ -82,7 +61,7 @@ mp_status_t mp_elf_check_file(const char* path) {
   }
   for (uint64_t i = 0; i < eh.e_phnum; ++i) {
     ElfW(Phdr) ph;
-    if (!read_exact(fd, &ph, sizeof ph, eh.e_phoff + i * sizeof ph)) {
+    if (!mp_file_read_at(fd, &ph, sizeof ph, eh.e_phoff + i * sizeof ph)) {
       status = mp_errorf(MP_ERR_IO, "cannot read '%s'", path);
       goto done;
     }
@@ -96,6 +75,5 @@ mp_status_t mp_elf_check_file(const char* path) {
     }
   }
 done:
-  close(fd);
   return status;
 }

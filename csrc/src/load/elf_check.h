@@ -6,6 +6,6 @@
 
 /* Validate an ELF shared object's extents against its file size (a truncated copy would
  * otherwise kill the process with SIGBUS when its missing pages are touched). */
-mp_status_t mp_elf_check_file(const char* path);
+mp_status_t mp_elf_check_fd(int fd, uint64_t file_size, const char* path);
 
 #endif /* MODPACK_LOAD_ELF_CHECK_H_ */

@@ -51,6 +51,19 @@ mp_status_t mp_file_open(const char* path, int* out_fd, mp_file_id_t* out_id) {
   return MP_OK;
 }
 
+bool mp_file_read_at(int fd, void* buffer, size_t n, uint64_t offset) {
+  uint8_t* p = buffer;
+  while (n > 0) {
+    ssize_t got = pread(fd, p, n, (off_t)offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got;
+    n -= (size_t)got;
+    offset += (uint64_t)got;
+  }
+  return true;
+}
+
 bool mp_file_same_file(const mp_file_id_t* a, const mp_file_id_t* b) {
   return a->device == b->device && a->inode == b->inode;
 }

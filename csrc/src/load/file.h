@@ -4,6 +4,7 @@
 #define MODPACK_LOAD_FILE_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "modpack/modpack.h"
@@ -19,6 +20,10 @@ typedef struct {
  * (opened without blocking, so a FIFO with no writer cannot hang the caller). On success *out_fd
  * is the caller's, and *out_id holds all but the digest. */
 mp_status_t mp_file_open(const char* path, int* out_fd, mp_file_id_t* out_id);
+
+/* Read exactly |n| bytes at |offset| of |fd| (retrying short reads and EINTR); false at the end
+ * of the file or on an error (errno says which). */
+bool mp_file_read_at(int fd, void* buffer, size_t n, uint64_t offset);
 
 /* Whether |a| and |b| are the same file (device and inode). */
 bool mp_file_same_file(const mp_file_id_t* a, const mp_file_id_t* b);

@@ -59,7 +59,7 @@ static mp_status_t check_file(int fd, const char* path, const mp_file_id_t* id, 
                      "which leaves its code, headers and blob index unchecked before dlopen",
                      reason);
   }
-  return mp_elf_check_file(path);
+  return mp_elf_check_fd(fd, id->size, path);
 }
 
 static mp_status_t load_locked(const char* path, uint32_t flags, mp_module_t** out_module) {

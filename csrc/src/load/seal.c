@@ -21,25 +21,12 @@
 
 enum { CHUNK = 1 << 20, DIGEST_FIELD = offsetof(mp_seal_v1_t, digest_low) };
 
-static bool read_exact(int fd, void* buf, size_t n, uint64_t offset) {
-  uint8_t* p = buf;
-  while (n > 0) {
-    ssize_t got = pread(fd, p, n, (off_t)offset);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    p += got;
-    n -= (size_t)got;
-    offset += (uint64_t)got;
-  }
-  return true;
-}
-
 /* Hash the file's bytes [begin, end) into |hash|. */
 static mp_status_t hash_range(int fd, const char* path, uint8_t* buffer, uint64_t begin,
                               uint64_t end, mp_hash128_t* hash) {
   while (begin < end) {
     size_t n = end - begin < CHUNK ? (size_t)(end - begin) : CHUNK;
-    if (!read_exact(fd, buffer, n, begin))
+    if (!mp_file_read_at(fd, buffer, n, begin))
       return mp_errorf(MP_ERR_IO, "cannot read '%s' at byte %" PRIu64 ": %s", path, begin,
                        strerror(errno ? errno : EIO));
     mp_hash128_update(hash, buffer, n);
@@ -97,7 +84,7 @@ static mp_status_t check_fields(const mp_seal_v1_t* s, uint64_t file_size, const
 
 mp_status_t mp_seal_check_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out) {
   uint8_t raw[MP_SEAL_SIZE];
-  if (file_size < MP_SEAL_SIZE || !read_exact(fd, raw, sizeof raw, file_size - MP_SEAL_SIZE) ||
+  if (file_size < MP_SEAL_SIZE || !mp_file_read_at(fd, raw, sizeof raw, file_size - MP_SEAL_SIZE) ||
       memcmp(raw + offsetof(mp_seal_v1_t, magic), MP_SEAL_MAGIC, sizeof out->magic) != 0)
     return mp_errorf(MP_ERR_NOT_FOUND,
                      "'%s' carries no modpack seal: it was damaged or truncated, or linked "
