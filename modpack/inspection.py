@@ -33,6 +33,7 @@ from .format.layout import (
     FUNC_SYMBOL_PREFIX,
     LIB_TYPE_KEY,
     LIBRARY_TYPE_KEY,
+    SIGNATURE_SYMBOL_PREFIX,
 )
 from .format.tar_seal import check_tar_seal, has_tar_seal
 from .runtime.binding import error_from_status, ffi, lib
@@ -87,6 +88,7 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             tables = _symbol_tables(elf, headers, shown)
             blob_symbol = _find_symbol(tables, BLOB_SYMBOL)
             functions = _host_functions(tables)
+            signatures = _host_signatures(f, headers, tables, functions, file_size)
             location = (_locate_blob(elf, headers, blob_symbol, shown, file_size)
                         if blob_symbol is not None else None)
         except ModpackError:
@@ -106,6 +108,7 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             "modules": [_module(0, LIBRARY_TYPE_KEY, 0, 0, None, [], [])],
             "import_tree": {"row_ptr": [0, 0], "child_indices": []},
             "functions": functions,
+            "signatures": signatures,
             "seal": seal_report,
         }
         if sealed_blob is not None:  # where the loader takes the blob from
@@ -149,6 +152,7 @@ def _inspect_tar(shown: str) -> dict[str, Any]:
     result = dict(with_blob[0] if with_blob else reports[0])
     result["path"] = shown
     result["functions"] = sorted({f for r in reports for f in r["functions"]})
+    result["signatures"] = {k: v for r in reports for k, v in r["signatures"].items()}
     result["seal"] = _tar_seal_report(shown)
     return result
 
@@ -281,6 +285,30 @@ def _host_functions(tables: list[SymbolTableSection]) -> list[str]:
             if name:
                 names.add(name)
     return sorted(names)
+
+
+def _host_signatures(f: Any, headers: list[Any], tables: list[SymbolTableSection],
+                     functions: list[str], file_size: int) -> dict[str, str]:
+    """The signatures typed exports declare (``__mp_sig_<name>``, a NUL-terminated string), by
+    function name. Read from the file, bounded by the symbol's section; one that does not fit
+    (a damaged file) is left out rather than guessed."""
+    found: dict[str, str] = {}
+    for name in functions:
+        sym = _find_symbol(tables, SIGNATURE_SYMBOL_PREFIX + name)
+        shndx = sym["st_shndx"] if sym is not None else None
+        if not isinstance(shndx, int) or shndx >= len(headers):
+            continue
+        section = headers[shndx]
+        start = sym["st_value"] - section["sh_addr"]  # relocatable objects: sh_addr is 0
+        size = sym["st_size"]
+        if (section["sh_type"] != "SHT_PROGBITS" or not 0 < size <= 4096 or start < 0
+                or start + size > section["sh_size"]
+                or section["sh_offset"] + start + size > file_size):
+            continue
+        f.seek(section["sh_offset"] + start)
+        text = f.read(size).split(b"\0", 1)[0]
+        found[name] = text.decode("utf-8", errors="replace")
+    return found
 
 
 def _locate_blob(elf: ELFFile, headers: list[Any], sym: Any, shown: str,

@@ -24,6 +24,8 @@ pytestmark = pytest.mark.skipif(
 def check_output(stdout: str) -> None:
     assert "c_embed: OK" in stdout, stdout
     assert "- library" in stdout and "- const" in stdout, stdout  # the module tree
+    # The signature refused a short output array before the code ran, naming it.
+    assert "refused: affine: argument 1 (out) must be float32[n] cpu" in stdout, stdout
 
 
 @pytest.fixture(scope="module")

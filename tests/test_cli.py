@@ -19,7 +19,7 @@ from modpack.cli.main import format_inspection, main
 from modpack.inspection import inspect_library
 
 TOP_KEYS = ["path", "format_version", "writer_version", "blob", "modules", "import_tree",
-            "functions", "seal"]
+            "functions", "signatures", "seal"]
 BLOB_KEYS = ["symbol", "section", "file_offset", "size", "index_size", "index_checksum",
              "payload_checksums"]
 MODULE_KEYS = [
@@ -124,6 +124,7 @@ def test_library_without_blob(tmp):
                      "checksum": None, "children": [], "parents": [], "contents": None}],
         "import_tree": {"row_ptr": [0, 0], "child_indices": []},
         "functions": ["add_int", "vadd"],
+        "signatures": {},
     }
     proc = run_cli("inspect", str(path))
     assert proc.returncode == 0, proc.stderr

@@ -207,7 +207,7 @@ void iota(DLTensor* x) {
   std::copy(values.begin(), values.end(), static_cast<float*>(x->data));
 }
 }  // namespace
-MP_EXPORT_FUNC(sum, double, const DLTensor*)
+MP_EXPORT_TYPED_FUNC(sum, double, "x: float64[n] cpu", const DLTensor*)
 MP_EXPORT_FUNC(length, unsigned long long, const char*)
 MP_EXPORT_VOID_FUNC(iota, DLTensor*)
 """
@@ -220,6 +220,8 @@ def test_host_code_in_cpp(cxx, tmp_path):
     host = modpack.csource_module(CXX_HOST, language="c++")
     root = modpack.load_module(host.export_library(tmp_path / "cpp.so", cxx=cxx))
     assert root["sum"](np.arange(5, dtype=np.float64)) == 10.0
+    with pytest.raises(modpack.ArgumentError, match=r"argument 0 \(x\) must be float64\[n\]"):
+        root["sum"](np.arange(5, dtype=np.float32))  # the typed export, from C++ too
     assert root["length"]("modpack") == 7
     out = np.zeros(4, np.float32)
     root["iota"](out)

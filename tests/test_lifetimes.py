@@ -215,3 +215,26 @@ def test_the_runtime_refuses_special_files_without_blocking(tmp_path):
     assert "FIFO" in str(error) and "not a library file" in str(error)
     error = error_from_status(lib.mp_module_load_from_file(os.fsencode(tmp_path), 0, out))
     assert "a directory" in str(error)
+
+
+def test_a_file_the_program_dlopened_itself_does_not_shadow_the_next_load(tmp_path):
+    """glibc knows an object by every name it was opened by. When the program holds a library
+    itself (ctypes here), modpack's load of it adds "/proc/self/fd/N" to its names; after the
+    drop, the next file must not get descriptor N and, by that name, the first file's code.
+    Two files of one layout: the wrong code would load without any error."""
+    paths = []
+    for value in (1.0, 2.0):
+        host = modpack.csource_module(VADD_C)
+        host.import_module(modpack.const_module({"w": np.full(64, value, np.float32)}))
+        paths.append(host.export_library(tmp_path / f"v{int(value)}.so"))
+    assert paths[0].stat().st_size == paths[1].stat().st_size
+    out = run_python(
+        "import ctypes, gc, sys, modpack\n"
+        "held = ctypes.CDLL(sys.argv[1])\n"
+        "first = modpack.load_module(sys.argv[1])\n"
+        "print(float(first.imported_modules[0].arrays['w'][0]))\n"
+        "del first; gc.collect()\n"
+        "second = modpack.load_module(sys.argv[2])\n"
+        "print(float(second.imported_modules[0].arrays['w'][0]))\n",
+        str(paths[0]), str(paths[1]))
+    assert out.split() == ["1.0", "2.0"]

@@ -46,7 +46,9 @@ def test_from_python(tmp_path: Path):
 def test_errors_inside_the_host_code_reach_the_caller(mlp, tmp_path: Path):
     forward = modpack.load_module(mlp.build(tmp_path / "deploy.so"))["mlp_forward"]
     x = mlp.inputs(4)
-    with pytest.raises(modpack.ArgumentError, match=r"x must be float32 \[batch, 64\]"):
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"argument 0 \(x\) must be float32\[batch, 64\] cpu opencl: "
+                             r"dimension 1 is 63 where the signature says 64"):
         forward(x[:, :63].copy(), np.empty((4, mlp.OUT), np.float32))
     probs = np.empty((4, mlp.OUT), np.float32)
     forward(x, probs)  # and the library still works
@@ -61,4 +63,4 @@ def test_from_c(tmp_path: Path, runtime_prefix: Path):
     run(sys.executable, EXAMPLE / "mlp.py", "build", deploy)
     out = run(build / "mlp_opencl", deploy)
     assert "mlp_opencl (C): OK, 16x10 probabilities match" in out
-    assert "refused as it should be: mlp_forward: x must be float32 [batch, 64]" in out
+    assert "refused as it should be: mlp_forward: argument 0 (x) must be float32[batch, 64]" in out

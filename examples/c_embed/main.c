@@ -4,7 +4,8 @@
  *
  * Prints the module tree, calls the library's `affine` host function (out = x * w + b) on
  * eight floats, then reads the const arrays "weights" and "bias" straight out of the loaded
- * library and checks the result against the same formula computed here. */
+ * library and checks the result against the same formula computed here. Last, a call with a
+ * too short output array, which the function's declared signature refuses before it runs. */
 #include <math.h> /* NAN */
 #include <stdio.h>
 
@@ -134,6 +135,15 @@ int main(int argc, char** argv) {
     fprintf(stderr, "c_embed: %d of %d elements differ\n", mismatches, N);
     goto done;
   }
+
+  int64_t short_shape[1] = {N / 2};
+  DLTensor short_out = float_vector(out, short_shape);
+  mp_value_t wrong[2] = {mp_tensor(&x_tensor), mp_tensor(&short_out)};
+  if (mp_function_call(affine, wrong, 2, &ret) != MP_ERR_INVALID_ARGUMENT) {
+    fprintf(stderr, "c_embed: a call with a short output array was not refused\n");
+    goto done;
+  }
+  printf("refused: %s\n", mp_error_message());
   printf("c_embed: OK\n");
   status = 0;
 

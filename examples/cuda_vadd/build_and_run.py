@@ -42,9 +42,9 @@ HOST = r"""
 MP_EXPORT_PACKED(vadd_host) {
   (void)self;
   static void* vadd; /* the handle stays valid while the library is loaded */
-  if (num_args != 3 || args[0].type_code != MP_TYPE_DLTENSOR)
-    return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "vadd_host(a, b, out) takes 3 arrays");
-  mp_status_t s;
+  mp_status_t s = mp_backend_check_args(
+      "vadd_host", "a: float32[n] cuda, b: float32[n] cuda, out: float32[n] cuda", args, num_args);
+  if (s != MP_OK) return s;
   if (!vadd && (s = mp_backend_get_function("vadd", &vadd)) != MP_OK) return s;
   int64_t n = args[0].v_tensor->shape[0];
   /* Kernel arguments, then grid x, y, z and block x, y, z. */

@@ -55,11 +55,6 @@ static mp_status_t softmax(DLTensor* logits, DLTensor* probs) {
   return mp_backend_call(kernel, args, 10, &ret);
 }
 
-static int is_matrix(const DLTensor* t, int64_t cols) {
-  return t->ndim == 2 && t->shape[1] == cols && t->dtype.code == kDLFloat &&
-         t->dtype.bits == 32 && t->dtype.lanes == 1;
-}
-
 /* The layers, on workspaces |t|: x, h1, h2, logits, probs. */
 enum { T_X, T_H1, T_H2, T_LOGITS, T_PROBS, T_COUNT };
 static void run_layers(const DLTensor* x, DLTensor* probs, DLTensor* t, DLDevice dev) {
@@ -79,14 +74,9 @@ static void run_layers(const DLTensor* x, DLTensor* probs, DLTensor* t, DLDevice
   mp_backend_copy(&t[T_PROBS], probs);
 }
 
-/* mlp_forward(x, probs): x and probs on the CPU or on the OpenCL device. */
+/* mlp_forward(x, probs): x and probs on the CPU or on the OpenCL device; their shapes are
+ * checked against the signature below before this runs. */
 static void mlp_forward(const DLTensor* x, DLTensor* probs) {
-  if (!is_matrix(x, IN) || !is_matrix(probs, OUT) || probs->shape[0] != x->shape[0]) {
-    mp_backend_errorf(MP_ERR_INVALID_ARGUMENT,
-                      "mlp_forward: x must be float32 [batch, %d] and probs float32 [batch, %d]",
-                      IN, OUT);
-    return;
-  }
   const DLDevice dev = {kDLOpenCL, 0};
   const int64_t batch = x->shape[0];
   int64_t shapes[T_COUNT][2] = {{batch, IN}, {batch, H1}, {batch, H2}, {batch, OUT}, {batch, OUT}};
@@ -101,4 +91,6 @@ static void mlp_forward(const DLTensor* x, DLTensor* probs) {
   if (allocated == T_COUNT) run_layers(x, probs, t, dev);
   while (allocated-- > 0) mp_backend_free_workspace(dev, workspaces[allocated]);
 }
-MP_EXPORT_VOID_FUNC(mlp_forward, const DLTensor*, DLTensor*)
+MP_EXPORT_TYPED_VOID_FUNC(mlp_forward,
+                          "x: float32[batch, 64] cpu opencl, probs: float32[batch, 10] cpu opencl",
+                          const DLTensor*, DLTensor*)

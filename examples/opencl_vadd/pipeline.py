@@ -38,10 +38,10 @@ MP_EXPORT_PACKED(pipeline) {
   (void)self; (void)out_ret;
   static void* vadd;   /* handles stay valid while the library is loaded */
   static void* scale;
-  if (num_args != 3)
-    return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "pipeline(a, b, out) takes 3 arrays, got %d",
-                             (int)num_args);
-  mp_status_t s;
+  mp_status_t s = mp_backend_check_args(
+      "pipeline", "a: float32[n] opencl, b: float32[n] opencl, out: float32[n] opencl", args,
+      num_args);
+  if (s != MP_OK) return s;
   if (!vadd && (s = mp_backend_get_function("vadd", &vadd)) != MP_OK) return s;
   if (!scale && (s = mp_backend_get_function("scale", &scale)) != MP_OK) return s;
   const DLTensor* weights;

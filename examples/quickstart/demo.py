@@ -20,15 +20,21 @@ HOST_CODE = r"""
  * through the module context (no copies: they live in the mapped library). */
 static void affine(const DLTensor* x, DLTensor* out) {
   const DLTensor* w; const DLTensor* b;
-  if (mp_backend_get_array("weights", &w) != MP_OK || mp_backend_get_array("bias", &b) != MP_OK) {
-    mp_backend_errorf(MP_ERR_NOT_FOUND, "affine: no const module with weights and bias");
+  if (mp_backend_get_array("weights", &w) != MP_OK || mp_backend_get_array("bias", &b) != MP_OK)
+    return;  /* the failed lookup has already failed the call, with its message */
+  if (w->shape[0] != x->shape[0] || b->shape[0] != x->shape[0]) {
+    mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "affine: x has %lld features, the model %lld",
+                      (long long)x->shape[0], (long long)w->shape[0]);
     return;
   }
   const float* xv = x->data; const float* wv = w->data; const float* bv = b->data;
   float* ov = out->data;
   for (int64_t i = 0; i < x->shape[0]; ++i) ov[i] = xv[i] * wv[i] + bv[i];
 }
-MP_EXPORT_VOID_FUNC(affine, const DLTensor*, DLTensor*)
+/* The wrapper checks every call against the signature before affine runs: float32 vectors of
+ * one length n, compact, in host memory; anything else is refused with a message. */
+MP_EXPORT_TYPED_VOID_FUNC(affine, "x: float32[n] cpu, out: float32[n] cpu",
+                          const DLTensor*, DLTensor*)
 """
 
 LOAD_AND_RUN = r"""

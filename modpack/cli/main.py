@@ -116,7 +116,9 @@ def format_inspection(report: dict[str, Any]) -> str:
 
     functions = report["functions"]
     out += ["", f"exported host functions ({len(functions)})"]
-    out += [f"  {name}" for name in functions] or ["  (none)"]
+    signatures = report.get("signatures", {})
+    out += [f"  {name}({signatures[name]})" if name in signatures else f"  {name}"
+            for name in functions] or ["  (none)"]
     return "\n".join(out) + "\n"
 
 

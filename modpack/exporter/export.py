@@ -145,16 +145,18 @@ def export_library(
                     seal_library(tmp, find_blob(tmp, alignment) if has_blob else None)
                 os.chmod(tmp, 0o644 if as_tar else 0o755)
                 os.replace(tmp, output)
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise ModpackError(_no_space(output)) from None
-            raise
-        except ModpackError as exc:  # a tool that failed: was it the disk?
-            if _nearly_full(output.parent):
-                raise ModpackError(f"{_no_space(output)}\n{exc}") from None
-            raise
         finally:
             tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            full = _full_folder(output, workspace, exc.filename) or output.parent
+            raise ModpackError(_no_space(output, full)) from None
+        raise
+    except ModpackError as exc:  # a compiler or linker that failed: was it the disk?
+        full = _full_folder(output, workspace, None)
+        if full is not None:
+            raise ModpackError(f"{_no_space(output, full)}\n{exc}") from None
+        raise
     finally:
         if not keep:
             shutil.rmtree(workspace, ignore_errors=True)
@@ -190,9 +192,29 @@ def _check_destination(output: Path) -> None:
         raise ModpackError(f"cannot export to {output}: it exists and is not a regular file")
 
 
-def _no_space(output: Path) -> str:
-    return (f"cannot export to {output}: no space left on device (the file system of "
-            f"{output.parent}, {_free(output.parent)} free); any earlier {output.name} is intact")
+def _full_folder(output: Path, workspace: Path, filename: str | None) -> Path | None:
+    """Which folder an export ran out of room in: the output's, the workspace's, or $TMPDIR
+    (where compilers write their own temporary files; Python's tempfile passes over a full
+    one, gcc does not). The one holding |filename| if known, else one that is nearly full."""
+    folders = [output.parent, workspace]
+    if os.environ.get("TMPDIR"):
+        folders.append(Path(os.environ["TMPDIR"]))
+    if filename:
+        for folder in folders:
+            if os.fspath(filename).startswith(os.fspath(folder)):
+                return folder
+    return next((folder for folder in folders if _nearly_full(folder)), None)
+
+
+def _no_space(output: Path, full: Path) -> str:
+    """The message for a full disk, naming the file system that is full and what to do."""
+    if full == output.parent:
+        where = f"(the file system of {full}, {_free(full)} free)"
+    else:
+        where = (f"for the intermediate files in {full} ({_free(full)} free); point TMPDIR (or "
+                 "workspace_dir=) at a file system with room")
+    return (f"cannot export to {output}: no space left on device {where}; any earlier "
+            f"{output.name} is intact")
 
 
 def _free(folder: Path) -> str:

@@ -31,6 +31,7 @@ static const char *const MP_BLOB_SYMBOL;
 static const char *const MP_LIB_TYPE_KEY;
 static const char *const MP_LIBRARY_TYPE_KEY;
 static const char *const MP_FUNC_SYMBOL_PREFIX;
+static const char *const MP_SIGNATURE_SYMBOL_PREFIX;
 static const char *const MP_CTX_LIBRARY_SYMBOL;
 """
 

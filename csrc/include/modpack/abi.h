@@ -119,6 +119,9 @@ static inline mp_value_t mp_tensor(DLTensor* v) {
  * dlopen; each is named once here, as an identifier for backend.h's definitions and as a
  * string (MP_CTX_*_SYMBOL) for the runtime's dlsym, so the two cannot drift apart. */
 #define MP_FUNC_SYMBOL_PREFIX "__mp_func_"
+/* A host function's declared signature (MP_EXPORT_TYPED_*), a NUL-terminated string, for
+ * tools that show what a library takes without running it. */
+#define MP_SIGNATURE_SYMBOL_PREFIX "__mp_sig_"
 #define MP_CTX_LIBRARY __mp_library_ctx                 /* the library's own node in the tree */
 #define MP_CTX_GET_FUNCTION __mp_ctx_get_function       /* find a function among its imports */
 #define MP_CTX_CALL __mp_ctx_call                       /* call a function found that way */
@@ -127,7 +130,8 @@ static inline mp_value_t mp_tensor(DLTensor* v) {
 #define MP_CTX_GET_ARRAY_ON __mp_ctx_get_array_on       /* ... on a device */
 #define MP_CTX_ALLOC_WORKSPACE __mp_ctx_alloc_workspace /* scratch device memory */
 #define MP_CTX_FREE_WORKSPACE __mp_ctx_free_workspace
-#define MP_CTX_COPY __mp_ctx_copy /* copy arrays between devices */
+#define MP_CTX_COPY __mp_ctx_copy             /* copy arrays between devices */
+#define MP_CTX_CHECK_ARGS __mp_ctx_check_args /* check arguments against a signature */
 
 #define MP__STRINGIFY(x) MP__STRINGIFY_(x)
 #define MP__STRINGIFY_(x) #x
@@ -140,6 +144,7 @@ static inline mp_value_t mp_tensor(DLTensor* v) {
 #define MP_CTX_ALLOC_WORKSPACE_SYMBOL MP__STRINGIFY(MP_CTX_ALLOC_WORKSPACE)
 #define MP_CTX_FREE_WORKSPACE_SYMBOL MP__STRINGIFY(MP_CTX_FREE_WORKSPACE)
 #define MP_CTX_COPY_SYMBOL MP__STRINGIFY(MP_CTX_COPY)
+#define MP_CTX_CHECK_ARGS_SYMBOL MP__STRINGIFY(MP_CTX_CHECK_ARGS)
 
 /* The context functions' types: what the runtime installs and host code calls. */
 typedef mp_status_t (*mp_ctx_get_function_t)(void* ctx, const char* name, void** out_function);
@@ -152,6 +157,8 @@ typedef mp_status_t (*mp_ctx_get_array_on_t)(void* ctx, const char* name, DLDevi
 typedef mp_status_t (*mp_ctx_alloc_workspace_t)(DLDevice device, uint64_t nbytes, void** out_data);
 typedef mp_status_t (*mp_ctx_free_workspace_t)(DLDevice device, void* data);
 typedef mp_status_t (*mp_ctx_copy_t)(const DLTensor* from, DLTensor* to);
+typedef mp_status_t (*mp_ctx_check_args_t)(const char* function, const char* signature,
+                                           const mp_value_t* args, int32_t num_args);
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_value_t) == 16, "mp_value_t must be 16 bytes");

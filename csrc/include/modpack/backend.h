@@ -24,6 +24,22 @@
  * (MP_EXPORT_FUNC0 / MP_EXPORT_VOID_FUNC0 for functions without parameters.) The generated
  * wrapper checks the argument count and each argument's type (and integer range) and reports a
  * clear error through the runtime instead of crashing.
+ *
+ * Arrays: a `DLTensor*` says nothing about what the code reads through it. Declare it, and the
+ * wrapper checks every call before the code runs (MP_EXPORT_TYPED_FUNC / _VOID_FUNC):
+ *
+ *   static void affine(const DLTensor* x, DLTensor* out) { ... x->shape[0] floats ... }
+ *   MP_EXPORT_TYPED_VOID_FUNC(affine, "x: float32[n] cpu, out: float32[n] cpu",
+ *                             const DLTensor*, DLTensor*)
+ *
+ * One entry per parameter: its name, and for an array `: dtype[dims] flags`. dtype is a name
+ * (float32, int64, bfloat16, bool, ...) or `any`; dims are numbers, names (one name is one
+ * extent wherever it appears: "same length as x") or `*`, `[]` a scalar array and `[...]` any
+ * shape; flags are device types the array may be on (cpu, cuda, opencl; any when none is
+ * given) and `strided` (otherwise the array must be compact row-major). Arrays must also be
+ * aligned to their element type. Scalar parameters are named only (`k`); their C type is
+ * checked as above. Errors name the function, the argument's index and name, what it must be
+ * and what it is. `modpack inspect` shows the signature.
  */
 #ifndef MODPACK_BACKEND_H_
 #define MODPACK_BACKEND_H_
@@ -63,6 +79,7 @@ MP_CTX_SYMBOL mp_ctx_get_array_on_t MP_CTX_GET_ARRAY_ON = 0;
 MP_CTX_SYMBOL mp_ctx_alloc_workspace_t MP_CTX_ALLOC_WORKSPACE = 0;
 MP_CTX_SYMBOL mp_ctx_free_workspace_t MP_CTX_FREE_WORKSPACE = 0;
 MP_CTX_SYMBOL mp_ctx_copy_t MP_CTX_COPY = 0;
+MP_CTX_SYMBOL mp_ctx_check_args_t MP_CTX_CHECK_ARGS = 0;
 
 /* The failure mark of the current call: set by mp_backend_errorf and by every mp_backend_*
  * call that fails. Every exported function (MP_EXPORT_*) clears it when the call starts and
@@ -154,6 +171,16 @@ static inline mp_status_t mp_backend_get_array_on(const char* name, DLDevice dev
                                                   const DLTensor** out_array) {
   if (!MP_CTX_GET_ARRAY_ON || !MP_CTX_LIBRARY) return mp_backend__no_context(name);
   return mp_backend__mark(MP_CTX_GET_ARRAY_ON(MP_CTX_LIBRARY, name, device, out_array));
+}
+
+/* Check |args| against a signature written as for MP_EXPORT_TYPED_FUNC (see the top), for
+ * functions written with MP_EXPORT_PACKED:
+ *   mp_status_t s = mp_backend_check_args("scale", "x: float32[n], k", args, num_args);
+ *   if (s != MP_OK) return s;                                                             */
+static inline mp_status_t mp_backend_check_args(const char* function, const char* signature,
+                                                const mp_value_t* args, int32_t num_args) {
+  if (!MP_CTX_CHECK_ARGS) return mp_backend__no_context("check_args");
+  return mp_backend__mark(MP_CTX_CHECK_ARGS(function, signature, args, num_args));
 }
 
 /* ---- exporting functions ----------------------------------------------------------------- */
@@ -386,6 +413,39 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
 /* Export `void name(T1, ..., Tn)` (1 to 8 parameters) under the packed ABI. */
 #define MP_EXPORT_VOID_FUNC(name, ...)                                                       \
   MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                         \
+  MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                    \
+  (void)out_ret;                                                                             \
+  name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                                         \
+  return MP_OK;                                                                              \
+  }
+
+/* The signature a typed export declares, kept in the library for tools (MP_SIGNATURE_SYMBOL_
+ * PREFIX), then the wrapper with the check in front of the conversions. */
+#define MP__SIGNATURE(name, signature) \
+  MP__C_LINKAGE MP_EXPORT_ATTR const char __mp_sig_##name[] = signature;
+#define MP__CHECK_SIGNATURE(signature)                                                       \
+  {                                                                                          \
+    mp_status_t mp__checked = mp_backend_check_args(mp__name, signature, args, num_args);    \
+    if (mp__checked != MP_OK) return mp__checked;                                            \
+  }
+
+/* Export `R name(T1, ..., Tn)` with its arrays declared by |signature| (see the top). */
+#define MP_EXPORT_TYPED_FUNC(name, R, signature, ...)                                        \
+  MP__SIGNATURE(name, signature)                                                             \
+  MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                         \
+  MP__CHECK_SIGNATURE(signature)                                                             \
+  MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                    \
+  R mp__result = name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                          \
+  if (__mp_backend_reported != MP_OK) return __mp_backend_reported;                          \
+  MP__SET_RET(R, out_ret, mp__result);                                                       \
+  return MP_OK;                                                                              \
+  }
+
+/* Export `void name(T1, ..., Tn)` with its arrays declared by |signature| (see the top). */
+#define MP_EXPORT_TYPED_VOID_FUNC(name, signature, ...)                                      \
+  MP__SIGNATURE(name, signature)                                                             \
+  MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                         \
+  MP__CHECK_SIGNATURE(signature)                                                             \
   MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                    \
   (void)out_ret;                                                                             \
   name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                                         \

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "device/signature.h"
 #include "device/workspace.h"
 #include "load/library.h"
 
@@ -78,6 +79,7 @@ static const mp_ctx_get_array_on_t get_array_on = context_get_array_on;
 static const mp_ctx_alloc_workspace_t alloc_workspace = mp_workspace_alloc;
 static const mp_ctx_free_workspace_t free_workspace = mp_workspace_free;
 static const mp_ctx_copy_t copy = context_copy;
+static const mp_ctx_check_args_t check_args = mp_signature_check;
 
 static const struct {
   const char* symbol;
@@ -92,6 +94,7 @@ static const struct {
     {MP_CTX_ALLOC_WORKSPACE_SYMBOL, &alloc_workspace, sizeof alloc_workspace},
     {MP_CTX_FREE_WORKSPACE_SYMBOL, &free_workspace, sizeof free_workspace},
     {MP_CTX_COPY_SYMBOL, &copy, sizeof copy},
+    {MP_CTX_CHECK_ARGS_SYMBOL, &check_args, sizeof check_args},
 };
 
 void mp_context_install(mp_library_t* library, mp_module_t* node) {

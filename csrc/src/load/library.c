@@ -42,6 +42,7 @@ struct mp_library {
   atomic_long refcount;
   void* handle; /* from dlopen */
   int fd;       /* the file, open while loaded: dlopen knows the library by its /proc name */
+  char dlopen_name[64]; /* that name ("" when dlopen had the path: no /proc) */
   mp_file_id_t id;
   char* path;
   mp_module_t* root;       /* the root of its live tree (not owned), under the library lock */
@@ -63,6 +64,16 @@ typedef struct live_library {
   struct live_library* next;
 } live_library_t;
 static live_library_t* live_libraries; /* under library_lock */
+
+/* Descriptors whose /proc name the dynamic loader may still know after modpack let go of the
+ * object (see unmap): kept open, so no other file gets the number, and closed once the name
+ * is gone. Under library_lock. */
+typedef struct lingering_name {
+  int fd;
+  char name[64];
+  struct lingering_name* next;
+} lingering_name_t;
+static lingering_name_t* lingering_names;
 
 static void init_library_lock(void) {
   pthread_mutexattr_t attr;
@@ -93,9 +104,59 @@ void mp_library_retain(mp_library_t* library) {
   if (library) atomic_fetch_add_explicit(&library->refcount, 1, memory_order_relaxed);
 }
 
+/* Whether the dynamic loader still knows an object by |name| (another holder of the same
+ * object keeps it, and the names it was opened by, alive). */
+static bool name_still_known(const char* name) {
+  void* handle = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+  if (!handle) return false;
+  dlclose(handle);
+  return true;
+}
+
+/* dlclose |library|'s object and close its descriptor; under the library lock. glibc knows an
+ * object by every name it was opened by, but dl_iterate_phdr (which dlopen_name asks) shows
+ * only the first. If the object outlives this dlclose (a dying and a new library of the same
+ * file sharing it, or a program that dlopened the file itself) under a name of ours that is
+ * not its first, closing the descriptor would let the next file opened get that number, and
+ * dlopen of "/proc/self/fd/N" would then return this object for that file. Such descriptors
+ * linger until the name is gone. */
+static void close_or_linger(int fd, const char* name) {
+  void* handle = name[0] ? dlopen(name, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+  struct link_map* map = NULL;
+  bool alias = handle && dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name &&
+               strcmp(map->l_name, name) != 0;
+  if (handle) dlclose(handle);
+  lingering_name_t* lingering = alias ? calloc(1, sizeof *lingering) : NULL;
+  if (!lingering) {
+    close(fd); /* the name is gone, or dl_iterate_phdr shows it (or no memory: best effort) */
+    return;
+  }
+  lingering->fd = fd;
+  snprintf(lingering->name, sizeof lingering->name, "%s", name);
+  lingering->next = lingering_names;
+  lingering_names = lingering;
+}
+
+static void unmap(mp_library_t* library) {
+  dlclose(library->handle);
+  if (library->fd >= 0) close_or_linger(library->fd, library->dlopen_name);
+  for (lingering_name_t** p = &lingering_names; *p;) {
+    lingering_name_t* l = *p;
+    if (name_still_known(l->name)) {
+      p = &l->next;
+      continue;
+    }
+    close(l->fd);
+    *p = l->next;
+    free(l);
+  }
+}
+
 void mp_library_release(mp_library_t* library) {
   if (!library) return;
   if (atomic_fetch_sub_explicit(&library->refcount, 1, memory_order_acq_rel) != 1) return;
+  /* Unlinked, torn down and unmapped under the library lock, so a load never meets an object
+   * the dynamic loader still holds for a library modpack has let go of. */
   mp_library_lock();
   for (live_library_t** p = &live_libraries; *p; p = &(*p)->next) {
     if ((*p)->library == library) {
@@ -105,7 +166,6 @@ void mp_library_release(mp_library_t* library) {
       break;
     }
   }
-  mp_library_unlock();
   /* Every entry's function went with the "library" node (see forget_module). */
   for (mp_context_entry_t* e = library->context_entries; e;) {
     mp_context_entry_t* next = e->next;
@@ -120,8 +180,8 @@ void mp_library_release(mp_library_t* library) {
     free(a);
     a = next;
   }
-  dlclose(library->handle);
-  if (library->fd >= 0) close(library->fd);
+  unmap(library);
+  mp_library_unlock();
   free(library->path);
   free(library);
 }
@@ -210,14 +270,14 @@ mp_status_t mp_library_open(const char* path, int fd, const mp_file_id_t* id,
     bool same = mp_file_same_version(&live->library->id, id);
     if (same && try_retain(live->library)) {
       dlclose(handle); /* the live library holds its own */
-      close(fd);
+      close_or_linger(fd, name == path ? "" : name);
       *out_library = live->library;
       *out_existing = true;
       return MP_OK;
     }
     if (!same) {
       dlclose(handle);
-      close(fd);
+      close_or_linger(fd, name == path ? "" : name);
       return mp_errorf(MP_ERR_IO,
                        "cannot load the new version of '%s' while the old one is loaded (the "
                        "dynamic loader returned the old one; is /proc mounted?): drop every "
@@ -231,12 +291,13 @@ mp_status_t mp_library_open(const char* path, int fd, const mp_file_id_t* id,
   if (!library || !live || !path_copy) {
     free(library), free(live), free(path_copy);
     dlclose(handle);
-    close(fd);
+    close_or_linger(fd, name == path ? "" : name);
     return mp_out_of_memory("a library");
   }
   atomic_init(&library->refcount, 1);
   library->handle = handle;
   library->fd = fd;
+  if (name != path) snprintf(library->dlopen_name, sizeof library->dlopen_name, "%s", name);
   library->id = *id;
   library->path = path_copy;
   live->library = library;

@@ -1,0 +1,258 @@
+"""Typed array parameters (MP_EXPORT_TYPED_*, mp_backend_check_args): every call is checked
+against the declared dtype, rank, extents, devices, layout and alignment before host code
+runs, and a wrong call changes nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import modpack
+
+HOST = r"""
+#include "modpack/backend.h"
+
+/* The quickstart's affine, reading as many floats as x has. */
+static void affine(const DLTensor* x, DLTensor* out) {
+  const float* xv = x->data;
+  float* ov = out->data;
+  for (int64_t i = 0; i < x->shape[0]; ++i) ov[i] = 2.0f * xv[i] + 1.0f;
+}
+MP_EXPORT_TYPED_VOID_FUNC(affine, "x: float32[n] cpu, out: float32[n] cpu",
+                          const DLTensor*, DLTensor*)
+
+/* Sums a strided column of a matrix: declared `strided`, so it honours strides itself. */
+static double column_sum(const DLTensor* m, int64_t column) {
+  const double* p = (const double*)((const char*)m->data + m->byte_offset);
+  int64_t rows = m->shape[0];
+  int64_t row_stride = m->strides ? m->strides[0] : m->shape[1];
+  int64_t col_stride = m->strides ? m->strides[1] : 1;
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) total += p[r * row_stride + column * col_stride];
+  return total;
+}
+MP_EXPORT_TYPED_FUNC(column_sum, double, "m: float64[rows, cols] strided, column",
+                     const DLTensor*, int64_t)
+
+/* Fixed extents, `*`, a rank-0 array, any dtype and any shape. */
+static int64_t shapes(const DLTensor* rgb, const DLTensor* scalar, const DLTensor* anything) {
+  return rgb->shape[0] * 1000 + (int64_t)((const float*)scalar->data)[0] + anything->ndim;
+}
+MP_EXPORT_TYPED_FUNC(shapes, int64_t, "rgb: uint8[*, 3], scalar: float32[], anything: any[...]",
+                     const DLTensor*, const DLTensor*, const DLTensor*)
+
+/* Matrix product: the inner extent shared, the output's from both. */
+static void matmul(const DLTensor* a, const DLTensor* b, DLTensor* c) {
+  int64_t n = a->shape[0], k = a->shape[1], m = b->shape[1];
+  const float* av = a->data; const float* bv = b->data; float* cv = c->data;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j) {
+      float s = 0;
+      for (int64_t l = 0; l < k; ++l) s += av[i * k + l] * bv[l * m + j];
+      cv[i * m + j] = s;
+    }
+}
+MP_EXPORT_TYPED_VOID_FUNC(matmul, "a: float32[n, k], b: float32[k, m], c: float32[n, m]",
+                          const DLTensor*, const DLTensor*, DLTensor*)
+
+/* Written in the packed ABI, checking its arguments itself. */
+MP_EXPORT_PACKED(first) {
+  (void)self;
+  mp_status_t s = mp_backend_check_args("first", "x: int64[n] cpu", args, num_args);
+  if (s != MP_OK) return s;
+  const DLTensor* x = args[0].v_tensor;
+  *out_ret = mp_int(x->shape[0] ? ((const int64_t*)x->data)[0] : -1);
+  return MP_OK;
+}
+
+/* Host-code bugs in the signature itself: reported, never a crash or a wrong read. */
+static int64_t unclosed(const DLTensor* x) { return x->ndim; }
+MP_EXPORT_TYPED_FUNC(unclosed, int64_t, "x: float32[n", const DLTensor*)
+static int64_t too_many(const DLTensor* x) { return x->ndim; }
+MP_EXPORT_TYPED_FUNC(too_many, int64_t, "x: float32[n], y", const DLTensor*)
+static int64_t no_such_dtype(const DLTensor* x) { return x->ndim; }
+MP_EXPORT_TYPED_FUNC(no_such_dtype, int64_t, "x: float31[n]", const DLTensor*)
+static int64_t no_such_flag(const DLTensor* x) { return x->ndim; }
+MP_EXPORT_TYPED_FUNC(no_such_flag, int64_t, "x: float32[n] contiguous", const DLTensor*)
+"""
+
+
+@pytest.fixture(scope="module")
+def library_path(tmp_path_factory):
+    return modpack.csource_module(HOST).export_library(
+        tmp_path_factory.mktemp("signatures") / "typed.so")
+
+
+@pytest.fixture(scope="module")
+def lib(library_path):
+    return modpack.load_module(library_path)
+
+
+def test_good_calls_run(lib):
+    x = np.arange(8, dtype=np.float32)
+    out = np.zeros(8, np.float32)
+    lib["affine"](x, out)
+    assert np.array_equal(out, 2 * x + 1)
+    m = np.arange(12, dtype=np.float64).reshape(3, 4)
+    assert lib["column_sum"](m, 1) == m[:, 1].sum()
+    assert lib["column_sum"](m[:, ::2], 1) == m[:, 2].sum()  # strided: accepted, honoured
+    assert lib["column_sum"](m.T, 0) == m[0].sum()
+    rgb = np.zeros((5, 3), np.uint8)
+    assert lib["shapes"](rgb, np.array(7, np.float32), np.zeros((2, 2, 2), np.int16)) == 5010
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.arange(12, dtype=np.float32).reshape(3, 4)
+    c = np.zeros((2, 4), np.float32)
+    lib["matmul"](a, b, c)
+    assert np.array_equal(c, a @ b)
+    assert lib["first"](np.array([41, 1], np.int64)) == 41
+    assert lib["first"](np.zeros(0, np.int64)) == -1  # empty is an array of extent 0
+
+
+def _misaligned_floats(n: int) -> np.ndarray:
+    raw = np.zeros(4 * n + 1, np.uint8)
+    return raw[1:].view(np.float32)
+
+
+# The README's affine on the inputs that crashed or corrupted memory before it was typed.
+AFFINE_CASES = {
+    "longer input": (lambda: np.arange(16, dtype=np.float32), None,
+                     r"argument 1 \(out\) must be float32\[n\] cpu: dimension 0 is 8, but n = 16 "
+                     r"from argument 0 \(x\)"),
+    "shorter output": (None, lambda: np.zeros(4, np.float32),
+                       r"argument 1 \(out\) must be float32\[n\] cpu: dimension 0 is 4, but n = 8"),
+    "float64 input": (lambda: np.arange(8, dtype=np.float64), None,
+                      r"argument 0 \(x\) must be float32\[n\] cpu: its dtype is float64"),
+    "strided view": (lambda: np.arange(16, dtype=np.float32)[::2], None,
+                     r"argument 0 \(x\) must be float32\[n\] cpu: it is strided, not compact "
+                     r"row-major \(pass a contiguous copy: numpy.ascontiguousarray\)"),
+    "a matrix": (lambda: np.zeros((2, 4), np.float32), None,
+                 r"argument 0 \(x\) must be float32\[n\] cpu: it has 2 dimensions"),
+    "a scalar": (lambda: 3.0, None, r"argument 0 \(x\) must be float32\[n\] cpu: got float"),
+    "None": (lambda: None, None, r"argument 0 \(x\) must be float32\[n\] cpu: got None"),
+    "misaligned": (lambda: _misaligned_floats(8), None,
+                   r"argument 0 \(x\) must be float32\[n\] cpu: its first element is not aligned "
+                   r"to 4 bytes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AFFINE_CASES))
+def test_affine_refuses_what_it_cannot_read(lib, case):
+    make_x, make_out, message = AFFINE_CASES[case]
+    x = make_x() if make_x else np.arange(8, dtype=np.float32)
+    out = make_out() if make_out else np.full(8, -7.0, np.float32)
+    before = out.copy()
+    with pytest.raises(modpack.ArgumentError, match="^affine: " + message):
+        lib["affine"](x, out)
+    assert np.array_equal(out, before)  # refused before the code ran: nothing written
+    good = np.zeros(8, np.float32)
+    lib["affine"](np.ones(8, np.float32), good)  # and the library still works
+    assert (good == 3).all()
+
+
+@pytest.mark.parametrize("args, message", [
+    (lambda: (np.zeros((2, 3), np.float32), np.zeros((4, 4), np.float32),
+              np.zeros((2, 4), np.float32)),
+     r"argument 1 \(b\) must be float32\[k, m\]: dimension 0 is 4, but k = 3 from argument 0 "
+     r"\(a\)"),
+    (lambda: (np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32),
+              np.zeros((2, 5), np.float32)),
+     r"argument 2 \(c\) must be float32\[n, m\]: dimension 1 is 5, but m = 4 from argument 1 "
+     r"\(b\)"),
+    (lambda: (np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32),
+              np.zeros((2, 4), np.float32).T),
+     r"argument 2 \(c\) must be float32\[n, m\]: dimension 0 is 4, but n = 2 from argument 0 "
+     r"\(a\)"),
+])
+def test_shape_relations_between_arguments(lib, args, message):
+    with pytest.raises(modpack.ArgumentError, match="^matmul: " + message):
+        lib["matmul"](*args())
+
+
+def test_fixed_and_rank_zero_extents(lib):
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"argument 0 \(rgb\) must be uint8\[\*, 3\]: dimension 1 is 4 where "
+                             r"the signature says 3 \(shape \[5, 4\]\)"):
+        lib["shapes"](np.zeros((5, 4), np.uint8), np.array(1, np.float32), np.zeros(1))
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"argument 1 \(scalar\) must be float32\[\]: it has 1 dimension$"):
+        lib["shapes"](np.zeros((5, 3), np.uint8), np.ones(1, np.float32), np.zeros(1))
+
+
+def test_a_packed_function_checks_with_the_same_rules(lib):
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"^first: argument 0 \(x\) must be int64\[n\] cpu: its dtype is "
+                             r"int32"):
+        lib["first"](np.zeros(3, np.int32))
+    with pytest.raises(modpack.ArgumentError, match=r"names 1 parameter, but the function takes 2"):
+        lib["first"](np.zeros(3, np.int64), 1)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("unclosed", r"\"x: float32\[n\" is malformed at character 13: expected `,` or `\]`"),
+    ("too_many", r"\"x: float32\[n\], y\" names 2 parameters, but the function takes 1"),
+    ("no_such_dtype", r"\"x: float31\[n\]\" is malformed at character 4: unknown dtype"),
+    ("no_such_flag", r"\"x: float32\[n\] contiguous\" is malformed at character 15: unknown "
+                     r"flag"),
+])
+def test_a_wrong_signature_is_reported_as_the_host_codes_bug(lib, name, message):
+    with pytest.raises(modpack.ArgumentError, match=f"^{name}: its declared signature " + message):
+        lib[name](np.zeros(2, np.float32))
+
+
+def test_device_arrays_are_refused_by_host_only_parameters(lib):
+    if modpack.device_count("opencl") == 0:
+        pytest.skip("no OpenCL device (scripts/dev.sh installs PoCL)")
+    x = modpack.array(np.arange(8, dtype=np.float32), device="opencl:0")
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"argument 0 \(x\) must be float32\[n\] cpu: it is on opencl:0"):
+        lib["affine"](x, np.zeros(8, np.float32))
+
+
+def test_the_checks_hold_from_c_too(library_path, runtime_prefix, tmp_path):
+    """The check lives in the runtime: a C caller's DLTensor gets the same refusal."""
+    from conftest import run
+    source = tmp_path / "call.c"
+    source.write_text(r"""
+#include <stdio.h>
+#include "modpack/modpack.h"
+int main(int argc, char** argv) {
+  (void)argc;
+  mp_module_t* root; mp_function_t* f;
+  if (mp_module_load_from_file(argv[1], 0, &root) || mp_module_get_function(root, "affine", 1, &f))
+    return 2;
+  float x[8] = {0}, out[8] = {0};
+  int64_t n = 8, short_n = 3;
+  DLTensor tx = {x, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, &n, NULL, 0};
+  DLTensor tout = {out, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, &short_n, NULL, 0};
+  mp_value_t args[2] = {mp_tensor(&tx), mp_tensor(&tout)}, ret;
+  mp_status_t s = mp_function_call(f, args, 2, &ret);
+  printf("%d %s\n", (int)s, mp_error_message());
+  mp_function_release(f);
+  mp_module_release(root);
+  return 0;
+}
+""")
+    exe = tmp_path / "call"
+    run("cc", "-std=c11", "-Wall", "-Werror", source, f"-I{runtime_prefix}/include",
+        f"-L{runtime_prefix}/lib", "-lmodpack_runtime", f"-Wl,-rpath,{runtime_prefix}/lib",
+        "-o", exe)
+    out = run(exe, library_path)
+    assert out.startswith("1 affine: argument 1 (out) must be float32[n] cpu: dimension 0 is 3, "
+                          "but n = 8 from argument 0 (x)"), out
+
+
+def test_inspect_shows_each_signature(library_path):
+    proc = subprocess.run([sys.executable, "-m", "modpack", "inspect", str(library_path)],
+                          capture_output=True, text=True, check=True)
+    assert "  affine(x: float32[n] cpu, out: float32[n] cpu)\n" in proc.stdout
+    assert "  column_sum(m: float64[rows, cols] strided, column)\n" in proc.stdout
+    assert "  first\n" in proc.stdout  # packed: it checks, but declares nothing to tools
+    report = json.loads(subprocess.run(
+        [sys.executable, "-m", "modpack", "inspect", str(library_path), "--json"],
+        capture_output=True, text=True, check=True).stdout)
+    assert report["signatures"]["matmul"] == "a: float32[n, k], b: float32[k, m], c: float32[n, m]"
+    assert "first" in report["functions"] and "first" not in report["signatures"]
