@@ -23,7 +23,7 @@ from .errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
-from .loader import load_module, register_loader, unregister_loader
+from .loader import load_module, load_module_from_bytes, register_loader, unregister_loader
 from .modules import (
     BinaryModule,
     KernelArg,
@@ -87,6 +87,7 @@ __all__ = [
     "get_stream",
     "llvm_module",
     "load_module",
+    "load_module_from_bytes",
     "local_memory",
     "object_module",
     "opencl_binaries",

@@ -1,12 +1,13 @@
 """load_module and register_loader: the Python entry points of the runtime's loader.
 
 The C runtime reads and validates the blob and rebuilds the tree; this module adds what only
-Python does: relinking ``.tar``/``.o`` exports, and registering loaders written in Python
+Python does: relinking ``.tar`` exports, and registering loaders written in Python
 (which the runtime then calls through :mod:`modpack.runtime.callbacks`).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import tarfile
@@ -26,7 +27,7 @@ from .runtime.callbacks import register_python_loader, unregister_python_loader
 from .runtime.module import LoadedModule, wrap_module
 from .toolchain.cc import create_shared
 
-__all__ = ["load_module", "register_loader", "unregister_loader"]
+__all__ = ["load_module", "load_module_from_bytes", "register_loader", "unregister_loader"]
 
 Loader = TypeVar("Loader", bound=Callable[[memoryview], Module])
 
@@ -37,10 +38,11 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
     :class:`~modpack.runtime.module.LoadedModule`, or the object a Python loader made when the
     root is such a module).
 
-    ``.so`` files are loaded directly; ``.tar`` and ``.o`` exports are first linked into a
-    shared library with the system C compiler. Before anything of the file is mapped, its seal
-    is checked: every byte but the payloads (code, headers, symbol tables, the blob's index)
-    must be as exported, else :class:`~modpack.FormatError` names the damage.
+    ``.so`` files are loaded directly; ``.tar`` exports are first linked into a shared library
+    with the system C compiler. A relocatable object (a system library), a library built for
+    another machine or an executable is refused, saying which. Before anything of the file is
+    mapped, its seal is checked: every byte but the payloads (code, headers, symbol tables,
+    the blob's index) must be as exported, else :class:`~modpack.FormatError` names the damage.
     Loading a path whose library is loaded returns the live tree when the file is the one
     loaded; when the file was replaced since (a new export renamed over it), the new file is
     loaded as a tree of its own, and the old tree stays valid for whoever holds it. A file
@@ -57,7 +59,7 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
     if not path.is_file():  # a FIFO would block the archive reader (the runtime refuses too)
         raise ArgumentError(f"{path} is not a regular file: give the path of an exported "
                             ".so or .tar")
-    if path.suffix in (".tar", ".o"):
+    if path.suffix == ".tar":
         return _load_relinked(path, verify_checksums, allow_unsealed)
     flags = (0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) | (
         lib.MP_LOAD_ALLOW_UNSEALED if allow_unsealed else 0)
@@ -70,31 +72,61 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
     return root
 
 
+def load_module_from_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *,
+                           verify_checksums: bool = True,
+                           allow_unsealed: bool = False) -> LoadedModule | Any:
+    """Load a library from its bytes (decrypted, downloaded or embedded, never written to a
+    path), with the checks :func:`load_module` makes. The bytes are copied once into a sealed
+    memfd, which is what is mapped and what the payloads are zero-copy views of: ``data`` may
+    be changed or freed as soon as this returns. Each call gives a tree of its own, even for
+    the same bytes. Takes anything with the buffer protocol that is contiguous (``bytes``,
+    ``bytearray``, ``memoryview``, ``mmap``, a numpy ``uint8`` array).
+    """
+    if isinstance(data, str):
+        raise ArgumentError("load_module_from_bytes takes the library's bytes, not a str; for a "
+                            "path, use load_module")
+    try:
+        buffer = ffi.from_buffer(data)
+    except (TypeError, BufferError, ValueError) as exc:
+        raise ArgumentError(f"load_module_from_bytes takes the library's bytes as one contiguous "
+                            f"buffer (bytes, bytearray, memoryview, mmap), not "
+                            f"{type(data).__name__}: {exc}") from None
+    flags = (0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) | (
+        lib.MP_LOAD_ALLOW_UNSEALED if allow_unsealed else 0)
+    out = ffi.new("mp_module_t**")
+    try:
+        status = lib.mp_module_load_from_memory(buffer, len(buffer), flags, out)
+    finally:
+        ffi.release(buffer)  # the runtime has its own copy: the caller may free |data| now
+    if status != 0:
+        raise error_from_status(status)
+    root = wrap_module(out[0])
+    lib.mp_module_release(out[0])  # wrap_module took its own reference
+    return root
+
+
 def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool
                    ) -> LoadedModule | Any:
-    """Link the objects of a ``.tar``/``.o`` export into a private ``.so`` and load that.
+    """Link the objects of a ``.tar`` export into a private ``.so`` and load that.
     A ``.tar``'s seal is checked before anything is extracted; the library linked from it is
     sealed in turn. The file can be deleted once loaded: the mapping stays."""
     workspace = new_workspace("relink")  # named for this process: swept if it dies
     try:
         sealed = False
-        if path.suffix == ".tar":
-            try:
-                check_tar_seal(path)
-                sealed = True
-            except FormatError:
-                if not allow_unsealed or has_tar_seal(path):
-                    raise
-            try:
-                with tarfile.open(path) as tar:
-                    tar.extractall(workspace, filter="data")
-            except tarfile.TarError as exc:
-                raise FormatError(f"{path} is not a readable tar archive: {exc}") from None
-            objects = sorted(p for p in workspace.iterdir() if p.suffix == ".o")
-            if not objects:
-                raise FormatError(f"{path} holds no object files to link")
-        else:
-            objects = [path]
+        try:
+            check_tar_seal(path)
+            sealed = True
+        except FormatError:
+            if not allow_unsealed or has_tar_seal(path):
+                raise
+        try:
+            with tarfile.open(path) as tar:
+                tar.extractall(workspace, filter="data")
+        except tarfile.TarError as exc:
+            raise FormatError(f"{path} is not a readable tar archive: {exc}") from None
+        objects = sorted(p for p in workspace.iterdir() if p.suffix == ".o")
+        if not objects:
+            raise FormatError(f"{path} holds no object files to link")
         shared = workspace / (path.stem + ".so")
         create_shared(shared, objects)
         if sealed:  # checked members, linked here: seal the result for the load's own check

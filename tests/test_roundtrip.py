@@ -278,13 +278,31 @@ def test_custom_fcompile(host, tmp):
     assert len(seen["objects"]) == 2 and tags(root.imported_modules[0]) == [3]
 
 
-def test_load_object_file(tmp):
+def test_an_object_file_is_not_loaded_as_a_library(tmp):
     host = modpack.csource_module(VADD_C)
     host.export_library(tmp / "ws.so", workspace_dir=tmp / "ws")
-    with pytest.raises(modpack.FormatError, match="carries no modpack seal"):
-        modpack.load_module(tmp / "ws" / "lib0.o")  # an object file carries no seal
-    root = modpack.load_module(tmp / "ws" / "lib0.o", allow_unsealed=True)
-    assert root["add_int"](3, 4) == 7
+    for unsealed in (False, True):
+        with pytest.raises(modpack.IncompatibleError,
+                           match=r"lib0.o' is a relocatable object file, not a shared library: "
+                                 r"a system library .* modpack.load_system_lib"):
+            modpack.load_module(tmp / "ws" / "lib0.o", allow_unsealed=unsealed)
+
+
+@pytest.mark.parametrize("name", ["deploy.o", "deploy.a", "deploy.zip", "deploy", "x.so.o"])
+def test_unknown_suffixes_are_refused_before_any_work(tmp, name):
+    with pytest.raises(modpack.ModpackError,
+                       match=r"writes a shared library \(.so, or .so.N\) or objects to link "
+                             r"later \(.tar\), not .*system_lib='NAME'.*explicit fcompile="):
+        modpack.csource_module("#error never compiled").export_library(tmp / name)
+    assert list(tmp.iterdir()) == []
+
+
+def test_versioned_and_custom_suffixes(tmp):
+    host = modpack.csource_module(VADD_C)
+    assert modpack.load_module(host.export_library(tmp / "libvadd.so.1"))["add_int"](1, 2) == 3
+    from modpack.toolchain import create_shared
+    made = host.export_library(tmp / "vadd.plugin", fcompile=create_shared)  # explicit: any
+    assert modpack.load_module(made)["add_int"](2, 2) == 4
 
 
 def test_page_aligned_payloads(host, tmp):
@@ -372,3 +390,16 @@ def test_large_payloads_are_checked_through_the_sequential_path(tmp):
     write_blob(damaged, blob)
     with pytest.raises(modpack.FormatError, match="payload checksum mismatch"):
         modpack.load_module(damaged)
+
+
+def test_a_library_for_another_machine_says_which(host, tmp):
+    import platform
+    path = host.export_library(tmp / "foreign.so")
+    data = bytearray(path.read_bytes())
+    theirs, name = (183, "aarch64") if platform.machine() == "x86_64" else (62, "x86-64")
+    data[18:20] = theirs.to_bytes(2, "little")  # e_machine
+    path.write_bytes(bytes(data))
+    with pytest.raises(modpack.IncompatibleError,
+                       match=rf"foreign.so' was built for {name} \(64-bit, little-endian\); "
+                             r"this machine is .*load it on a machine of its kind"):
+        modpack.load_module(path)

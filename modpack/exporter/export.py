@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shlex
 import shutil
 import warnings
@@ -51,6 +52,8 @@ _PACKERS = ("auto", "elf", "asm", "llvm")
 LARGE_BLOB = 1 << 30  # from here on, a linked blob is linked with GNU ld (see below)
 WRITE_BEHIND_FROM = 64 << 20  # payloads from this size go to disk as they stream
 _PLACEHOLDER = bytes(8)  # the anchor's stand-in for the blob
+# What export_library writes without an explicit fcompile: a .so (possibly versioned) or a .tar.
+_KNOWN_SUFFIX = re.compile(r".*(\.so(\.\d+)*|\.tar)")
 
 
 def export_library(
@@ -74,6 +77,13 @@ def export_library(
     alignment = payload_alignment or ALIGNMENT
     if alignment < ALIGNMENT or alignment & (alignment - 1):
         raise ValueError(f"payload_alignment must be a power of two >= {ALIGNMENT}")
+    if fcompile is None and not _KNOWN_SUFFIX.fullmatch("".join(output.suffixes[-3:])):
+        given = output.suffix or "a file without a suffix"
+        raise ModpackError(
+            f"cannot export to {output}: export_library writes a shared library (.so, or "
+            f".so.N) or objects to link later (.tar), not {given}; for a relocatable object or "
+            "archive (.o, .a) to link into a program, give system_lib='NAME'; any other format "
+            "needs an explicit fcompile=")
     as_tar = output.suffix == ".tar" if fcompile is None else fcompile is create_tar
     if fcompile is None:
         fcompile = create_tar if as_tar else create_shared

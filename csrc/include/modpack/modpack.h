@@ -109,6 +109,14 @@ enum {
 MP_API mp_status_t mp_module_load_from_file(const char* path, uint32_t flags,
                                             mp_module_t** out_module);
 
+/* Load a deployable library from |size| bytes in memory (decrypted, downloaded, embedded),
+ * with the same checks as from a file. The bytes are copied once into a sealed memfd, which is
+ * what dlopen maps and what payloads are zero-copy views of, so |data| may be freed as soon as
+ * this returns. Each call gives a tree of its own, even for the same bytes. Where memfd_create
+ * does not exist, the copy is an unnamed file in $TMPDIR. */
+MP_API mp_status_t mp_module_load_from_memory(const void* data, uint64_t size, uint32_t flags,
+                                              mp_module_t** out_module);
+
 /* Check the seal of the library at |path| by reading the file (nothing is mapped or run):
  * MP_OK, with the seal in |*out_seal|, when it carries one and every byte outside the payloads
  * matches it; MP_ERR_NOT_FOUND when it carries none; MP_ERR_FORMAT, naming the damage, when it

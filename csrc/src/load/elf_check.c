@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <link.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,6 +22,88 @@
 
 #include "core/error.h"
 #include "load/file.h"
+
+/* This machine as the ELF headers name it, from how the runtime was compiled (0: unknown). */
+#if defined(__x86_64__)
+#define MP_THIS_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define MP_THIS_MACHINE EM_AARCH64
+#elif defined(__i386__)
+#define MP_THIS_MACHINE EM_386
+#elif defined(__arm__)
+#define MP_THIS_MACHINE EM_ARM
+#elif defined(__riscv)
+#define MP_THIS_MACHINE EM_RISCV
+#elif defined(__powerpc64__)
+#define MP_THIS_MACHINE EM_PPC64
+#elif defined(__s390x__)
+#define MP_THIS_MACHINE EM_S390
+#else
+#define MP_THIS_MACHINE 0
+#endif
+
+static const char* machine_name(unsigned machine, char* buffer, size_t size) {
+  switch (machine) {
+    case EM_X86_64:
+      return "x86-64";
+    case EM_AARCH64:
+      return "aarch64";
+    case EM_386:
+      return "x86 (32-bit)";
+    case EM_ARM:
+      return "arm (32-bit)";
+    case EM_RISCV:
+      return "riscv";
+    case EM_PPC64:
+      return "ppc64";
+    case EM_S390:
+      return "s390x";
+    default:
+      snprintf(buffer, size, "ELF machine %u", machine);
+      return buffer;
+  }
+}
+
+mp_status_t mp_elf_check_kind(int fd, uint64_t file_size, const char* path) {
+  /* The fields needed are at the same offsets in 32- and 64-bit headers. */
+  unsigned char ident[EI_NIDENT];
+  Elf32_Half type_and_machine[2];
+  if (file_size < sizeof ident + sizeof type_and_machine ||
+      !mp_file_read_at(fd, ident, sizeof ident, 0) || memcmp(ident, ELFMAG, SELFMAG) != 0 ||
+      !mp_file_read_at(fd, type_and_machine, sizeof type_and_machine, EI_NIDENT))
+    return MP_OK;
+  bool swapped =
+      ident[EI_DATA] != (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB);
+  unsigned type = type_and_machine[0], machine = type_and_machine[1];
+  if (swapped) {
+    type = ((type & 0xff) << 8) | (type >> 8);
+    machine = ((machine & 0xff) << 8) | (machine >> 8);
+  }
+  bool other_class = ident[EI_CLASS] != (__SIZEOF_POINTER__ == 8 ? ELFCLASS64 : ELFCLASS32);
+  if (MP_THIS_MACHINE && (machine != MP_THIS_MACHINE || other_class || swapped)) {
+    char built[32], here[32];
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "'%s' was built for %s (%d-bit, %s-endian); this machine is %s: load it on "
+                     "a machine of its kind (or under qemu-user), or export it again with a "
+                     "compiler for this one",
+                     path, machine_name(machine, built, sizeof built),
+                     ident[EI_CLASS] == ELFCLASS64 ? 64 : 32,
+                     ident[EI_DATA] == ELFDATA2MSB ? "big" : "little",
+                     machine_name(MP_THIS_MACHINE, here, sizeof here));
+  }
+  if (type == ET_REL)
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "'%s' is a relocatable object file, not a shared library: a system library "
+                     "(export_library(..., system_lib=NAME)) is linked into a program and loaded "
+                     "with mp_module_load_system_lib (Python: modpack.load_system_lib(NAME)); "
+                     "export a .so for load_module",
+                     path);
+  if (type == ET_EXEC)
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "'%s' is an executable, not a shared library: export a .so for load_module",
+                     path);
+  return MP_OK;
+}
 
 mp_status_t mp_elf_check_fd(int fd, uint64_t file_size, const char* path) {
   mp_status_t status = MP_OK;

@@ -8,4 +8,10 @@
  * otherwise kill the process with SIGBUS when its missing pages are touched). */
 mp_status_t mp_elf_check_fd(int fd, uint64_t file_size, const char* path);
 
+/* For an ELF file, MP_ERR_INCOMPATIBLE with a message saying what it is when it is not a shared
+ * library for this machine: built for another machine (naming both), a relocatable object (a
+ * system library, linked into programs), an executable. MP_OK for anything else, including
+ * files that are not ELF at all, which the seal and extent checks then describe. */
+mp_status_t mp_elf_check_kind(int fd, uint64_t file_size, const char* path);
+
 #endif /* MODPACK_LOAD_ELF_CHECK_H_ */

@@ -6,11 +6,24 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
+
+static mp_file_id_t id_of(const struct stat* st) {
+  return (mp_file_id_t){
+      .device = (uint64_t)st->st_dev,
+      .inode = (uint64_t)st->st_ino,
+      .size = (uint64_t)st->st_size,
+      .mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec,
+  };
+}
 
 static const char* kind_of(mode_t mode) {
   if (S_ISDIR(mode)) return "a directory";
@@ -41,12 +54,69 @@ mp_status_t mp_file_open(const char* path, int* out_fd, mp_file_id_t* out_id) {
   }
   int flags = fcntl(fd, F_GETFL);
   if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-  *out_id = (mp_file_id_t){
-      .device = (uint64_t)st.st_dev,
-      .inode = (uint64_t)st.st_ino,
-      .size = (uint64_t)st.st_size,
-      .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
-  };
+  *out_id = id_of(&st);
+  *out_fd = fd;
+  return MP_OK;
+}
+
+/* An unnamed file for the copy: a memfd, else one in the temporary folder. */
+static int anonymous_file(bool* sealable) {
+  *sealable = true;
+#ifdef MFD_ALLOW_SEALING
+  int fd = memfd_create("modpack-library", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd >= 0 || errno != ENOSYS) return fd;
+#endif
+  *sealable = false;
+  const char* folder = getenv("TMPDIR");
+  if (!folder || !*folder) folder = "/tmp";
+  int fd_tmp = open(folder, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd_tmp >= 0) return fd_tmp;
+  char name[4096];
+  snprintf(name, sizeof name, "%s/modpack-library-XXXXXX", folder);
+  fd_tmp = mkostemp(name, O_CLOEXEC);
+  if (fd_tmp >= 0) unlink(name);
+  return fd_tmp;
+}
+
+mp_status_t mp_file_from_memory(const void* data, uint64_t size, int* out_fd,
+                                mp_file_id_t* out_id) {
+  *out_fd = -1;
+  bool sealable;
+  int fd = anonymous_file(&sealable);
+  if (fd < 0)
+    return mp_errorf(MP_ERR_IO, "cannot create a file for a library in memory: %s",
+                     strerror(errno));
+  const uint8_t* p = data;
+  for (uint64_t left = size; left > 0;) {
+    ssize_t wrote = write(fd, p, left > (1u << 30) ? (1u << 30) : (size_t)left);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) {
+      int error = wrote < 0 ? errno : ENOSPC;
+      close(fd);
+      return mp_errorf(error == ENOSPC || error == ENOMEM ? MP_ERR_RESOURCE_EXHAUSTED : MP_ERR_IO,
+                       "cannot copy a %" PRIu64 "-byte library from memory: %s", size,
+                       strerror(error));
+    }
+    p += wrote;
+    left -= (uint64_t)wrote;
+  }
+#ifdef F_SEAL_WRITE
+  if (sealable &&
+      fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
+    int error = errno;
+    close(fd);
+    return mp_errorf(MP_ERR_IO, "cannot seal the copy of a library from memory: %s",
+                     strerror(error));
+  }
+#endif
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int error = errno;
+    close(fd);
+    return mp_errorf(MP_ERR_IO, "cannot stat the copy of a library from memory: %s",
+                     strerror(error));
+  }
+  *out_id = id_of(&st);
   *out_fd = fd;
   return MP_OK;
 }

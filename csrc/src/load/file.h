@@ -21,6 +21,12 @@ typedef struct {
  * is the caller's, and *out_id holds all but the digest. */
 mp_status_t mp_file_open(const char* path, int* out_fd, mp_file_id_t* out_id);
 
+/* A private, sealed copy of |size| bytes at |data|, as a descriptor positioned like a file:
+ * a memfd (F_SEAL_WRITE, _GROW, _SHRINK, _SEAL: nobody can change it once written), or where
+ * memfd_create does not exist, an unnamed file in $TMPDIR (O_TMPFILE, else created and
+ * unlinked at once). *out_id identifies it like a file's (each copy a file of its own). */
+mp_status_t mp_file_from_memory(const void* data, uint64_t size, int* out_fd, mp_file_id_t* out_id);
+
 /* Read exactly |n| bytes at |offset| of |fd| (retrying short reads and EINTR); false at the end
  * of the file or on an error (errno says which). */
 bool mp_file_read_at(int fd, void* buffer, size_t n, uint64_t offset);

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE /* realpath, PATH_MAX */
 #endif
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,8 @@ static mp_status_t tree_of(mp_library_t* library, bool existing, uint32_t flags,
  * for a library loaded unsealed (on request), its extents at least. */
 static mp_status_t check_file(int fd, const char* path, const mp_file_id_t* id, uint32_t flags,
                               mp_seal_v1_t* seal, bool* sealed) {
+  *sealed = false;
+  MP_RETURN_IF_ERROR(mp_elf_check_kind(fd, id->size, path));
   mp_status_t status = mp_seal_check_fd(fd, id->size, path, seal);
   *sealed = status == MP_OK;
   if (status != MP_ERR_NOT_FOUND) return status;
@@ -62,11 +65,11 @@ static mp_status_t check_file(int fd, const char* path, const mp_file_id_t* id, 
   return mp_elf_check_fd(fd, id->size, path);
 }
 
-static mp_status_t load_locked(const char* path, uint32_t flags, mp_module_t** out_module) {
+/* Load the library open as |fd| (the caller's until this returns; kept while loaded), known
+ * in messages as |path|. Under the library lock. */
+static mp_status_t load_fd(int fd, mp_file_id_t id, const char* path, uint32_t flags,
+                           mp_module_t** out_module) {
   double clock = mp_trace_now_ms();
-  int fd;
-  mp_file_id_t id;
-  MP_RETURN_IF_ERROR(mp_file_open(path, &fd, &id));
   mp_seal_v1_t seal;
   bool sealed;
   mp_status_t checked = check_file(fd, path, &id, flags, &seal, &sealed);
@@ -95,7 +98,30 @@ mp_status_t mp_module_load_from_file(const char* path, uint32_t flags, mp_module
                      strerror(errno));
   mp_kinds_register_builtin();
   mp_library_lock();
-  mp_status_t status = load_locked(resolved, flags, out_module);
+  int fd;
+  mp_file_id_t id;
+  mp_status_t status = mp_file_open(resolved, &fd, &id);
+  if (status == MP_OK) status = load_fd(fd, id, resolved, flags, out_module);
+  mp_library_unlock();
+  return status;
+}
+
+mp_status_t mp_module_load_from_memory(const void* data, uint64_t size, uint32_t flags,
+                                       mp_module_t** out_module) {
+  *out_module = NULL;
+  if (!data && size > 0)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_from_memory: NULL data");
+  int fd;
+  mp_file_id_t id;
+  MP_RETURN_IF_ERROR(mp_file_from_memory(data, size, &fd, &id));
+  /* The name messages and mp_library_path give it: no path, so the size and the copy's inode
+   * (which tells two loads of the same bytes apart). */
+  char name[64];
+  snprintf(name, sizeof name, "<library in memory: %" PRIu64 " bytes, copy %" PRIu64 ">", size,
+           id.inode);
+  mp_kinds_register_builtin();
+  mp_library_lock();
+  mp_status_t status = load_fd(fd, id, name, flags, out_module);
   mp_library_unlock();
   return status;
 }
