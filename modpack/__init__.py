@@ -23,7 +23,13 @@ from .errors import (
     ResourceExhaustedError,
     UnavailableError,
 )
-from .loader import load_module, load_module_from_bytes, register_loader, unregister_loader
+from .loader import (
+    load_module,
+    load_module_from_bytes,
+    load_system_lib,
+    register_loader,
+    unregister_loader,
+)
 from .modules import (
     BinaryModule,
     KernelArg,
@@ -88,6 +94,7 @@ __all__ = [
     "llvm_module",
     "load_module",
     "load_module_from_bytes",
+    "load_system_lib",
     "local_memory",
     "object_module",
     "opencl_binaries",

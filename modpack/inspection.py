@@ -11,6 +11,7 @@ back is plain data (see :func:`inspect_library` for the shape), the contract of
 
 from __future__ import annotations
 
+import hashlib
 import json
 import mmap
 import os
@@ -34,6 +35,7 @@ from .format.layout import (
     LIB_TYPE_KEY,
     LIBRARY_TYPE_KEY,
     SIGNATURE_SYMBOL_PREFIX,
+    SYSTEM_LIB_ENTRY_PREFIX,
 )
 from .format.tar_seal import check_tar_seal, has_tar_seal
 from .runtime.binding import error_from_status, ffi, lib
@@ -86,9 +88,10 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             elf = ELFFile(f)
             headers = _section_headers(elf, shown, file_size)
             tables = _symbol_tables(elf, headers, shown)
-            blob_symbol = _find_symbol(tables, BLOB_SYMBOL)
-            functions = _host_functions(tables)
-            signatures = _host_signatures(f, headers, tables, functions, file_size)
+            prefix = _system_lib_prefix(tables)
+            blob_symbol = _find_symbol(tables, prefix + BLOB_SYMBOL)
+            functions = _host_functions(tables, prefix)
+            signatures = _host_signatures(f, headers, tables, functions, file_size, prefix)
             location = (_locate_blob(elf, headers, blob_symbol, shown, file_size)
                         if blob_symbol is not None else None)
         except ModpackError:
@@ -100,6 +103,8 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             ) from None
 
         seal_report, sealed_blob = _seal_report(shown)
+        f.seek(0)
+        digest = _content_digest(f)
         result: dict[str, Any] = {
             "path": shown,
             "format_version": None,
@@ -110,6 +115,7 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             "functions": functions,
             "signatures": signatures,
             "seal": seal_report,
+            "content_digest": digest,
         }
         if sealed_blob is not None:  # where the loader takes the blob from
             section = location[0] if location is not None else "(placed by the seal)"
@@ -154,7 +160,19 @@ def _inspect_tar(shown: str) -> dict[str, Any]:
     result["functions"] = sorted({f for r in reports for f in r["functions"]})
     result["signatures"] = {k: v for r in reports for k, v in r["signatures"].items()}
     result["seal"] = _tar_seal_report(shown)
+    with open(shown, "rb") as f:
+        result["content_digest"] = _content_digest(f)
     return result
+
+
+def _content_digest(f: Any) -> str:
+    """``sha256:<hex>`` of the whole file: what identifies the artifact (exports are
+    reproducible, so the same tree and toolchain give the same digest), as ``sha256sum``,
+    registries and signing tools name files."""
+    digest = hashlib.sha256()
+    while chunk := f.read(1 << 20):
+        digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"
 
 
 def _seal_report(path: str) -> tuple[dict[str, Any], tuple[int, int] | None]:
@@ -270,31 +288,41 @@ def _find_symbol(tables: list[SymbolTableSection], name: str) -> Any | None:
     return None
 
 
-def _host_functions(tables: list[SymbolTableSection]) -> list[str]:
+def _system_lib_prefix(tables: list[SymbolTableSection]) -> str:
+    """``"NAME_"`` for a system library (``export_library(..., system_lib=NAME)``), whose
+    symbols carry that prefix beside ``modpack_system_lib_NAME``; else ``""``."""
+    for table in tables:
+        for sym in table.iter_symbols():
+            if sym.name.startswith(SYSTEM_LIB_ENTRY_PREFIX) and _defined(sym):
+                return sym.name[len(SYSTEM_LIB_ENTRY_PREFIX):] + "_"
+    return ""
+
+
+def _host_functions(tables: list[SymbolTableSection], prefix: str = "") -> list[str]:
     """Names of the exported ``__mp_func_<name>`` symbols, sorted. Exported means .dynsym; an
     object without one (a relocatable export) falls back to the global symbols of .symtab."""
     dynamic = [t for t in tables if t["sh_type"] == "SHT_DYNSYM"]
     names: set[str] = set()
     for table in dynamic or tables:
         for sym in table.iter_symbols():
-            if not sym.name.startswith(FUNC_SYMBOL_PREFIX) or not _defined(sym):
+            if not sym.name.startswith(prefix + FUNC_SYMBOL_PREFIX) or not _defined(sym):
                 continue
             if not dynamic and sym["st_info"]["bind"] == "STB_LOCAL":
                 continue
-            name = sym.name[len(FUNC_SYMBOL_PREFIX):]
+            name = sym.name[len(prefix + FUNC_SYMBOL_PREFIX):]
             if name:
                 names.add(name)
     return sorted(names)
 
 
 def _host_signatures(f: Any, headers: list[Any], tables: list[SymbolTableSection],
-                     functions: list[str], file_size: int) -> dict[str, str]:
+                     functions: list[str], file_size: int, prefix: str = "") -> dict[str, str]:
     """The signatures typed exports declare (``__mp_sig_<name>``, a NUL-terminated string), by
     function name. Read from the file, bounded by the symbol's section; one that does not fit
     (a damaged file) is left out rather than guessed."""
     found: dict[str, str] = {}
     for name in functions:
-        sym = _find_symbol(tables, SIGNATURE_SYMBOL_PREFIX + name)
+        sym = _find_symbol(tables, prefix + SIGNATURE_SYMBOL_PREFIX + name)
         shndx = sym["st_shndx"] if sym is not None else None
         if not isinstance(shndx, int) or shndx >= len(headers):
             continue

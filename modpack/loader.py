@@ -7,15 +7,17 @@ Python does: relinking ``.tar`` exports, and registering loaders written in Pyth
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
+import re
 import shutil
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import ArgumentError, FormatError, MissingFileError
+from .errors import ArgumentError, FormatError, MissingFileError, NotFoundError
 from .exporter.scratch import new_workspace
 from .format.image import find_blob
 from .format.layout import ALIGNMENT
@@ -27,9 +29,11 @@ from .runtime.callbacks import register_python_loader, unregister_python_loader
 from .runtime.module import LoadedModule, wrap_module
 from .toolchain.cc import create_shared
 
-__all__ = ["load_module", "load_module_from_bytes", "register_loader", "unregister_loader"]
+__all__ = ["load_module", "load_module_from_bytes", "load_system_lib", "register_loader",
+           "unregister_loader"]
 
 Loader = TypeVar("Loader", bound=Callable[[memoryview], Module])
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
@@ -98,6 +102,33 @@ def load_module_from_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *,
         status = lib.mp_module_load_from_memory(buffer, len(buffer), flags, out)
     finally:
         ffi.release(buffer)  # the runtime has its own copy: the caller may free |data| now
+    if status != 0:
+        raise error_from_status(status)
+    root = wrap_module(out[0])
+    lib.mp_module_release(out[0])  # wrap_module took its own reference
+    return root
+
+
+def load_system_lib(name: str) -> LoadedModule | Any:
+    """Load the system library ``name`` linked into the running process (an
+    ``export_library(..., system_lib=name)`` object linked into the program, or into a shared
+    library loaded with ``RTLD_GLOBAL``): its ``modpack_system_lib_<name>()`` describes it and
+    the runtime builds the tree from that, with no ``dlopen`` of its own. Loading it again
+    while the tree lives returns that tree."""
+    if not isinstance(name, str) or not _C_IDENTIFIER.fullmatch(name):
+        raise ArgumentError(f"a system library's name is a C identifier, not {name!r}")
+    symbol = f"modpack_system_lib_{name}"
+    try:
+        describe = getattr(ctypes.CDLL(None), symbol)
+    except AttributeError:
+        raise NotFoundError(
+            f"no system library {name!r} in this process: nothing defines {symbol}; link "
+            f"{name}.o (or .a) into the program, or load a shared library holding it with "
+            f"ctypes.CDLL(path, mode=os.RTLD_GLOBAL) first") from None
+    describe.restype = ctypes.c_void_p
+    describe.argtypes = []
+    out = ffi.new("mp_module_t**")
+    status = lib.mp_module_load_system_lib(ffi.cast("const mp_system_lib_t*", describe()), out)
     if status != 0:
         raise error_from_status(status)
     root = wrap_module(out[0])

@@ -6,10 +6,11 @@ cd "$(dirname "$0")/.."
 
 # Debian packages: the C toolchain, CMake, and lld and mold (exports are tested with every
 # linker: GNU ld and gold come with binutils) for the runtime and exports, the xxHash header the
-# runtime compiles against, PoCL + the OpenCL ICD loader for the OpenCL device path, and clang
-# with its libFuzzer and sanitizer runtimes for the fuzzer.
+# runtime compiles against, PoCL + the OpenCL ICD loader for the OpenCL device path, clang
+# with its libFuzzer and sanitizer runtimes for the fuzzer, and the aarch64 cross toolchain with
+# qemu-user for the cross-compiled exports and runtime.
 DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config lld mold libxxhash-dev ocl-icd-libopencl1
-  pocl-opencl-icd clang libclang-rt-dev)
+  pocl-opencl-icd clang libclang-rt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 
 setup() {
   local missing=()

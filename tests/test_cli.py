@@ -19,7 +19,7 @@ from modpack.cli.main import format_inspection, main
 from modpack.inspection import inspect_library
 
 TOP_KEYS = ["path", "format_version", "writer_version", "blob", "modules", "import_tree",
-            "functions", "signatures", "seal"]
+            "functions", "signatures", "seal", "content_digest"]
 BLOB_KEYS = ["symbol", "section", "file_offset", "size", "index_size", "index_checksum",
              "payload_checksums"]
 MODULE_KEYS = [
@@ -115,6 +115,8 @@ def test_library_without_blob(tmp):
     report = inspect_library(path)
     seal = report.pop("seal")
     assert seal["state"] == "valid" and len(seal["digest"]) == 32  # host code is sealed too
+    import hashlib
+    assert report.pop("content_digest") == f"sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
     assert report == {
         "path": str(path),
         "format_version": None,

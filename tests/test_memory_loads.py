@@ -172,3 +172,20 @@ int main(int argc, char** argv) {
 def test_a_host_only_library_from_memory(tmp_path):
     path = modpack.csource_module(VADD_C).export_library(tmp_path / "host.so")
     assert modpack.load_module_from_bytes(path.read_bytes())["add_int"](2, 5) == 7
+
+
+def test_processes_loading_one_library_share_its_payload_pages():
+    """The short version of benchmarks/shared_pages.py: the payload is mapped file-backed,
+    read-only and clean in every process, so three processes hold one copy between them."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from shared_pages import measure
+
+    payload, _, measured = measure(processes=3, payload_mib=16)
+    for _pid, _rollup, mapping in measured:
+        assert mapping["perms"] == "r--p" and str(mapping["file"]).endswith("shared.so"), mapping
+        assert mapping["Private_Dirty"] == 0 and mapping["Anonymous"] == 0, mapping
+        assert mapping["Rss"] >= payload, mapping  # every page was read
+    copies = sum(mapping["Pss"] for _, _, mapping in measured) / payload
+    assert 0.95 <= copies <= 1.1, copies

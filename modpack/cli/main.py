@@ -68,6 +68,9 @@ def format_inspection(report: dict[str, Any]) -> str:
     def field(name: str, value: str) -> None:
         out.append(f"  {name:<18} {value}")
 
+    if report.get("content_digest"):
+        field("content digest", report["content_digest"])
+
     if blob is None:
         field("format version", "- (no blob)")
         field("blob", "none: no __dev_mblob symbol, so this is host code only")

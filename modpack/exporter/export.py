@@ -42,8 +42,15 @@ from ..format.tar_seal import seal_tar
 from ..modules.tree import Node, shadowed_kernels
 from ..packers import ELF_MACHINES, PACKERS
 from ..serializer import ModuleSerializer
-from ..toolchain.cc import Toolchain, create_shared, create_tar, target_machine
+from ..toolchain.cc import (
+    Toolchain,
+    compilers_for_target,
+    create_shared,
+    create_tar,
+    target_machine,
+)
 from .scratch import AnonymousOutput, new_workspace, scratch_name
+from .system_lib import check_system_lib, write_system_lib
 from .write_behind import WriteBehind
 
 __all__ = ["export_library"]
@@ -68,16 +75,23 @@ def export_library(
     packer: str = "auto",
     fpack_imports: Callable[[Path, Path], Path] | None = None,
     payload_alignment: int | None = None,
+    system_lib: str | None = None,
+    target: str | None = None,
 ) -> Path:
     """See :meth:`modpack.Module.export_library`."""
     output = Path(path).resolve()
     _check_destination(output)
+    if target is not None:  # the one choice: every later step asks cc what it builds for
+        cc, cxx = compilers_for_target(target, cc, cxx)
+    if system_lib is not None:
+        check_system_lib(system_lib, output, fcompile)
     if packer not in _PACKERS:
         raise ValueError(f"packer must be one of {sorted(_PACKERS)}, not {packer!r}")
     alignment = payload_alignment or ALIGNMENT
     if alignment < ALIGNMENT or alignment & (alignment - 1):
         raise ValueError(f"payload_alignment must be a power of two >= {ALIGNMENT}")
-    if fcompile is None and not _KNOWN_SUFFIX.fullmatch("".join(output.suffixes[-3:])):
+    if (fcompile is None and system_lib is None
+            and not _KNOWN_SUFFIX.fullmatch("".join(output.suffixes[-3:]))):
         given = output.suffix or "a file without a suffix"
         raise ModpackError(
             f"cannot export to {output}: export_library writes a shared library (.so, or "
@@ -99,7 +113,7 @@ def export_library(
 
     plan = serializer.plan
     has_blob = len(plan.nodes) > 1 or plan.nodes[0] is not None
-    placed = (has_blob and not as_tar and fpack_imports is None
+    placed = (has_blob and not as_tar and fpack_imports is None and system_lib is None
               and machine_name(target_machine(cc)) in PLACEABLE_MACHINES)
     payload_bytes = sum(n.payload_size() for n in plan.nodes if n)
     keep = workspace_dir is not None
@@ -126,6 +140,25 @@ def export_library(
         linker = cc
         if any(m.language == "c++" for m in plan.dso_modules):
             linker = shlex.join(toolchain.cpp())
+        if system_lib is not None:
+            blob_size = [0]
+
+            def write_counted(f: Any, offset: int) -> int:
+                blob_size[0] = write_blob(f, offset)
+                return blob_size[0]
+
+            if has_blob:
+                objects.append(_pack(write_counted, workspace, packer, fpack_imports, cc,
+                                     alignment))
+            tmp = scratch_name(output)
+            try:
+                write_system_lib(tmp, output.suffix == ".a", objects, blob_size[0], system_lib,
+                                 cc, workspace)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, output)
+            finally:
+                tmp.unlink(missing_ok=True)
+            return output
         if placed:
             objects.append(_packer(packer, cc)(_write_placeholder, workspace, cc, alignment,
                                                anchor=True))

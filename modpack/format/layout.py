@@ -29,6 +29,8 @@ LIB_TYPE_KEY: str = ffi.string(lib.MP_LIB_TYPE_KEY).decode()
 LIBRARY_TYPE_KEY: str = ffi.string(lib.MP_LIBRARY_TYPE_KEY).decode()
 FUNC_SYMBOL_PREFIX: str = ffi.string(lib.MP_FUNC_SYMBOL_PREFIX).decode()
 SIGNATURE_SYMBOL_PREFIX: str = ffi.string(lib.MP_SIGNATURE_SYMBOL_PREFIX).decode()
+# A system library's one entry point is this prefix and its name (modpack/system_lib.h).
+SYSTEM_LIB_ENTRY_PREFIX = "modpack_system_lib_"
 # The runtime's version, recorded in every blob as its writer's.
 WRITER_VERSION = (lib.MP_VERSION_MAJOR, lib.MP_VERSION_MINOR, lib.MP_VERSION_PATCH)
 

@@ -96,25 +96,38 @@ class Module:
         path: str | os.PathLike,
         fcompile: Callable[..., Any] | None = None,
         workspace_dir: str | os.PathLike | None = None,
+        *,
+        system_lib: str | None = None,
         **options: Any,
     ) -> Path:
-        """Write this tree as one deployable library (``.so``) or object archive (``.tar``).
+        """Write this tree as one deployable library (``.so``), object archive (``.tar``), or
+        system library (``.o``/``.a`` with ``system_lib``).
 
         Parameters
         ----------
         path : the output; it appears atomically, complete or not at all.
-        fcompile : ``fcompile(output, objects, options)`` links the objects (a cross compiler,
-            say); the default runs ``$CC`` (or ``cc``) ``-shared``.
+        system_lib : ``"NAME"``: write a relocatable object (``.o``) or archive (``.a``) for
+            linking into a program, described by ``modpack_system_lib_NAME()`` and loaded
+            with ``mp_module_load_system_lib`` (Python: :func:`modpack.load_system_lib`);
+            its other symbols are prefixed with ``NAME_``, so several link into one program.
+        fcompile : ``fcompile(output, objects, options)`` links the compiled objects into
+            the output (another linker or file format); the default runs the C compiler with
+            ``-shared``. It does not choose the target: that is ``cc``/``target`` below.
         workspace_dir : keep the intermediate files (sources, objects, blob) here.
         options : ``options`` (extra compiler flags), ``cc`` and ``cxx`` (the C and C++
-            compilers; default ``$CC``/``cc`` and ``$CXX``/``c++``), ``packer`` (``"auto"``: a
+            compilers; default ``$CC``/``cc`` and ``$CXX``/``c++``), ``target`` (a target
+            triple such as ``"aarch64-linux-gnu"``: its ``-gcc``/``-g++`` unless ``cc``/``cxx``
+            are given). The C compiler's target is the export's: it drives the compilers, the
+            packer, the linker (a cross compiler keeps its own) and ``llvm`` modules' triple.
+            ``packer`` (``"auto"``: a
             direct ELF object where the target allows, else ``"asm"``; or ``"elf"``,
             ``"asm"``, ``"llvm"``), ``fpack_imports`` (a custom blob packer taking the blob
             file and the workspace, returning an object file), ``payload_alignment``.
         """
         from ..exporter import export_library
 
-        return export_library(self, path, fcompile=fcompile, workspace_dir=workspace_dir, **options)
+        return export_library(self, path, fcompile=fcompile, workspace_dir=workspace_dir,
+                              system_lib=system_lib, **options)
 
     def __repr__(self) -> str:
         return f"<modpack.Module type_key={self.type_key!r} imports={len(self._imports)}>"

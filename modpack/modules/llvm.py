@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import CompileError
-from ..toolchain.cc import Toolchain, compile_c
+from ..toolchain.cc import Toolchain, compile_c, is_cross
+from ..toolchain.cc import target_machine as cc_target
 from ..toolchain.llvm import llvm, target_machine
 from .base import HostModule
 
@@ -66,7 +67,10 @@ class LLVMModule(HostModule):
             module.verify()
         except RuntimeError as exc:
             raise CompileError(f"invalid LLVM IR in an llvm module: {exc}") from None
-        machine = target_machine(self.triple)
+        # The export's target: the module's own triple, else the C compiler's when it builds
+        # for another machine (cc=, $CC or target=), else this machine's.
+        triple = self.triple or (cc_target(toolchain.cc) if is_cross(toolchain.cc) else None)
+        machine = target_machine(triple)
         module.triple = machine.triple
         module.data_layout = str(machine.target_data)
         obj = workspace / f"{stem}.o"

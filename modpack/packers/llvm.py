@@ -18,7 +18,7 @@ def pack_with_llvm(write_blob: BlobWriter, workspace: Path, cc: str | None,
     """``workspace/devc.o`` (``anchor.o`` for an anchor) from the blob, for the target of |cc|
     when it names one (else this process's), with LLVM's integrated assembler."""
     blob = write_blob_file(write_blob, workspace)
-    machine = target_machine(cc_target(cc) if cc else None)
+    machine = target_machine(cc_target(cc))
     # One `module asm` statement per line; quotes are spelled \22 in IR strings.
     ir = "".join(
         'module asm "{}"\n'.format(line.replace("\\", "\\5C").replace('"', "\\22"))

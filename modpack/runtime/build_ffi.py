@@ -19,7 +19,7 @@ CSRC = ROOT / "csrc"
 _KINDS = sorted((CSRC / "include" / "modpack" / "kinds").glob("*.h"),
                 key=lambda p: (p.name != "kernel.h", p.name))
 HEADERS = ["dlpack/dlpack.h"] + [
-    f"modpack/{name}" for name in ("abi.h", "format.h", "modpack.h", "kind.h")
+    f"modpack/{name}" for name in ("abi.h", "format.h", "system_lib.h", "modpack.h", "kind.h")
 ] + [f"modpack/kinds/{p.name}" for p in _KINDS]
 # String constants of the headers (cffi's cdef takes only integer #defines): declared here,
 # their values compiled from the headers' macros, so Python reads names such as the blob

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -21,13 +22,16 @@ from ..errors import CompileError
 
 __all__ = [
     "Toolchain",
+    "binutil",
     "c_compiler",
     "compile_c",
     "compile_cxx",
+    "compilers_for_target",
     "create_shared",
     "create_tar",
     "cxx_compiler",
     "include_dir",
+    "is_cross",
     "run_tool",
     "target_machine",
 ]
@@ -81,6 +85,56 @@ def _dumpmachine(cc: tuple[str, ...]) -> str:
 def target_machine(cc: str | None = None) -> str | None:
     """The target triple of the C compiler (``x86_64-linux-gnu``); None if it cannot tell."""
     return _dumpmachine(tuple(c_compiler(cc))) or None
+
+
+_ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "i686": "i386", "i586": "i386"}
+
+
+def _arch(name: str) -> str:
+    return _ARCH_ALIASES.get(name, name)
+
+
+def is_cross(cc: str | None = None) -> bool:
+    """Whether the C compiler (|cc|, else ``$CC``, else ``cc``) builds for another machine
+    than this one, judged by the triple's architecture against this machine's."""
+    triple = target_machine(cc)
+    return triple is not None and _arch(triple.split("-")[0]) != _arch(platform.machine())
+
+
+def compilers_for_target(target: str, cc: str | None, cxx: str | None
+                         ) -> tuple[str, str | None]:
+    """The C and C++ compilers of an export for the target triple |target|: the given ones
+    (checked to build for it), else the installed ``<target>-gcc`` and ``<target>-g++``."""
+    if cc is None:
+        cc = f"{target}-gcc"
+        if not shutil.which(cc):
+            raise CompileError(
+                f"no C compiler for target {target!r}: {cc} is not installed (Debian: apt-get "
+                f"install gcc-{target.replace('_', '-')}), or give cc=")
+    triple = target_machine(cc)
+    wanted = _arch(target.split("-")[0])
+    if triple is None or _arch(triple.split("-")[0]) != wanted:
+        raise CompileError(f"cc={cc!r} builds for {triple or 'an unknown target'}, not {target!r}:"
+                           " give a compiler for the target, or leave cc= out")
+    if cxx is None and shutil.which(f"{target}-g++"):
+        cxx = f"{target}-g++"
+    return cc, cxx
+
+
+def binutil(name: str, cc: str | None = None) -> str:
+    """The binutils program |name| (``objcopy``, ``ar``) for the C compiler's target: the
+    target-prefixed one (``aarch64-linux-gnu-objcopy``), the plain one for this machine's
+    target, else LLVM's (which handles every target); CompileError saying what to install."""
+    triple = target_machine(cc)
+    candidates = [f"{triple}-{name}"] if triple else []
+    if not is_cross(cc):
+        candidates.append(name)
+    candidates.append(f"llvm-{name}")
+    for candidate in candidates:
+        if shutil.which(candidate):
+            return candidate
+    raise CompileError(f"no {name} for {triple or 'the target'}: tried {', '.join(candidates)}; "
+                       f"install binutils{'-' + triple if triple else ''} (Debian) or LLVM")
 
 
 def run_tool(cmd: Sequence[str], what: str, cwd: Path | None = None) -> None:
@@ -139,8 +193,7 @@ def _linker_flags(cc: str | None) -> list[str]:
     choice = os.environ.get("MODPACK_LINKER", "").strip()
     if choice:
         return [] if choice == "default" else [f"-fuse-ld={choice}"]
-    host = _dumpmachine(tuple(c_compiler(None)))
-    if target_machine(cc) != host:
+    if is_cross(cc):
         return []  # a cross compiler keeps its own linker
     for name, tool in (("lld", "ld.lld"), ("mold", "mold")):
         if shutil.which(tool):
@@ -153,13 +206,19 @@ create_shared.output_format = "so"  # type: ignore[attr-defined]
 
 def create_tar(output: str | os.PathLike, objects: Sequence[str | os.PathLike],
                options: Sequence[str] = (), cc: str | None = None) -> None:
-    """``fcompile`` for ``.tar``: store the objects for a later link (see load_module)."""
+    """``fcompile`` for ``.tar``: store the objects for a later link (see load_module). The
+    headers carry no time, owner or permissions of this machine, so the same objects give
+    the same archive, byte for byte."""
     names = [Path(o).name for o in objects]
     if len(set(names)) != len(names):
         raise CompileError(f"duplicate object names cannot go in one tar: {names}")
-    with tarfile.open(os.fspath(output), "w") as tar:
+    with tarfile.open(os.fspath(output), "w", format=tarfile.USTAR_FORMAT) as tar:
         for obj in objects:
-            tar.add(os.fspath(obj), arcname=Path(obj).name)
+            info = tarfile.TarInfo(Path(obj).name)
+            info.size = Path(obj).stat().st_size
+            info.mode = 0o644
+            with open(obj, "rb") as f:
+                tar.addfile(info, f)
 
 
 create_tar.output_format = "tar"  # type: ignore[attr-defined]

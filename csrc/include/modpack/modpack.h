@@ -39,6 +39,7 @@
 #include "modpack/abi.h"
 #include "modpack/dltensor.h"
 #include "modpack/format.h"
+#include "modpack/system_lib.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -116,6 +117,13 @@ MP_API mp_status_t mp_module_load_from_file(const char* path, uint32_t flags,
  * does not exist, the copy is an unnamed file in $TMPDIR. */
 MP_API mp_status_t mp_module_load_from_memory(const void* data, uint64_t size, uint32_t flags,
                                               mp_module_t** out_module);
+
+/* Load a system library linked into this program: `mp_module_load_system_lib(
+ * modpack_system_lib_NAME(), &root)` (modpack/system_lib.h). No dlopen: the blob is read in
+ * place and validated as from a file (payload checksums included), and the host functions and
+ * context slots come from the description. While its tree lives, loading it again returns
+ * that tree. */
+MP_API mp_status_t mp_module_load_system_lib(const mp_system_lib_t* lib, mp_module_t** out_module);
 
 /* Check the seal of the library at |path| by reading the file (nothing is mapped or run):
  * MP_OK, with the seal in |*out_seal|, when it carries one and every byte outside the payloads

@@ -40,8 +40,9 @@ typedef struct device_array {
 
 struct mp_library {
   atomic_long refcount;
-  void* handle; /* from dlopen */
-  int fd;       /* the file, open while loaded: dlopen knows the library by its /proc name */
+  const mp_system_lib_t* system; /* a system library (no handle, no file), or NULL */
+  void* handle;                  /* from dlopen */
+  int fd; /* the file, open while loaded: dlopen knows the library by its /proc name */
   char dlopen_name[64]; /* that name ("" when dlopen had the path: no /proc) */
   mp_file_id_t id;
   char* path;
@@ -138,6 +139,7 @@ static void close_or_linger(int fd, const char* name) {
 }
 
 static void unmap(mp_library_t* library) {
+  if (library->system) return; /* linked into the program: nothing to unmap */
   dlclose(library->handle);
   if (library->fd >= 0) close_or_linger(library->fd, library->dlopen_name);
   for (lingering_name_t** p = &lingering_names; *p;) {
@@ -191,7 +193,11 @@ const char* mp_library_path(const mp_library_t* library) {
 }
 
 void* mp_library_symbol(const mp_library_t* library, const char* symbol) {
-  return dlsym(library->handle, symbol);
+  if (!library->system) return dlsym(library->handle, symbol);
+  for (uint64_t i = 0; i < library->system->num_symbols; ++i)
+    if (strcmp(library->system->symbols[i].name, symbol) == 0)
+      return library->system->symbols[i].address;
+  return NULL;
 }
 
 /* ---- opening: which file, which version, and the name dlopen knows it by ---------------- */
@@ -307,6 +313,37 @@ mp_status_t mp_library_open(const char* path, int fd, const mp_file_id_t* id,
   return MP_OK;
 }
 
+mp_status_t mp_library_open_system(const mp_system_lib_t* system, mp_library_t** out_library,
+                                   bool* out_existing) {
+  *out_library = NULL;
+  *out_existing = false;
+  for (live_library_t* live = live_libraries; live; live = live->next) {
+    if (live->library->system == system && try_retain(live->library)) {
+      *out_library = live->library;
+      *out_existing = true;
+      return MP_OK;
+    }
+  }
+  mp_library_t* library = calloc(1, sizeof *library);
+  live_library_t* live = calloc(1, sizeof *live);
+  size_t size = strlen(system->name) + sizeof "system library ''";
+  char* path = malloc(size);
+  if (!library || !live || !path) {
+    free(library), free(live), free(path);
+    return mp_out_of_memory("a system library");
+  }
+  snprintf(path, size, "system library '%s'", system->name);
+  atomic_init(&library->refcount, 1);
+  library->system = system;
+  library->fd = -1;
+  library->path = path;
+  live->library = library;
+  live->next = live_libraries;
+  live_libraries = live;
+  *out_library = library;
+  return MP_OK;
+}
+
 mp_module_t* mp_library_live_root(mp_library_t* library) {
   return library->root && mp_module_try_retain(library->root) ? library->root : NULL;
 }
@@ -325,7 +362,7 @@ static void forget_module(mp_library_t* library, mp_module_t* module) {
   if (library->lib_module == module) {
     library->lib_module = NULL;
     /* The context must not point at a dead node. */
-    void** ctx = dlsym(library->handle, MP_CTX_LIBRARY_SYMBOL);
+    void** ctx = mp_library_symbol(library, MP_CTX_LIBRARY_SYMBOL);
     if (ctx && *ctx == module) *ctx = NULL;
     /* No host code of this tree can be running (nothing holds a function of the node), so
      * the entries host code keeps drop their functions, to be resolved again against the
@@ -364,7 +401,7 @@ static mp_status_t library_get_function(mp_module_t* self, const char* name,
   char symbol[512];
   int n = snprintf(symbol, sizeof symbol, "%s%s", MP_FUNC_SYMBOL_PREFIX, name);
   if (n < 0 || (size_t)n >= sizeof symbol) return MP_OK; /* no such long name */
-  void* address = dlsym(library->handle, symbol);
+  void* address = mp_library_symbol(library, symbol);
   if (!address) return MP_OK;
   mp_packed_cfunc_t fn;
   memcpy(&fn, &address, sizeof fn);
@@ -413,6 +450,11 @@ static int find_phdrs(struct dl_phdr_info* info, size_t size, void* data) {
 
 mp_status_t mp_library_locate_blob(mp_library_t* library, const mp_seal_v1_t* seal,
                                    mp_const_byte_span_t* out_bytes, bool* out_found) {
+  if (library->system) {
+    *out_found = library->system->blob_size > 0;
+    *out_bytes = (mp_const_byte_span_t){library->system->blob, library->system->blob_size};
+    return MP_OK;
+  }
   const uint8_t* blob = dlsym(library->handle, MP_BLOB_SYMBOL);
   *out_found = blob != NULL;
   if (seal && (blob != NULL) != (seal->blob_size > 0))

@@ -25,6 +25,11 @@ mp_status_t mp_library_open(const char* path, int fd, const mp_file_id_t* id,
                             mp_library_t** out_library, bool* out_existing);
 /* The root of the library's live tree (a new reference), or NULL when there is none. Caller
  * holds the library lock. */
+/* The same for a system library linked into the program (its description validated by the
+ * caller); there is no file, and nothing is mapped or unmapped. Under the library lock. */
+mp_status_t mp_library_open_system(const mp_system_lib_t* system, mp_library_t** out_library,
+                                   bool* out_existing);
+
 mp_module_t* mp_library_live_root(mp_library_t* library);
 /* Remember |root| as the root of the library's live tree (not retained). Caller holds the
  * library lock. */

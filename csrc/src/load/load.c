@@ -106,6 +106,51 @@ mp_status_t mp_module_load_from_file(const char* path, uint32_t flags, mp_module
   return status;
 }
 
+/* A description made by export_library is well formed; anything else (a pointer to the wrong
+ * thing, another version of the layout) is refused before use. */
+static mp_status_t check_system_lib(const mp_system_lib_t* lib) {
+  if (!lib)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "mp_module_load_system_lib: NULL library (pass modpack_system_lib_NAME())");
+  if (lib->magic != MP_SYSTEM_LIB_MAGIC)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "mp_module_load_system_lib: not a system library description (magic %#x); "
+                     "pass what modpack_system_lib_NAME() returns",
+                     (unsigned)lib->magic);
+  if (lib->version != MP_SYSTEM_LIB_VERSION)
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "system library description version %u, this runtime reads version %d: "
+                     "export it again with this modpack",
+                     (unsigned)lib->version, MP_SYSTEM_LIB_VERSION);
+  if (!lib->name || (lib->blob_size > 0 && !lib->blob) ||
+      lib->num_symbols > MP_SYSTEM_LIB_MAX_SYMBOLS || (lib->num_symbols > 0 && !lib->symbols))
+    return mp_errorf(MP_ERR_FORMAT, "system library '%s': its description is malformed",
+                     lib->name ? lib->name : "(no name)");
+  for (uint64_t i = 0; i < lib->num_symbols; ++i)
+    if (!lib->symbols[i].name || !lib->symbols[i].address)
+      return mp_errorf(MP_ERR_FORMAT, "system library '%s': symbol %" PRIu64 " is malformed",
+                       lib->name, i);
+  return MP_OK;
+}
+
+mp_status_t mp_module_load_system_lib(const mp_system_lib_t* lib, mp_module_t** out_module) {
+  if (!out_module)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_system_lib: NULL out_module");
+  *out_module = NULL;
+  MP_RETURN_IF_ERROR(check_system_lib(lib));
+  mp_kinds_register_builtin();
+  mp_library_lock();
+  mp_library_t* library;
+  bool existing;
+  mp_status_t status = mp_library_open_system(lib, &library, &existing);
+  if (status == MP_OK) {
+    status = tree_of(library, existing, 0, NULL, out_module);
+    mp_library_release(library); /* the modules hold it now (or it goes, on failure) */
+  }
+  mp_library_unlock();
+  return status;
+}
+
 mp_status_t mp_module_load_from_memory(const void* data, uint64_t size, uint32_t flags,
                                        mp_module_t** out_module) {
   *out_module = NULL;
