@@ -21,6 +21,7 @@ from .errors import (
     ModpackWarning,
     NotFoundError,
     ResourceExhaustedError,
+    SignatureError,
     UnavailableError,
 )
 from .loader import (
@@ -52,6 +53,7 @@ from .runtime.module import LoadedModule
 from .runtime.values import local_memory
 from .runtime.warmup import warm_up as _warm_up
 from .serializer import ModuleSerializer
+from .verification import verify_library
 
 # The runtime's version, from the one place it is written (csrc/include/modpack/modpack.h).
 __version__ = f"{_lib.MP_VERSION_MAJOR}.{_lib.MP_VERSION_MINOR}.{_lib.MP_VERSION_PATCH}"
@@ -80,6 +82,7 @@ __all__ = [
     "ModuleSerializer",
     "NotFoundError",
     "ResourceExhaustedError",
+    "SignatureError",
     "UnavailableError",
     "__version__",
     "array",
@@ -103,4 +106,5 @@ __all__ = [
     "set_stream",
     "synchronize",
     "unregister_loader",
+    "verify_library",
 ]

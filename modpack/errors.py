@@ -24,6 +24,7 @@ __all__ = [
     "ModpackWarning",
     "NotFoundError",
     "ResourceExhaustedError",
+    "SignatureError",
     "UnavailableError",
 ]
 
@@ -62,6 +63,11 @@ class MissingFileError(NotFoundError, FileNotFoundError):
 
 class ResourceExhaustedError(ModpackError, MemoryError):
     """Out of memory, on the host or a device (MP_ERR_RESOURCE_EXHAUSTED)."""
+
+
+class SignatureError(FormatError):
+    """A library that must be signed by a trusted key is not: unsigned, signed by other keys,
+    or changed since it was signed (MP_ERR_UNTRUSTED). Nothing of it was mapped or run."""
 
 
 class ModpackOSError(ModpackError, OSError):

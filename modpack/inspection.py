@@ -38,6 +38,8 @@ from .format.layout import (
     SYSTEM_LIB_ENTRY_PREFIX,
 )
 from .format.tar_seal import check_tar_seal, has_tar_seal
+from .interop.tvm import BLOB_SYMBOLS as TVM_BLOB_SYMBOLS
+from .interop.tvm import read_tvm_blob
 from .runtime.binding import error_from_status, ffi, lib
 from .toolchain.demangle import demangle, is_mangled
 
@@ -94,6 +96,8 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             signatures = _host_signatures(f, headers, tables, functions, file_size, prefix)
             location = (_locate_blob(elf, headers, blob_symbol, shown, file_size)
                         if blob_symbol is not None else None)
+            tvm = None if blob_symbol is not None else _tvm_blob(elf, headers, tables, shown,
+                                                                  file_size)
         except ModpackError:
             raise
         except _ELF_READ_ERRORS as exc:
@@ -105,8 +109,10 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
         seal_report, sealed_blob = _seal_report(shown)
         f.seek(0)
         digest = _content_digest(f)
+        signers = _signers(shown)
         result: dict[str, Any] = {
             "path": shown,
+            "producer": "modpack",
             "format_version": None,
             "writer_version": None,
             "blob": None,
@@ -116,6 +122,7 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             "signatures": signatures,
             "seal": seal_report,
             "content_digest": digest,
+            "signed_by": signers,
         }
         if sealed_blob is not None:  # where the loader takes the blob from
             section = location[0] if location is not None else "(placed by the seal)"
@@ -125,7 +132,35 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             result.update(_parse_blob(f, offset, size, shown))
             result["blob"] = {"symbol": BLOB_SYMBOL, "section": section, "file_offset": offset,
                               **result["blob"]}
+        elif tvm is not None:
+            result.update(tvm)
         return result
+
+
+def _tvm_blob(elf: ELFFile, headers: list[Any], tables: list[SymbolTableSection], shown: str,
+              file_size: int) -> dict[str, Any] | None:
+    """The report's TVM part for a library TVM exported (its blob read, never run), else
+    None: ``producer`` "tvm", the blob, the modules and tree, the host functions TVM exports."""
+    for symbol, layout in TVM_BLOB_SYMBOLS.items():
+        sym = _find_symbol(tables, symbol)
+        if sym is None:
+            continue
+        section, offset, size = _locate_blob(elf, headers, sym, shown, file_size)
+        elf.stream.seek(offset)
+        report = read_tvm_blob(elf.stream.read(size), layout, shown)
+        prefix = "__tvm_ffi_" if layout == "framed" else ""
+        dynamic = [t for t in tables if t["sh_type"] == "SHT_DYNSYM"]
+        functions = sorted({
+            s.name[len(prefix):] for t in dynamic for s in t.iter_symbols()
+            if _defined(s) and s["st_info"]["type"] == "STT_FUNC" and s.name.startswith(prefix)
+            and not s.name.startswith("__tvm_ffi__") and (prefix or not s.name.startswith("_"))
+        })
+        return {"producer": "tvm", "format_version": report["format_version"],
+                "blob": {"symbol": symbol, "section": section, "file_offset": offset,
+                         "size": size},
+                "modules": report["modules"], "import_tree": report["import_tree"],
+                "functions": functions, "note": report["note"]}
+    return None
 
 
 def _inspect_tar(shown: str) -> dict[str, Any]:
@@ -163,6 +198,18 @@ def _inspect_tar(shown: str) -> dict[str, Any]:
     with open(shown, "rb") as f:
         result["content_digest"] = _content_digest(f)
     return result
+
+
+def _signers(path: str) -> list[str]:
+    """The key ids (SHA-256 of the public key, hex) of the library's signatures, unchecked:
+    ``modpack verify --key`` checks them."""
+    infos = ffi.new("mp_signature_info_t[]", lib.MP_SIGNATURES_MAX)
+    count = ffi.new("uint64_t*")
+    status = lib.mp_signatures_check_file(os.fsencode(path), ffi.NULL, 0, infos,
+                                          lib.MP_SIGNATURES_MAX, count)
+    if status != 0:
+        raise error_from_status(status)
+    return [bytes(ffi.buffer(infos[i].key_id, 32)).hex() for i in range(count[0])]
 
 
 def _content_digest(f: Any) -> str:

@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,6 +28,8 @@ from .runtime.binding import error_from_status, ffi, lib
 from .runtime.callbacks import register_python_loader, unregister_python_loader
 from .runtime.module import LoadedModule, wrap_module
 from .toolchain.cc import create_shared
+from .verification import TrustedKey
+from .verification import trusted_keys as trusted_keys_array
 
 __all__ = ["load_module", "load_module_from_bytes", "load_system_lib", "register_loader",
            "unregister_loader"]
@@ -37,7 +39,8 @@ _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
-                allow_unsealed: bool = False) -> LoadedModule | Any:
+                allow_unsealed: bool = False,
+                trusted_keys: Iterable[TrustedKey] | None = None) -> LoadedModule | Any:
     """Load a library made by ``export_library`` and return the root of its module tree (a
     :class:`~modpack.runtime.module.LoadedModule`, or the object a Python loader made when the
     root is such a module).
@@ -56,6 +59,12 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
     seal (linked by hand, or by a modpack before the seal), whose code and headers are then
     not checked before ``dlopen``. A missing file raises :class:`~modpack.MissingFileError`
     (a ``FileNotFoundError``).
+
+    ``trusted_keys`` (Ed25519 public keys: PEM bytes, PEM files' paths, or 32 raw bytes) loads
+    the library only if a signature by one of them holds (``modpack sign``): the file is read
+    once into a sealed in-memory copy, the signatures are checked over that copy and that copy
+    is what loads, all before any of its code runs; otherwise
+    :class:`~modpack.SignatureError`. Without it, signatures are ignored.
     """
     path = Path(path)
     if not path.exists():
@@ -63,12 +72,20 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
     if not path.is_file():  # a FIFO would block the archive reader (the runtime refuses too)
         raise ArgumentError(f"{path} is not a regular file: give the path of an exported "
                             ".so or .tar")
-    if path.suffix == ".tar":
-        return _load_relinked(path, verify_checksums, allow_unsealed)
     flags = (0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) | (
         lib.MP_LOAD_ALLOW_UNSEALED if allow_unsealed else 0)
     out = ffi.new("mp_module_t**")
-    status = lib.mp_module_load_from_file(os.fsencode(path.resolve()), flags, out)
+    if trusted_keys is not None:
+        if path.suffix == ".tar":
+            raise ArgumentError(f"{path}: signatures are for shared libraries (.so); export one "
+                                "and sign it to load with trusted_keys")
+        keys = trusted_keys_array(trusted_keys)
+        status = lib.mp_module_load_signed(os.fsencode(path.resolve()), keys, len(keys), flags,
+                                           out)
+    elif path.suffix == ".tar":
+        return _load_relinked(path, verify_checksums, allow_unsealed)
+    else:
+        status = lib.mp_module_load_from_file(os.fsencode(path.resolve()), flags, out)
     if status != 0:
         raise error_from_status(status)
     root = wrap_module(out[0])

@@ -18,8 +18,8 @@ import modpack
 from modpack.cli.main import format_inspection, main
 from modpack.inspection import inspect_library
 
-TOP_KEYS = ["path", "format_version", "writer_version", "blob", "modules", "import_tree",
-            "functions", "signatures", "seal", "content_digest"]
+TOP_KEYS = ["path", "producer", "format_version", "writer_version", "blob", "modules",
+            "import_tree", "functions", "signatures", "seal", "content_digest", "signed_by"]
 BLOB_KEYS = ["symbol", "section", "file_offset", "size", "index_size", "index_checksum",
              "payload_checksums"]
 MODULE_KEYS = [
@@ -119,6 +119,7 @@ def test_library_without_blob(tmp):
     assert report.pop("content_digest") == f"sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
     assert report == {
         "path": str(path),
+        "producer": "modpack",
         "format_version": None,
         "writer_version": None,
         "blob": None,
@@ -127,6 +128,7 @@ def test_library_without_blob(tmp):
         "import_tree": {"row_ptr": [0, 0], "child_indices": []},
         "functions": ["add_int", "vadd"],
         "signatures": {},
+        "signed_by": [],
     }
     proc = run_cli("inspect", str(path))
     assert proc.returncode == 0, proc.stderr

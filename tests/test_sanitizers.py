@@ -118,7 +118,8 @@ def test_threads_loading_calling_and_dropping_under_tsan(tsan_build, libraries):
 PYTHON_TESTS = ["test_roundtrip.py", "test_lifetimes.py", "test_bad_input.py",
                 "test_host_code.py", "test_signatures.py", "test_loaders.py",
                 "test_module_graph.py", "test_errors.py", "test_opencl.py", "test_device_api.py",
-                "test_api.py", "test_cli.py", "test_kernel_records.py", "test_golden.py"]
+                "test_api.py", "test_cli.py", "test_kernel_records.py", "test_golden.py",
+                "test_signing.py", "test_memory_loads.py"]
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,9 @@ missing files) print one line on stderr and exit with status 1; usage errors exi
 
     modpack inspect deploy.so          # blob header, module table, import tree, host functions
     modpack inspect deploy.so --json   # the same as JSON (a stable contract for tools)
+    modpack sign deploy.so --key key.pem       # add an Ed25519 signature (cli/trust.py)
+    modpack verify deploy.so --key key.pub.pem # seal, payloads, signatures; exit 0 if all hold
+    modpack extract deploy.so out/             # payloads, code, arrays (.npy), manifest.json
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import ModpackError
+from .trust import add_sign, add_verify
 
 __all__ = ["build_parser", "format_inspection", "main"]
 
@@ -70,8 +74,16 @@ def format_inspection(report: dict[str, Any]) -> str:
 
     if report.get("content_digest"):
         field("content digest", report["content_digest"])
+    for key_id in report.get("signed_by", []):
+        field("signed by", f"key {key_id[:16]} (check: modpack verify --key PUB.pem)")
 
-    if blob is None:
+    if report.get("producer") == "tvm":
+        field("producer", f"TVM, blob layout of {report['format_version']}")
+        field("blob", f"{blob['size']} bytes, symbol {blob['symbol']} in section "
+                      f"{blob['section']} at file offset {blob['file_offset']}")
+        if report.get("note"):
+            field("note", report["note"])
+    elif blob is None:
         field("format version", "- (no blob)")
         field("blob", "none: no __dev_mblob symbol, so this is host code only")
     else:
@@ -85,7 +97,9 @@ def format_inspection(report: dict[str, Any]) -> str:
                        + ("yes (verified)" if blob["payload_checksums"] else "no"))
 
     seal = report.get("seal") or {"state": "absent", "message": None}
-    if seal["state"] == "valid":
+    if report.get("producer") == "tvm" and seal["state"] == "absent":
+        field("seal", "none (TVM writes none)")
+    elif seal["state"] == "valid":
         field("seal", "valid" + (f" (XXH3-128 {seal['digest']})" if seal.get("digest") else ""))
     else:
         field("seal", f"{seal['state'].upper()}: {seal['message']}")
@@ -141,9 +155,14 @@ def _contents(contents: dict) -> list[str]:
         lines.append(line)
         if "demangled" in k:
             lines.append(f"  = {k['demangled']}")
+    if "format" in contents:  # a TVM device module
+        lines.append(f"code: {contents['format']}, {contents['code_bytes']} bytes")
     names = {k["name"] for k in contents.get("kernels", [])}
     for f in contents.get("functions", []):
-        if f not in names:
+        if isinstance(f, dict):  # TVM's function info
+            launch = ", ".join(f["launch_tags"]) or "-"
+            lines.append(f"function {f['name']}({', '.join(f['arg_types'])})  launch: {launch}")
+        elif f not in names:
             lines.append(f"function {f}")
     for v in contents.get("variants", []):
         holds = f" ({', '.join(v['kernels'])})" if "kernels" in v else ""
@@ -210,7 +229,40 @@ def _tree(modules: list[dict[str, Any]]) -> list[str]:
 
 # ---- dispatch -----------------------------------------------------------------------------
 
-_COMMANDS: list[Callable[[_Subparsers], None]] = [_add_inspect]
+# ---- extract ------------------------------------------------------------------------------
+
+
+def _add_extract(subparsers: _Subparsers) -> None:
+    p = subparsers.add_parser(
+        "extract",
+        help="write a library's payloads, code, arrays and manifest to a folder (no code runs)",
+        description=(
+            "Write the contents of a library (modpack's .so, .tar or system-library .o, or a "
+            "TVM library) into DIR: each module's payload (modules/), the code of device "
+            "modules whose layout is known, const arrays as .npy (arrays/), and manifest.json "
+            "with the import tree, type keys, kernel records and arrays' metadata. The file is "
+            "validated as inspect validates it, and never loaded."
+        ),
+    )
+    p.add_argument("library", help="the library (e.g. deploy.so)")
+    p.add_argument("directory", help="a new (or empty) folder to write into")
+    p.set_defaults(run=_run_extract)
+
+
+def _run_extract(args: argparse.Namespace) -> int:
+    from ..extraction import extract_library
+
+    manifest = extract_library(args.library, args.directory)
+    files = sum(1 for _ in os.scandir(os.path.join(args.directory, "modules")))
+    arrays = sum(len(m.get("arrays", [])) for m in manifest["modules"])
+    print(f"extracted {args.library} ({manifest['producer']}): {len(manifest['modules'])} "
+          f"modules, {files} payload and code files, {arrays} arrays, manifest.json in "
+          f"{args.directory}")
+    return 0
+
+
+_COMMANDS: list[Callable[[_Subparsers], None]] = [_add_inspect, add_sign, add_verify,
+                                                   _add_extract]
 
 
 def build_parser() -> argparse.ArgumentParser:

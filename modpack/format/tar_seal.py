@@ -43,11 +43,21 @@ def seal_tar(path: str | os.PathLike) -> None:
     with open(path, "rb") as f:
         lines.append(f"archive {_digest(f, end)} {end}")
     text = _with_seal_line(lines).encode()
-    with tarfile.open(path, "a") as tar:
-        info = tarfile.TarInfo(SEAL_MEMBER)
-        info.size = len(text)
-        info.mode = 0o644
-        tar.addfile(info, io.BytesIO(text))
+    with tarfile.open(path, "a", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar:
+        tar.addfile(_seal_info(len(text)), io.BytesIO(text))
+
+
+def _seal_info(size: int) -> tarfile.TarInfo:
+    """The seal member's header: nothing of this machine (time, owner), so the reader can
+    require exactly these bytes (the seal cannot cover its own header)."""
+    info = tarfile.TarInfo(SEAL_MEMBER)
+    info.size = size
+    info.mode = 0o644
+    return info
+
+
+def _seal_header(size: int) -> bytes:
+    return _seal_info(size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
 def check_tar_seal(path: str | os.PathLike) -> list[str]:
@@ -104,6 +114,9 @@ def _check_archive_bytes(path: str | os.PathLike, archive: tuple[str, int],
         if seal.offset != size or _digest(f, size) != digest:
             raise FormatError(f"{path} is damaged: its tar headers or padding before byte "
                               f"{size} do not match its seal; export it again")
+        if f.read(_BLOCK) != _seal_header(seal.size):  # every bit of it, checksum field too
+            raise FormatError(f"{path} is damaged: its {SEAL_MEMBER} member's tar header is "
+                              "not the one modpack writes; export it again")
         end = f.seek(0, os.SEEK_END)
         if end < _end_of(seal) + 2 * _BLOCK or end % tarfile.RECORDSIZE:
             raise FormatError(f"{path} is damaged: it ends at byte {end}, not after tar's end "

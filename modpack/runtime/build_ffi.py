@@ -27,6 +27,9 @@ HEADERS = ["dlpack/dlpack.h"] + [
 STRING_CONSTANTS = """
 static const char *const MP_FORMAT_MAGIC;
 static const char *const MP_SEAL_MAGIC;
+static const char *const MP_SIGNATURE_MAGIC;
+static const char *const MP_SIGNATURES_MAGIC;
+static const char *const MP_SIGNATURE_CONTEXT;
 static const char *const MP_BLOB_SYMBOL;
 static const char *const MP_LIB_TYPE_KEY;
 static const char *const MP_LIBRARY_TYPE_KEY;

@@ -33,6 +33,7 @@ enum {
   MP_ERR_ALREADY_EXISTS = 8,     /* e.g. a loader registered twice for one type key */
   MP_ERR_UNAVAILABLE = 9,        /* a driver or device this needs is missing */
   MP_ERR_INTERNAL = 10,          /* a bug in modpack itself */
+  MP_ERR_UNTRUSTED = 11,         /* not signed by a trusted key, or altered since it was */
 };
 
 /* Type codes of mp_value_t. */

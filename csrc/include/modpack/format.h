@@ -126,10 +126,49 @@ typedef struct {
 /* MP_API_END */
 #define MP_SEAL_MAGIC "MPKSEAL\n"
 
+/*
+ * Signatures (`modpack sign`): after the seal, a block of MP_SIGNATURE_SIZE-byte records and a
+ * MP_SIGNATURES_TRAILER_SIZE-byte trailer whose magic ends the file. The sealed file before the
+ * block, byte for byte (payloads included), is what is signed: each record holds an Ed25519
+ * signature over MP_SIGNATURE_CONTEXT followed by the SHA-256 of those `signed_size` bytes, and
+ * the SHA-256 of the signer's raw 32-byte public key, which says whose it is. Readers that do
+ * not check signatures find the seal `signed_size` bytes in; dlopen ignores the block.
+ */
+/* MP_API_BEGIN */
+enum {
+  MP_SIGNATURE_SIZE = 128,
+  MP_SIGNATURES_TRAILER_SIZE = 32,
+  MP_SIGNATURES_VERSION = 1,
+  MP_SIGNATURE_ED25519 = 1, /* mp_signature_v1_t.algorithm */
+  MP_SIGNATURES_MAX = 4096, /* records a reader accepts in one file */
+};
+typedef struct {
+  uint8_t magic[8];   /* MP_SIGNATURE_MAGIC */
+  uint32_t algorithm; /* MP_SIGNATURE_ED25519 */
+  uint32_t reserved;  /* 0 */
+  uint8_t key_id[32]; /* SHA-256 of the signer's raw public key */
+  uint8_t signature[64];
+  uint8_t reserved2[16]; /* zeros */
+} mp_signature_v1_t;
+typedef struct {
+  uint64_t signed_size; /* the sealed file before the block */
+  uint64_t count;       /* records */
+  uint32_t version;     /* MP_SIGNATURES_VERSION */
+  uint32_t reserved;    /* 0 */
+  uint8_t magic[8];     /* MP_SIGNATURES_MAGIC: the file's last 8 bytes */
+} mp_signatures_trailer_v1_t;
+/* MP_API_END */
+#define MP_SIGNATURE_MAGIC "MPKSIG1\0"
+#define MP_SIGNATURES_MAGIC "MPKSIGS\n"
+#define MP_SIGNATURE_CONTEXT "modpack signature v1\n" /* signed before the SHA-256 */
+
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_format_header_v1_t) == 64, "format v1 header must be 64 bytes");
 _Static_assert(sizeof(mp_format_entry_v1_t) == 48, "format v1 entry must be 48 bytes");
 _Static_assert(sizeof(mp_seal_v1_t) == MP_SEAL_SIZE, "the seal is MP_SEAL_SIZE bytes");
+_Static_assert(sizeof(mp_signature_v1_t) == MP_SIGNATURE_SIZE, "a signature record");
+_Static_assert(sizeof(mp_signatures_trailer_v1_t) == MP_SIGNATURES_TRAILER_SIZE,
+               "the signatures trailer");
 #endif
 
 #ifdef __cplusplus

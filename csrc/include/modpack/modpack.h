@@ -118,6 +118,38 @@ MP_API mp_status_t mp_module_load_from_file(const char* path, uint32_t flags,
 MP_API mp_status_t mp_module_load_from_memory(const void* data, uint64_t size, uint32_t flags,
                                               mp_module_t** out_module);
 
+/* Signed libraries (`modpack sign`; modpack/format.h). A trusted key is a raw Ed25519 public
+ * key; mp_trusted_key_from_pem reads one from PEM ("-----BEGIN PUBLIC KEY-----", as `openssl
+ * pkey -pubout` writes it). Signature checks use OpenSSL's libcrypto, loaded when first needed
+ * (MP_ERR_UNAVAILABLE, saying so, where it is missing). */
+typedef struct {
+  uint8_t public_key[32];
+} mp_trusted_key_t;
+typedef struct {
+  uint8_t key_id[32]; /* SHA-256 of the signer's public key */
+  int32_t trusted;    /* 1: the signer is one of the keys given */
+  int32_t valid;      /* 1: checked and valid (only trusted signers' are checked) */
+} mp_signature_info_t;
+MP_API mp_status_t mp_trusted_key_from_pem(const char* pem, uint64_t length,
+                                           mp_trusted_key_t* out_key);
+
+/* Load |path| only if a signature by one of |keys| (at most 16) verifies, before any byte of it
+ * is mapped or any of its code runs: the file is read once into a sealed memfd, the signatures
+ * are checked over that copy, and that copy is what is then checked like any file (seal, blob)
+ * and loaded, so a file replaced or rewritten meanwhile cannot get in. MP_ERR_UNTRUSTED, saying
+ * why, for a library unsigned, signed by no trusted key, or changed since. Each call loads a
+ * tree of its own. */
+MP_API mp_status_t mp_module_load_signed(const char* path, const mp_trusted_key_t* keys,
+                                         uint64_t num_keys, uint32_t flags,
+                                         mp_module_t** out_module);
+
+/* The signatures of the file at |path| (nothing is mapped or run), checked against |keys| (may
+ * be none): each signer in |out_infos| (up to |capacity|), their number in *out_count (0:
+ * unsigned). MP_ERR_FORMAT for a damaged signature block. */
+MP_API mp_status_t mp_signatures_check_file(const char* path, const mp_trusted_key_t* keys,
+                                            uint64_t num_keys, mp_signature_info_t* out_infos,
+                                            uint64_t capacity, uint64_t* out_count);
+
 /* Load a system library linked into this program: `mp_module_load_system_lib(
  * modpack_system_lib_NAME(), &root)` (modpack/system_lib.h). No dlopen: the blob is read in
  * place and validated as from a file (payload checksums included), and the host functions and

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -78,6 +79,63 @@ static int anonymous_file(bool* sealable) {
   return fd_tmp;
 }
 
+/* Write all of |data| to |fd|; false with errno set otherwise. */
+static bool write_all(int fd, const uint8_t* p, uint64_t size) {
+  for (uint64_t left = size; left > 0;) {
+    ssize_t wrote = write(fd, p, left > (1u << 30) ? (1u << 30) : (size_t)left);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) {
+      if (wrote == 0) errno = ENOSPC;
+      return false;
+    }
+    p += wrote;
+    left -= (uint64_t)wrote;
+  }
+  return true;
+}
+
+static mp_status_t copy_failed(int fd, uint64_t size, const char* from) {
+  int error = errno;
+  close(fd);
+  return mp_errorf(error == ENOSPC || error == ENOMEM ? MP_ERR_RESOURCE_EXHAUSTED : MP_ERR_IO,
+                   "cannot copy a %" PRIu64 "-byte library from %s: %s", size, from,
+                   strerror(error));
+}
+
+/* Seal the filled copy |fd| and identify it. */
+static mp_status_t finish_copy(int fd, bool sealable, int* out_fd, mp_file_id_t* out_id);
+
+mp_status_t mp_file_copy(int source, uint64_t size, const char* path, int* out_fd,
+                         mp_file_id_t* out_id) {
+  *out_fd = -1;
+  bool sealable;
+  int fd = anonymous_file(&sealable);
+  if (fd < 0)
+    return mp_errorf(MP_ERR_IO, "cannot create a file for a copy of '%s': %s", path,
+                     strerror(errno));
+  enum { CHUNK = 1 << 20 };
+  uint8_t* buffer = malloc(CHUNK);
+  if (!buffer) {
+    close(fd);
+    return mp_out_of_memory("copying a library");
+  }
+  for (uint64_t done = 0; done < size;) {
+    size_t n = size - done < CHUNK ? (size_t)(size - done) : CHUNK;
+    if (!mp_file_read_at(source, buffer, n, done)) {
+      if (!errno) errno = EIO; /* the file shrank under us */
+      free(buffer);
+      return copy_failed(fd, size, path);
+    }
+    if (!write_all(fd, buffer, n)) {
+      free(buffer);
+      return copy_failed(fd, size, path);
+    }
+    done += n;
+  }
+  free(buffer);
+  return finish_copy(fd, sealable, out_fd, out_id);
+}
+
 mp_status_t mp_file_from_memory(const void* data, uint64_t size, int* out_fd,
                                 mp_file_id_t* out_id) {
   *out_fd = -1;
@@ -86,35 +144,39 @@ mp_status_t mp_file_from_memory(const void* data, uint64_t size, int* out_fd,
   if (fd < 0)
     return mp_errorf(MP_ERR_IO, "cannot create a file for a library in memory: %s",
                      strerror(errno));
-  const uint8_t* p = data;
-  for (uint64_t left = size; left > 0;) {
-    ssize_t wrote = write(fd, p, left > (1u << 30) ? (1u << 30) : (size_t)left);
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) {
-      int error = wrote < 0 ? errno : ENOSPC;
-      close(fd);
-      return mp_errorf(error == ENOSPC || error == ENOMEM ? MP_ERR_RESOURCE_EXHAUSTED : MP_ERR_IO,
-                       "cannot copy a %" PRIu64 "-byte library from memory: %s", size,
-                       strerror(error));
-    }
-    p += wrote;
-    left -= (uint64_t)wrote;
-  }
+  if (!write_all(fd, data, size)) return copy_failed(fd, size, "memory");
+  return finish_copy(fd, sealable, out_fd, out_id);
+}
+
+/* Seal |fd| against writes, growing and shrinking. The kernel refuses the write seal with EBUSY
+ * while something holds a transient reference to one of its pages (page reclaim or monitoring
+ * does, briefly): that is retried for up to about 0.1 s. */
+static int seal_copy(int fd) {
 #ifdef F_SEAL_WRITE
-  if (sealable &&
-      fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
+  for (int attempt = 0;; ++attempt) {
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) == 0)
+      return 0;
+    if (errno != EBUSY || attempt == 100) return -1;
+    struct timespec pause = {0, 1000000}; /* 1 ms */
+    nanosleep(&pause, NULL);
+  }
+#else
+  (void)fd;
+  return 0;
+#endif
+}
+
+static mp_status_t finish_copy(int fd, bool sealable, int* out_fd, mp_file_id_t* out_id) {
+  if (sealable && seal_copy(fd) != 0) {
     int error = errno;
     close(fd);
-    return mp_errorf(MP_ERR_IO, "cannot seal the copy of a library from memory: %s",
-                     strerror(error));
+    return mp_errorf(MP_ERR_IO, "cannot seal the copy of a library: %s", strerror(error));
   }
-#endif
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int error = errno;
     close(fd);
-    return mp_errorf(MP_ERR_IO, "cannot stat the copy of a library from memory: %s",
-                     strerror(error));
+    return mp_errorf(MP_ERR_IO, "cannot stat the copy of a library: %s", strerror(error));
   }
   *out_id = id_of(&st);
   *out_fd = fd;

@@ -27,6 +27,10 @@ mp_status_t mp_file_open(const char* path, int* out_fd, mp_file_id_t* out_id);
  * unlinked at once). *out_id identifies it like a file's (each copy a file of its own). */
 mp_status_t mp_file_from_memory(const void* data, uint64_t size, int* out_fd, mp_file_id_t* out_id);
 
+/* The same, copying |size| bytes of the file open as |fd| (read once, from its start). */
+mp_status_t mp_file_copy(int fd, uint64_t size, const char* path, int* out_fd,
+                         mp_file_id_t* out_id);
+
 /* Read exactly |n| bytes at |offset| of |fd| (retrying short reads and EINTR); false at the end
  * of the file or on an error (errno says which). */
 bool mp_file_read_at(int fd, void* buffer, size_t n, uint64_t offset);

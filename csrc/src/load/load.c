@@ -11,15 +11,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "core/error.h"
 #include "core/registry.h"
 #include "kinds/builtin.h"
+#include "load/crypto.h"
 #include "load/elf_check.h"
 #include "load/file.h"
 #include "load/library.h"
 #include "load/seal.h"
+#include "load/signatures.h"
 #include "load/trace.h"
 #include "load/tree.h"
 
@@ -103,6 +106,123 @@ mp_status_t mp_module_load_from_file(const char* path, uint32_t flags, mp_module
   mp_status_t status = mp_file_open(resolved, &fd, &id);
   if (status == MP_OK) status = load_fd(fd, id, resolved, flags, out_module);
   mp_library_unlock();
+  return status;
+}
+
+mp_status_t mp_trusted_key_from_pem(const char* pem, uint64_t length, mp_trusted_key_t* out_key) {
+  if (!out_key) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_trusted_key_from_pem: NULL out_key");
+  return mp_crypto_ed25519_key_from_pem(pem, length, out_key->public_key);
+}
+
+/* The file's bytes mapped read-only (a sealed copy's, or a file's for a check alone). */
+static mp_status_t map_whole(int fd, uint64_t size, const char* path, const uint8_t** out) {
+  *out = NULL;
+  if (size == 0) return MP_OK;
+  void* map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED)
+    return mp_errorf(MP_ERR_IO, "cannot map '%s' to check its signatures: %s", path,
+                     strerror(errno));
+  *out = map;
+  return MP_OK;
+}
+
+static const char* hex_id(const uint8_t id[32], char buffer[17]) {
+  for (int i = 0; i < 8; ++i) snprintf(buffer + 2 * i, 3, "%02x", id[i]);
+  return buffer;
+}
+
+/* MP_OK when a trusted key's signature verified over |bytes|; else MP_ERR_UNTRUSTED saying
+ * why (unsigned, signed by others, or altered). */
+static mp_status_t require_trusted(const uint8_t* bytes, uint64_t size, const char* path,
+                                   const mp_trusted_key_t* keys, uint64_t num_keys) {
+  mp_signature_info_t infos[8];
+  uint64_t count;
+  bool trusted;
+  MP_RETURN_IF_ERROR(
+      mp_signatures_verify(bytes, size, path, keys, num_keys, infos, 8, &count, &trusted));
+  if (trusted) return MP_OK;
+  if (count == 0)
+    return mp_errorf(MP_ERR_UNTRUSTED,
+                     "'%s' is not signed, and a trusted signature is required: sign it (`modpack "
+                     "sign FILE --key KEY.pem`) or load it without trusted_keys",
+                     path);
+  for (uint64_t i = 0; i < count && i < 8; ++i) {
+    char id[17];
+    if (infos[i].trusted)
+      return mp_errorf(MP_ERR_UNTRUSTED,
+                       "'%s' was changed after it was signed: the signature by trusted key %s "
+                       "does not match its bytes; get the library again from its source",
+                       path, hex_id(infos[i].key_id, id));
+  }
+  char id[17];
+  return mp_errorf(MP_ERR_UNTRUSTED,
+                   "'%s' is signed only by keys that are not trusted here (%" PRIu64
+                   " signature%s, the first by key %s): add the signer's public key to the trusted "
+                   "keys if it is one you trust",
+                   path, count, count == 1 ? "" : "s", hex_id(infos[0].key_id, id));
+}
+
+mp_status_t mp_module_load_signed(const char* path, const mp_trusted_key_t* keys, uint64_t num_keys,
+                                  uint32_t flags, mp_module_t** out_module) {
+  if (!out_module)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_signed: NULL out_module");
+  *out_module = NULL;
+  if (!path || (num_keys > 0 && !keys))
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_signed: NULL path or keys");
+  if (num_keys == 0)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "mp_module_load_signed: no trusted keys: every library would be refused");
+  char resolved[PATH_MAX];
+  if (!realpath(path, resolved))
+    return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
+                     strerror(errno));
+  int source;
+  mp_file_id_t source_id;
+  MP_RETURN_IF_ERROR(mp_file_open(resolved, &source, &source_id));
+  /* One read of the file, into a copy nobody can change; everything after uses the copy. */
+  int fd;
+  mp_file_id_t id;
+  mp_status_t status = mp_file_copy(source, source_id.size, resolved, &fd, &id);
+  close(source);
+  MP_RETURN_IF_ERROR(status);
+  const uint8_t* bytes;
+  status = map_whole(fd, id.size, resolved, &bytes);
+  if (status == MP_OK) {
+    status = require_trusted(bytes, id.size, resolved, keys, num_keys);
+    if (bytes) munmap((void*)bytes, (size_t)id.size);
+  }
+  if (status != MP_OK) {
+    close(fd);
+    return status;
+  }
+  mp_kinds_register_builtin();
+  mp_library_lock();
+  status = load_fd(fd, id, resolved, flags, out_module);
+  mp_library_unlock();
+  return status;
+}
+
+mp_status_t mp_signatures_check_file(const char* path, const mp_trusted_key_t* keys,
+                                     uint64_t num_keys, mp_signature_info_t* out_infos,
+                                     uint64_t capacity, uint64_t* out_count) {
+  if (!path || !out_count || (num_keys > 0 && !keys))
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_signatures_check_file: NULL argument");
+  *out_count = 0;
+  int source, fd;
+  mp_file_id_t source_id, id;
+  MP_RETURN_IF_ERROR(mp_file_open(path, &source, &source_id));
+  /* A copy, as for a load: a file truncated while it is checked cannot fault the mapping. */
+  mp_status_t status = mp_file_copy(source, source_id.size, path, &fd, &id);
+  close(source);
+  MP_RETURN_IF_ERROR(status);
+  const uint8_t* bytes;
+  status = map_whole(fd, id.size, path, &bytes);
+  close(fd);
+  MP_RETURN_IF_ERROR(status);
+  bool trusted;
+  status = mp_signatures_verify(bytes, id.size, path, keys, num_keys, out_infos, capacity,
+                                out_count, &trusted);
+  if (bytes) munmap((void*)bytes, (size_t)id.size);
   return status;
 }
 

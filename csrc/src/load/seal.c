@@ -18,6 +18,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "load/file.h"
+#include "load/signatures.h"
 
 enum { CHUNK = 1 << 20, DIGEST_FIELD = offsetof(mp_seal_v1_t, digest_low) };
 
@@ -83,6 +84,9 @@ static mp_status_t check_fields(const mp_seal_v1_t* s, uint64_t file_size, const
 }
 
 mp_status_t mp_seal_check_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out) {
+  /* A signed library's seal ends where its signature block begins. */
+  uint64_t signatures;
+  MP_RETURN_IF_ERROR(mp_signatures_locate(fd, file_size, path, &file_size, &signatures));
   uint8_t raw[MP_SEAL_SIZE];
   if (file_size < MP_SEAL_SIZE || !mp_file_read_at(fd, raw, sizeof raw, file_size - MP_SEAL_SIZE) ||
       memcmp(raw + offsetof(mp_seal_v1_t, magic), MP_SEAL_MAGIC, sizeof out->magic) != 0)

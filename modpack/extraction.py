@@ -1,0 +1,128 @@
+"""``modpack extract FILE DIR``: a library's contents as plain files, without running it — each
+module's payload, the code of device modules whose layout is known, ``const`` arrays as
+``.npy``, and ``manifest.json`` with the tree, type keys, kernel records and arrays' metadata.
+Reads modpack's libraries (``.so``, ``.tar``, system-library ``.o``) and TVM's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ArgumentError, FormatError
+from .interop.tvm import decode_device_payload
+from .runtime.binding import check, ffi, lib
+from .runtime.module import wrap_module
+
+__all__ = ["extract_library"]
+
+_CODE_SUFFIXES = {"cl": ".cl", "ptx": ".ptx", "cubin": ".cubin", "fatbin": ".fatbin",
+                  "cuda": ".cu", "spv": ".spv", "metal": ".metal", "hsaco": ".hsaco"}
+
+
+def _safe(text: str) -> str:
+    """|text| as a file name part: letters, digits, dot, dash and underscore only."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip(".") or "module"
+
+
+def _const_arrays(payload: bytes, folder: Path, index: int) -> list[dict[str, Any]]:
+    """Each array of a ``const`` payload saved as ``.npy``, parsed by the runtime's loader (the
+    same checks as a load; nothing runs)."""
+    buffer = ffi.from_buffer(payload)
+    span = ffi.new("mp_const_byte_span_t*")
+    span.data = ffi.cast("const uint8_t*", buffer)
+    span.size = len(payload)
+    out = ffi.new("mp_module_t**")
+    check(lib.mp_module_load_from_payload(b"const", span[0], out))
+    module = wrap_module(out[0])
+    lib.mp_module_release(out[0])
+    saved = []
+    for k, (name, array) in enumerate(module.arrays.items()):
+        file = folder / f"{index}-{k}-{_safe(name)}.npy"
+        np.save(file, np.ascontiguousarray(array))
+        saved.append({"name": name, "dtype": str(array.dtype), "shape": list(array.shape),
+                      "file": file.relative_to(folder.parent).as_posix()})
+    del module
+    return saved
+
+
+def _extract_file(path: str, shown: str, out: Path) -> dict[str, Any]:
+    from .inspection import inspect_library
+
+    report = inspect_library(path)  # validates everything (payload checksums too), runs nothing
+    blob = report["blob"]
+    data = b""
+    if blob is not None:
+        with open(path, "rb") as f:
+            f.seek(blob["file_offset"])
+            data = f.read(blob["size"])
+    (out / "modules").mkdir()
+    (out / "arrays").mkdir()
+    for m in report["modules"]:
+        if not m["size"]:
+            continue
+        payload = data[m["offset"]:m["offset"] + m["size"]]
+        stem = f"{m['index']}-{_safe(m['type_key'])}"
+        payload_file = out / "modules" / f"{stem}.bin"
+        payload_file.write_bytes(payload)
+        m["payload_file"] = payload_file.relative_to(out).as_posix()
+        decoded = (decode_device_payload(m["type_key"], payload)
+                   if report.get("producer") == "tvm" else None)
+        if decoded is not None:
+            code_file = out / "modules" / (stem + _CODE_SUFFIXES.get(decoded["format"], ".code"))
+            code_file.write_bytes(decoded["code"])
+            m["code_file"] = code_file.relative_to(out).as_posix()
+        if m["type_key"] == "const" and report.get("producer") == "modpack":
+            m["arrays"] = _const_arrays(payload, out / "arrays", m["index"])
+    report["path"] = shown
+    return report
+
+
+def extract_library(path: str | os.PathLike, directory: str | os.PathLike) -> dict[str, Any]:
+    """Write the contents of the library at |path| into |directory| (new, or empty) and return
+    the manifest also written there as ``manifest.json``."""
+    shown = os.fspath(path)
+    out = Path(directory)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ArgumentError(f"cannot extract into {out}: it exists and is not an empty folder; "
+                            "give a new folder")
+    if not Path(shown).is_file():
+        raise FormatError(f"{shown} is not a library file")
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        if shown.endswith(".tar"):
+            manifest = _extract_tar(shown, out)
+        else:
+            manifest = _extract_file(shown, shown, out)
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # nothing half-written left behind
+        raise
+    return manifest
+
+
+def _extract_tar(shown: str, out: Path) -> dict[str, Any]:
+    """A ``.tar`` export: its seal checked, its blob taken from the object that holds it."""
+    from .format.tar_seal import check_tar_seal
+    from .inspection import inspect_library
+
+    check_tar_seal(shown)
+    with tempfile.TemporaryDirectory(prefix="modpack-extract-") as scratch, \
+            tarfile.open(shown) as tar:
+        tar.extractall(scratch, filter="data")
+        objects = sorted(Path(scratch).glob("*.o"))
+        with_blob = [o for o in objects if inspect_library(o)["blob"] is not None]
+        manifest = _extract_file(os.fspath(with_blob[0] if with_blob else objects[0]), shown,
+                                 out)
+    tar_report = inspect_library(shown)
+    manifest.update(functions=tar_report["functions"], signatures=tar_report["signatures"],
+                    seal=tar_report["seal"], content_digest=tar_report["content_digest"])
+    return manifest

@@ -1,0 +1,1 @@
+"""Other systems' artifacts, read (never run) so that modpack's tools can show them."""

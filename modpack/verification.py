@@ -1,0 +1,120 @@
+"""Trust: the keys a caller trusts, and ``verify_library`` (``modpack verify``), which checks
+everything about a library that can be checked without running it: its seal, every payload,
+and its signatures.
+
+The checks themselves are the runtime's (the seal, the blob reader, Ed25519 over SHA-256 with
+OpenSSL's libcrypto); this module gathers them into one report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .errors import ArgumentError, MissingFileError, ModpackError
+from .runtime.binding import check, error_from_status, ffi, lib
+
+__all__ = ["TrustedKey", "trusted_keys", "verify_library"]
+
+TrustedKey = str | os.PathLike | bytes
+"""A trusted public key: PEM text (``bytes``), the path of a PEM file, or 32 raw bytes."""
+
+_MAX_KEYS = 16
+_COVERS = {  # what each check vouches for, shown with its result
+    "blob": "the blob's structure: its module table and import tree",
+    "seal": "every byte but the payloads: code, headers, symbol tables, the blob's index",
+    "payloads": "each module's payload bytes, by the checksums in the blob's index",
+    "signature": "every byte of the sealed file (SHA-256), by the signer's Ed25519 key",
+}
+
+
+def trusted_keys(keys: Iterable[TrustedKey]) -> Any:
+    """The keys as the runtime's ``mp_trusted_key_t[]`` (PEM read by the runtime)."""
+    keys = list(keys)
+    if not keys or len(keys) > _MAX_KEYS:
+        raise ArgumentError(f"give between 1 and {_MAX_KEYS} trusted keys, not {len(keys)}")
+    out = ffi.new("mp_trusted_key_t[]", len(keys))
+    for i, key in enumerate(keys):
+        if isinstance(key, bytes) and len(key) == 32 and not key.startswith(b"-----"):
+            ffi.memmove(out[i].public_key, key, 32)
+            continue
+        if isinstance(key, bytes):
+            pem = key
+        elif isinstance(key, (str, os.PathLike)):
+            try:
+                pem = Path(key).read_bytes()
+            except OSError as exc:
+                raise ArgumentError(f"cannot read the trusted key {key}: {exc.strerror}") from None
+        else:
+            raise ArgumentError(f"a trusted key is PEM bytes, a PEM file's path or 32 raw "
+                                f"bytes, not {type(key).__name__}")
+        status = lib.mp_trusted_key_from_pem(pem, len(pem), out + i)
+        if status != 0:
+            exc = error_from_status(status)
+            raise type(exc)(f"trusted key {i + 1}: {exc}") from None
+    return out
+
+
+def _signatures(path: str, keys: Any, count: int) -> list[dict[str, Any]]:
+    infos = ffi.new("mp_signature_info_t[]", lib.MP_SIGNATURES_MAX)
+    found = ffi.new("uint64_t*")
+    check(lib.mp_signatures_check_file(os.fsencode(path), keys if count else ffi.NULL, count,
+                                       infos, lib.MP_SIGNATURES_MAX, found))
+    return [{"key_id": bytes(ffi.buffer(infos[i].key_id, 32)).hex(),
+             "trusted": bool(infos[i].trusted), "valid": bool(infos[i].valid)}
+            for i in range(found[0])]
+
+
+def verify_library(path: str | os.PathLike,
+                   trusted: Iterable[TrustedKey] | None = None) -> dict[str, Any]:
+    """Check |path| without loading it: the seal, every payload and, when |trusted| keys are
+    given, that a signature by one of them holds (and none of theirs fails). Returns
+    ``{"path", "ok", "checks": [{"check", "ok", "covers", "message", ...}], "signatures"}``;
+    ``ok`` is True only when every check holds."""
+    from .inspection import _seal_report, inspect_library
+
+    shown = os.fspath(path)
+    if not os.path.isfile(shown):
+        raise MissingFileError(f"no such library: {shown}")
+    checks: list[dict[str, Any]] = []
+
+    def add(name: str, ok: bool | None, message: str | None = None, **extra: Any) -> None:
+        checks.append({"check": name, "ok": ok, "covers": _COVERS[name], "message": message,
+                       **extra})
+
+    try:
+        report = inspect_library(shown)  # the blob reader, payload checksums included
+    except ModpackError as exc:
+        report = None
+        failure = str(exc)
+    seal, _ = _seal_report(shown)
+    if report is not None and report.get("producer") == "tvm":  # nothing of ours to check
+        add("blob", True, f"TVM's blob read: {len(report['modules'])} modules")
+        add("seal", None, "TVM writes no seal: nothing covers this file's bytes")
+        add("payloads", None, "TVM records no payload checksums")
+    else:
+        add("seal", seal["state"] == "valid", seal["message"])
+        if report is None:
+            add("payloads", False, failure)
+        else:
+            add("payloads", True, None if report["blob"] else "no blob: host code only")
+    keys = trusted_keys(trusted) if trusted else None
+    try:
+        signatures = _signatures(shown, keys, len(keys) if keys is not None else 0)
+    except ModpackError as exc:
+        signatures = []
+        add("signature", False, str(exc))
+    for sig in signatures:
+        if keys is None:
+            add("signature", None, "not checked: no trusted key given", key_id=sig["key_id"])
+        elif sig["trusted"]:
+            add("signature", sig["valid"], None if sig["valid"] else
+                "does not match the file's bytes: changed after it was signed",
+                key_id=sig["key_id"])
+    if keys is not None and not any(s["trusted"] and s["valid"] for s in signatures):
+        add("signature", False, "no signature by a trusted key" if signatures
+            else "the library is not signed")
+    ok = all(c["ok"] is not False for c in checks)
+    return {"path": shown, "ok": ok, "checks": checks, "signatures": signatures}
