@@ -28,8 +28,7 @@ from .runtime.binding import error_from_status, ffi, lib
 from .runtime.callbacks import register_python_loader, unregister_python_loader
 from .runtime.module import LoadedModule, wrap_module
 from .toolchain.cc import create_shared
-from .verification import TrustedKey
-from .verification import trusted_keys as trusted_keys_array
+from .verification import TrustedKey, trusted_keys_array
 
 __all__ = ["load_module", "load_module_from_bytes", "load_system_lib", "register_loader",
            "unregister_loader"]

@@ -16,7 +16,7 @@ from typing import Any
 from .errors import ArgumentError, MissingFileError, ModpackError
 from .runtime.binding import check, error_from_status, ffi, lib
 
-__all__ = ["TrustedKey", "trusted_keys", "verify_library"]
+__all__ = ["TrustedKey", "trusted_keys_array", "verify_library"]
 
 TrustedKey = str | os.PathLike | bytes
 """A trusted public key: PEM text (``bytes``), the path of a PEM file, or 32 raw bytes."""
@@ -30,7 +30,7 @@ _COVERS = {  # what each check vouches for, shown with its result
 }
 
 
-def trusted_keys(keys: Iterable[TrustedKey]) -> Any:
+def trusted_keys_array(keys: Iterable[TrustedKey]) -> Any:
     """The keys as the runtime's ``mp_trusted_key_t[]`` (PEM read by the runtime)."""
     keys = list(keys)
     if not keys or len(keys) > _MAX_KEYS:
@@ -68,8 +68,8 @@ def _signatures(path: str, keys: Any, count: int) -> list[dict[str, Any]]:
 
 
 def verify_library(path: str | os.PathLike,
-                   trusted: Iterable[TrustedKey] | None = None) -> dict[str, Any]:
-    """Check |path| without loading it: the seal, every payload and, when |trusted| keys are
+                   trusted_keys: Iterable[TrustedKey] | None = None) -> dict[str, Any]:
+    """Check |path| without loading it: the seal, every payload and, when |trusted_keys| are
     given, that a signature by one of them holds (and none of theirs fails). Returns
     ``{"path", "ok", "checks": [{"check", "ok", "covers", "message", ...}], "signatures"}``;
     ``ok`` is True only when every check holds."""
@@ -100,7 +100,7 @@ def verify_library(path: str | os.PathLike,
             add("payloads", False, failure)
         else:
             add("payloads", True, None if report["blob"] else "no blob: host code only")
-    keys = trusted_keys(trusted) if trusted else None
+    keys = trusted_keys_array(trusted_keys) if trusted_keys else None
     try:
         signatures = _signatures(shown, keys, len(keys) if keys is not None else 0)
     except ModpackError as exc:

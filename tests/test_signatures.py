@@ -69,6 +69,15 @@ MP_EXPORT_PACKED(first) {
   return MP_OK;
 }
 
+/* Any signature, given as the first argument, over the arguments after it. */
+MP_EXPORT_PACKED(check) {
+  (void)self;
+  (void)out_ret;
+  if (num_args < 1 || args[0].type_code != MP_TYPE_STR)
+    return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "check(signature, ...)");
+  return mp_backend_check_args("check", args[0].v_str, args + 1, num_args - 1);
+}
+
 /* Host-code bugs in the signature itself: reported, never a crash or a wrong read. */
 static int64_t unclosed(const DLTensor* x) { return x->ndim; }
 MP_EXPORT_TYPED_FUNC(unclosed, int64_t, "x: float32[n", const DLTensor*)
@@ -201,6 +210,34 @@ def test_a_packed_function_checks_with_the_same_rules(lib):
 def test_a_wrong_signature_is_reported_as_the_host_codes_bug(lib, name, message):
     with pytest.raises(modpack.ArgumentError, match=f"^{name}: its declared signature " + message):
         lib[name](np.zeros(2, np.float32))
+
+
+def test_every_dtype_name_is_the_runtimes_own(lib):
+    """The signature parser's names are exactly what mp_dtype_string prints: every array of
+    each dtype matches its own name and no other."""
+    import ml_dtypes
+
+    from modpack.runtime.binding import ffi
+    from modpack.runtime.binding import lib as runtime
+    from modpack.runtime.dtypes import dtype_to_dl
+
+    dtypes = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+              np.uint64, np.float16, np.float32, np.float64, np.complex64, np.complex128,
+              ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2,
+              ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e4m3b11fnuz]
+    names = []
+    for dtype in dtypes:
+        array = np.zeros(3, dtype)
+        dl = ffi.new("DLDataType*")
+        dl.code, dl.bits, dl.lanes = dtype_to_dl(array.dtype)
+        buffer = ffi.new("char[64]")
+        name = ffi.string(runtime.mp_dtype_string(dl[0], buffer, 64)).decode()
+        names.append(name)
+        lib["check"](f"x: {name}[3]", array)  # its own name: accepted
+        other = "float32" if name != "float32" else "int32"
+        with pytest.raises(modpack.ArgumentError, match=f"its dtype is {name}"):
+            lib["check"](f"x: {other}[3]", array)
+    assert len(set(names)) == len(dtypes)
 
 
 def test_device_arrays_are_refused_by_host_only_parameters(lib):

@@ -273,3 +273,18 @@ def test_one_changed_byte_anywhere_is_refused_before_any_code_runs(unsigned, key
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[0] == "0", proc.stdout
     assert not marker.exists() and len(copies) >= 97
+
+
+def test_several_keys_in_one_sign_and_the_python_report(unsigned, keys, tmp_path):
+    path = tmp_path / "two.so"
+    shutil.copyfile(unsigned, path)
+    proc = subprocess.run([sys.executable, "-m", "modpack", "sign", str(path),
+                           "--key", str(keys["alice"][0]), "--key", str(keys["bob"][0])],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.count("signed ") == 2, proc.stdout + proc.stderr
+    report = modpack.verify_library(path, trusted_keys=[keys["bob"][1]])
+    assert report["ok"] and len(report["signatures"]) == 2
+    assert [s["trusted"] for s in report["signatures"]] == [False, True]
+    assert not modpack.verify_library(unsigned, trusted_keys=[keys["bob"][1]])["ok"]
+    with pytest.raises(modpack.MissingFileError):
+        modpack.verify_library(tmp_path / "absent.so")

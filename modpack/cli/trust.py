@@ -28,15 +28,17 @@ def add_sign(subparsers: Any) -> None:
         ),
     )
     p.add_argument("library", help="the library to sign (e.g. deploy.so); replaced atomically")
-    p.add_argument("--key", required=True, help="the Ed25519 private key (PEM)")
+    p.add_argument("--key", required=True, action="append", metavar="KEY.pem",
+                   help="an Ed25519 private key (PEM); may be given several times")
     p.set_defaults(run=_run_sign)
 
 
 def _run_sign(args: argparse.Namespace) -> int:
     from ..format.signatures import sign_library
 
-    key_id = sign_library(args.library, args.key)
-    print(f"signed {args.library} with key {key_id[:16]}")
+    for key in args.key:
+        key_id = sign_library(args.library, key)
+        print(f"signed {args.library} with key {key_id[:16]}")
     return 0
 
 

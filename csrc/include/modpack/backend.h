@@ -39,7 +39,8 @@
  * given) and `strided` (otherwise the array must be compact row-major). Arrays must also be
  * aligned to their element type. Scalar parameters are named only (`k`); their C type is
  * checked as above. Errors name the function, the argument's index and name, what it must be
- * and what it is. `modpack inspect` shows the signature.
+ * and what it is. `modpack inspect` shows the signature. The check parses the signature on each
+ * call: about 0.2 us for two arrays, against 11 ns for an unchecked call.
  */
 #ifndef MODPACK_BACKEND_H_
 #define MODPACK_BACKEND_H_

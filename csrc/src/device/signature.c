@@ -88,26 +88,50 @@ static mp_status_t parse_name(checker_t* c, char* out, const char* what) {
   return MP_OK;
 }
 
+/* Every dtype a signature may name, as mp_dtype_string spells it (checked against it by the
+ * tests), in a table: parsing runs on every call, so no formatting here. */
 static bool parse_dtype_name(const char* name, DLDataType* out) {
-  if (strcmp(name, "bool") == 0) {
-    *out = (DLDataType){kDLBool, 8, 1};
-    return true;
-  }
-  static const uint8_t codes[] = {kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLComplex, 7, 8,
-                                  9,      10,      11,       12,        13,         14};
-  static const uint8_t widths[] = {8, 16, 32, 64, 128};
-  for (size_t i = 0; i < sizeof codes; ++i) {
-    for (size_t j = 0; j < sizeof widths; ++j) {
-      DLDataType dtype = {codes[i], widths[j], 1};
-      char spelled[32];
-      if (mp_dtype_is_valid(dtype) &&
-          strcmp(mp_dtype_string(dtype, spelled, sizeof spelled), name) == 0) {
-        *out = dtype;
-        return true;
-      }
+  static const struct {
+    const char* name;
+    uint8_t code, bits;
+  } dtypes[] = {
+      {"float32", kDLFloat, 32},     {"float16", kDLFloat, 16},
+      {"float64", kDLFloat, 64},     {"bfloat16", kDLBfloat, 16},
+      {"int8", kDLInt, 8},           {"int16", kDLInt, 16},
+      {"int32", kDLInt, 32},         {"int64", kDLInt, 64},
+      {"uint8", kDLUInt, 8},         {"uint16", kDLUInt, 16},
+      {"uint32", kDLUInt, 32},       {"uint64", kDLUInt, 64},
+      {"bool", kDLBool, 8},          {"bool8", kDLBool, 8},
+      {"complex64", kDLComplex, 64}, {"complex128", kDLComplex, 128},
+      {"float8_e3m4", 7, 8},         {"float8_e4m3", 8, 8},
+      {"float8_e4m3b11fnuz", 9, 8},  {"float8_e4m3fn", 10, 8},
+      {"float8_e4m3fnuz", 11, 8},    {"float8_e5m2", 12, 8},
+      {"float8_e5m2fnuz", 13, 8},    {"float8_e8m0fnu", 14, 8},
+  };
+  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; ++i) {
+    if (strcmp(dtypes[i].name, name) == 0) {
+      *out = (DLDataType){dtypes[i].code, dtypes[i].bits, 1};
+      return true;
     }
   }
   return false;
+}
+
+/* A device type named in a signature: the common ones without asking the registry. */
+static bool parse_device_name(const char* name, int32_t* out_device_type) {
+  if (strcmp(name, "cpu") == 0) {
+    *out_device_type = kDLCPU;
+    return true;
+  }
+  if (strcmp(name, "cuda") == 0) {
+    *out_device_type = kDLCUDA;
+    return true;
+  }
+  if (strcmp(name, "opencl") == 0) {
+    *out_device_type = kDLOpenCL;
+    return true;
+  }
+  return mp_device_type_from_name(name, out_device_type) == MP_OK;
 }
 
 static int32_t find_named(checker_t* c, const char* name) {
@@ -140,7 +164,7 @@ static mp_status_t parse_dim(checker_t* c, dim_spec_t* dim) {
   if (index < 0) {
     if (c->num_named == MAX_NAMED) return malformed(c, "more than 16 extent names");
     index = c->num_named++;
-    memcpy(c->named[index].name, name, sizeof name);
+    memcpy(c->named[index].name, name, strlen(name) + 1);
     c->named[index].bound = false;
   }
   dim->kind = DIM_NAMED;
@@ -179,7 +203,13 @@ static mp_status_t parse_shape(checker_t* c, array_spec_t* spec) {
 
 /* `dtype[dims] flags...` after a parameter's colon. */
 static mp_status_t parse_array(checker_t* c, array_spec_t* spec) {
-  memset(spec, 0, sizeof *spec);
+  /* Field by field: the dims are written as they are parsed (this runs on every call). */
+  spec->any_dtype = false;
+  spec->any_shape = false;
+  spec->ndim = 0;
+  spec->devices = 0;
+  spec->strided = false;
+  spec->text_length = 0;
   skip_spaces(c);
   spec->text = c->text + c->pos;
   char word[MAX_NAME_BYTES];
@@ -207,8 +237,7 @@ static mp_status_t parse_array(checker_t* c, array_spec_t* spec) {
       continue;
     }
     int32_t device_type;
-    if (mp_device_type_from_name(word, &device_type) != MP_OK || device_type < 0 ||
-        device_type >= 64) {
+    if (!parse_device_name(word, &device_type) || device_type < 0 || device_type >= 64) {
       c->pos = at;
       return malformed(c, "unknown flag: `strided` or a device type (cpu, cuda, opencl)");
     }
@@ -257,7 +286,7 @@ static mp_status_t check_extent(checker_t* c, const array_spec_t* spec, int32_t 
     named->bound = true;
     named->value = got;
     named->arg = arg;
-    snprintf(named->param, sizeof named->param, "%s", param);
+    memcpy(named->param, param, strlen(param) + 1); /* both MAX_NAME_BYTES buffers */
     return MP_OK;
   }
   if (got != named->value)
@@ -316,7 +345,11 @@ static mp_status_t check_array(checker_t* c, const array_spec_t* spec, int32_t a
 
 mp_status_t mp_signature_check(const char* function, const char* signature, const mp_value_t* args,
                                int32_t num_args) {
-  checker_t c = {.function = function ? function : "host function", .text = signature};
+  checker_t c; /* not zeroed whole: the extent table fills as names appear */
+  c.function = function ? function : "host function";
+  c.text = signature;
+  c.pos = 0;
+  c.num_named = 0;
   if (!signature) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: NULL signature", c.function);
   if (num_args < 0 || (num_args > 0 && !args))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: bad argument array", c.function);
