@@ -140,3 +140,25 @@ def test_verify_a_tvm_library_says_what_it_could_not_check():
                           capture_output=True, text=True)
     assert text.returncode == 0 and "TVM writes no seal" in text.stdout
     assert "2 could not be made" in text.stdout
+
+
+def test_damaged_tvm_blobs_are_errors_or_reports_never_crashes(tmp_path):
+    """100 copies of the TVM library with a byte of its blob changed: each is either read
+    (the byte was in a payload or a name) or refused with a FormatError; nothing else."""
+    import random
+
+    good = TVM_SO.read_bytes()
+    blob = inspect_library(TVM_SO)["blob"]
+    rng = random.Random(13)
+    path = tmp_path / "damaged.so"
+    outcomes = {"read": 0, "refused": 0}
+    for _ in range(100):
+        bad = bytearray(good)
+        bad[blob["file_offset"] + rng.randrange(blob["size"])] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(bad))
+        try:
+            inspect_library(path)
+            outcomes["read"] += 1
+        except modpack.FormatError:
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 0 and sum(outcomes.values()) == 100, outcomes

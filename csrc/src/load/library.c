@@ -232,7 +232,7 @@ static mp_status_t find_live(const char* path, const mp_file_id_t* id, mp_librar
   *out = NULL;
   for (live_library_t* live = live_libraries; live; live = live->next) {
     mp_library_t* library = live->library;
-    if (!mp_file_same_file(&library->id, id)) continue;
+    if (library->system || !mp_file_same_file(&library->id, id)) continue; /* not a file */
     if (!mp_file_same_version(&library->id, id))
       return mp_errorf(MP_ERR_IO,
                        "'%s' was rewritten in place while an earlier version of it is loaded "
