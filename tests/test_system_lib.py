@@ -197,17 +197,18 @@ def test_bad_system_lib_arguments_are_refused_before_any_work(tmp_path, name, pa
     assert list(tmp_path.iterdir()) == []
 
 
-def test_host_code_only(tmp_path, runtime_prefix):
+@pytest.mark.parametrize("name", ["plain", "lib0", "anchor"])  # names of workspace files too
+def test_host_code_only(tmp_path, runtime_prefix, name):
     host = modpack.csource_module(r"""
 #include "modpack/backend.h"
 static int64_t answer(void) { return 42; }
 MP_EXPORT_FUNC0(answer, int64_t)
 """)
-    obj = host.export_library(tmp_path / "plain.o", system_lib="plain")
-    holder = tmp_path / "plain_holder.so"
+    obj = host.export_library(tmp_path / f"{name}.o", system_lib=name)
+    holder = tmp_path / f"{name}_holder.so"
     run("cc", "-shared", "-o", holder, obj)
     ctypes.CDLL(os.fspath(holder), mode=os.RTLD_GLOBAL)
-    root = modpack.load_system_lib("plain")
+    root = modpack.load_system_lib(name)
     assert root["answer"]() == 42 and root.imported_modules == []
 
 

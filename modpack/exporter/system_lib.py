@@ -108,10 +108,11 @@ def write_system_lib(output: Path, archive: bool, objects: Sequence[Path], blob_
     |archive|, an archive of it) to |output|."""
     exported = sorted({sym for obj in objects for sym, _ in _defined_globals(obj)
                        if sym.startswith((FUNC_SYMBOL_PREFIX, SIGNATURE_SYMBOL_PREFIX))})
-    source = workspace / "system_lib.c"
+    # Names no host module's files take (theirs are lib<N>*, anchor, devc).
+    source = workspace / "modpack-system-lib-description.c"
     source.write_text(_registration_source(name, exported, blob_size))
-    description = compile_c(source, workspace / "system_lib.o", cc=cc)
-    combined = workspace / f"{name}.o"
+    description = compile_c(source, source.with_suffix(".o"), cc=cc)
+    combined = workspace / "modpack-system-lib.o"
     run_tool([*c_compiler(cc), "-r", "-nostdlib", "-o", os.fspath(combined),
               *map(os.fspath, objects), os.fspath(description)],
              f"linking system library {name}")
@@ -125,7 +126,7 @@ def write_system_lib(output: Path, archive: bool, objects: Sequence[Path], blob_
         raise CompileError(f"system library {name}: {entry} is missing after the link")
     made = combined
     if archive:
-        made = workspace / f"lib{name}.a"
+        made = workspace / "modpack-system-lib.a"
         run_tool([binutil("ar", cc), "rcD", os.fspath(made), os.fspath(combined)],
                  f"archiving system library {name}")
     shutil.copyfile(made, output)
