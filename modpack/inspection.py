@@ -37,6 +37,7 @@ from .format.layout import (
     SIGNATURE_SYMBOL_PREFIX,
     SYSTEM_LIB_ENTRY_PREFIX,
 )
+from .format.signatures import read_signatures
 from .format.tar_seal import check_tar_seal, has_tar_seal
 from .interop.tvm import BLOB_SYMBOLS as TVM_BLOB_SYMBOLS
 from .interop.tvm import read_tvm_blob
@@ -109,7 +110,7 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
         seal_report, sealed_blob = _seal_report(shown)
         f.seek(0)
         digest = _content_digest(f)
-        signers = _signers(shown)
+        signers = [s["key_id"] for s in read_signatures(shown)]  # unchecked: verify --key
         result: dict[str, Any] = {
             "path": shown,
             "producer": "modpack",
@@ -198,18 +199,6 @@ def _inspect_tar(shown: str) -> dict[str, Any]:
     with open(shown, "rb") as f:
         result["content_digest"] = _content_digest(f)
     return result
-
-
-def _signers(path: str) -> list[str]:
-    """The key ids (SHA-256 of the public key, hex) of the library's signatures, unchecked:
-    ``modpack verify --key`` checks them."""
-    infos = ffi.new("mp_signature_info_t[]", lib.MP_SIGNATURES_MAX)
-    count = ffi.new("uint64_t*")
-    status = lib.mp_signatures_check_file(os.fsencode(path), ffi.NULL, 0, infos,
-                                          lib.MP_SIGNATURES_MAX, count)
-    if status != 0:
-        raise error_from_status(status)
-    return [bytes(ffi.buffer(infos[i].key_id, 32)).hex() for i in range(count[0])]
 
 
 def _content_digest(f: Any) -> str:

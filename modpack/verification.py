@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ArgumentError, MissingFileError, ModpackError
-from .runtime.binding import check, error_from_status, ffi, lib
+from .format.signatures import read_signatures
+from .runtime.binding import error_from_status, ffi, lib
 
 __all__ = ["TrustedKey", "trusted_keys_array", "verify_library"]
 
@@ -57,16 +58,6 @@ def trusted_keys_array(keys: Iterable[TrustedKey]) -> Any:
     return out
 
 
-def _signatures(path: str, keys: Any, count: int) -> list[dict[str, Any]]:
-    infos = ffi.new("mp_signature_info_t[]", lib.MP_SIGNATURES_MAX)
-    found = ffi.new("uint64_t*")
-    check(lib.mp_signatures_check_file(os.fsencode(path), keys if count else ffi.NULL, count,
-                                       infos, lib.MP_SIGNATURES_MAX, found))
-    return [{"key_id": bytes(ffi.buffer(infos[i].key_id, 32)).hex(),
-             "trusted": bool(infos[i].trusted), "valid": bool(infos[i].valid)}
-            for i in range(found[0])]
-
-
 def verify_library(path: str | os.PathLike,
                    trusted_keys: Iterable[TrustedKey] | None = None) -> dict[str, Any]:
     """Check |path| without loading it: the seal, every payload and, when |trusted_keys| are
@@ -102,7 +93,7 @@ def verify_library(path: str | os.PathLike,
             add("payloads", True, None if report["blob"] else "no blob: host code only")
     keys = trusted_keys_array(trusted_keys) if trusted_keys else None
     try:
-        signatures = _signatures(shown, keys, len(keys) if keys is not None else 0)
+        signatures = read_signatures(shown, keys, len(keys) if keys is not None else 0)
     except ModpackError as exc:
         signatures = []
         add("signature", False, str(exc))

@@ -76,6 +76,22 @@ def runtime_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return prefix
 
 
+def build_c_program(prefix: Path, source_text: str, exe: Path, *inputs: str | Path,
+                    static: bool = False) -> Path:
+    """Compile |source_text| (C11, warnings as errors) with |inputs| into |exe| against the
+    runtime installed at |prefix|: the shared library (found through an rpath), or with
+    |static| the static one."""
+    source = exe.with_suffix(".c")
+    source.write_text(source_text)
+    if static:
+        runtime = [prefix / "lib" / "libmodpack_runtime.a", "-lpthread", "-ldl", "-lm"]
+    else:
+        runtime = [f"-L{prefix}/lib", "-lmodpack_runtime", f"-Wl,-rpath,{prefix}/lib"]
+    run("cc", "-std=c11", "-Wall", "-Werror", source, *inputs, f"-I{prefix}/include", *runtime,
+        "-o", exe)
+    return exe
+
+
 @pytest.fixture(scope="session")
 def stub_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A stand-in CUDA driver (tests/data/stub_libcuda.c) for MODPACK_CUDA_LIBRARY."""

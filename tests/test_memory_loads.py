@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import VADD_C, run
+from conftest import VADD_C, build_c_program, run
 
 import modpack
 
@@ -124,8 +124,7 @@ def test_wrong_arguments(library):
 def test_from_c(library, runtime_prefix, tmp_path):
     """A C program reads the file into malloc'd memory, loads it from there, frees the buffer
     at once, and calls into the library."""
-    source = tmp_path / "from_memory.c"
-    source.write_text(r"""
+    exe = build_c_program(runtime_prefix, r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include "modpack/modpack.h"
@@ -159,11 +158,7 @@ int main(int argc, char** argv) {
   mp_module_release(b);
   return 0;
 }
-""")
-    exe = tmp_path / "from_memory"
-    run("cc", "-std=c11", "-Wall", "-Werror", source, f"-I{runtime_prefix}/include",
-        f"-L{runtime_prefix}/lib", "-lmodpack_runtime", f"-Wl,-rpath,{runtime_prefix}/lib",
-        "-o", exe)
+""", tmp_path / "from_memory")
     out = run(exe, library)
     assert f"weight(16) = {WEIGHTS[16]:g}, two trees: yes" in out, out
     assert "junk: 2 '<library in memory: 64 bytes" in out and "carries no modpack seal" in out

@@ -251,9 +251,8 @@ def test_device_arrays_are_refused_by_host_only_parameters(lib):
 
 def test_the_checks_hold_from_c_too(library_path, runtime_prefix, tmp_path):
     """The check lives in the runtime: a C caller's DLTensor gets the same refusal."""
-    from conftest import run
-    source = tmp_path / "call.c"
-    source.write_text(r"""
+    from conftest import build_c_program, run
+    exe = build_c_program(runtime_prefix, r"""
 #include <stdio.h>
 #include "modpack/modpack.h"
 int main(int argc, char** argv) {
@@ -272,11 +271,7 @@ int main(int argc, char** argv) {
   mp_module_release(root);
   return 0;
 }
-""")
-    exe = tmp_path / "call"
-    run("cc", "-std=c11", "-Wall", "-Werror", source, f"-I{runtime_prefix}/include",
-        f"-L{runtime_prefix}/lib", "-lmodpack_runtime", f"-Wl,-rpath,{runtime_prefix}/lib",
-        "-o", exe)
+""", tmp_path / "call")
     out = run(exe, library_path)
     assert out.startswith("1 affine: argument 1 (out) must be float32[n] cpu: dimension 0 is 3, "
                           "but n = 8 from argument 0 (x)"), out

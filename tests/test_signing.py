@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run
+from conftest import build_c_program, run
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
@@ -194,8 +194,7 @@ def test_the_cli(unsigned, keys, tmp_path):
 
 def test_from_c(unsigned, keys, runtime_prefix, tmp_path):
     path = signed_copy(unsigned, tmp_path, keys["alice"][0])
-    source = tmp_path / "signed.c"
-    source.write_text(r"""
+    exe = build_c_program(runtime_prefix, r"""
 #include <stdio.h>
 #include <string.h>
 #include "modpack/modpack.h"
@@ -222,11 +221,7 @@ int main(int argc, char** argv) {
   load(argv[1], slurp(argv[3], 1)); /* another key: refused */
   return 0;
 }
-""")
-    exe = tmp_path / "signed"
-    run("cc", "-std=c11", "-Wall", "-Werror", source, f"-I{runtime_prefix}/include",
-        f"-L{runtime_prefix}/lib", "-lmodpack_runtime", f"-Wl,-rpath,{runtime_prefix}/lib",
-        "-o", exe)
+""", tmp_path / "signed")
     lines = run(exe, path, keys["alice"][1], keys["bob"][1]).splitlines()
     assert lines[0] == "0 loaded", lines
     assert lines[1].startswith("11 ") and "signed only by keys that are not trusted" in lines[1]
@@ -288,3 +283,17 @@ def test_several_keys_in_one_sign_and_the_python_report(unsigned, keys, tmp_path
     assert not modpack.verify_library(unsigned, trusted_keys=[keys["bob"][1]])["ok"]
     with pytest.raises(modpack.MissingFileError):
         modpack.verify_library(tmp_path / "absent.so")
+
+
+def test_signing_keys_are_checked(unsigned, keys, tmp_path):
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    path = tmp_path / "k.so"
+    shutil.copyfile(unsigned, path)
+    with pytest.raises(modpack.ArgumentError, match="not an unencrypted PEM private key"):
+        sign_library(path, keys["alice"][1])  # the public key
+    other = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    with pytest.raises(modpack.ArgumentError, match="not an Ed25519 key"):
+        sign_library(path, other)
+    assert path.read_bytes() == unsigned.read_bytes()  # refused: the file is untouched

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run
+from conftest import build_c_program, run
 from elftools.elf.elffile import ELFFile
 
 import modpack
@@ -127,11 +127,8 @@ def system_libs(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_two_system_libraries_and_the_static_runtime_in_one_program(
         system_libs, runtime_prefix, tmp_path):
-    source = tmp_path / "program.c"
-    source.write_text(PROGRAM)
-    exe = tmp_path / "program"
-    run("cc", "-std=c11", "-Wall", "-Werror", source, *system_libs, f"-I{runtime_prefix}/include",
-        runtime_prefix / "lib" / "libmodpack_runtime.a", "-lpthread", "-ldl", "-lm", "-o", exe)
+    exe = build_c_program(runtime_prefix, PROGRAM, tmp_path / "program", *system_libs,
+                          static=True)
     with open(exe, "rb") as f:  # no shared library of modpack's or of the exports
         dynamic = ELFFile(f).get_section_by_name(".dynamic")
         needed = [t.needed for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
@@ -214,8 +211,7 @@ MP_EXPORT_FUNC0(answer, int64_t)
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 def test_a_wrong_description_is_refused(runtime_prefix, tmp_path):
-    source = tmp_path / "wrong.c"
-    source.write_text(r"""
+    exe = build_c_program(runtime_prefix, r"""
 #include <stdio.h>
 #include "modpack/modpack.h"
 int main(void) {
@@ -228,10 +224,7 @@ int main(void) {
   printf("%d %s\n", (int)mp_module_load_system_lib(&lib, &root), mp_error_message());
   return 0;
 }
-""")
-    exe = tmp_path / "wrong"
-    run("cc", "-std=c11", source, f"-I{runtime_prefix}/include",
-        runtime_prefix / "lib" / "libmodpack_runtime.a", "-lpthread", "-ldl", "-o", exe)
+""", tmp_path / "wrong", static=True)
     lines = run(exe).splitlines()
     assert lines[0].startswith("1 mp_module_load_system_lib: NULL library")
     assert lines[1].startswith("1 mp_module_load_system_lib: not a system library description")

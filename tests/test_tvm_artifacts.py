@@ -162,3 +162,13 @@ def test_damaged_tvm_blobs_are_errors_or_reports_never_crashes(tmp_path):
         except modpack.FormatError:
             outcomes["refused"] += 1
     assert outcomes["refused"] > 0 and sum(outcomes.values()) == 100, outcomes
+
+
+def test_extract_refuses_what_is_not_a_library(tmp_path):
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"not a library")
+    with pytest.raises(modpack.FormatError, match="not an ELF file"):
+        extract_library(junk, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # nothing half-written left behind
+    with pytest.raises(modpack.FormatError, match="is not a library file"):
+        extract_library(tmp_path, tmp_path / "out2")

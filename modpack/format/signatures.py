@@ -13,19 +13,33 @@ import os
 import struct
 import tempfile
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ..errors import ArgumentError, FormatError
 from ..runtime.binding import check, ffi, lib
 from .layout import check_struct
 
-__all__ = ["RECORD", "TRAILER", "key_id", "sign_library", "signature_block"]
+__all__ = ["RECORD", "TRAILER", "key_id", "read_signatures", "sign_library", "signature_block"]
 
 RECORD = check_struct(struct.Struct("<8sII32s64s16s"), "mp_signature_v1_t")
 TRAILER = check_struct(struct.Struct("<QQII8s"), "mp_signatures_trailer_v1_t")
 _RECORD_MAGIC = ffi.string(lib.MP_SIGNATURE_MAGIC).ljust(8, b"\0")
 _TRAILER_MAGIC = ffi.string(lib.MP_SIGNATURES_MAGIC)
 _CONTEXT = ffi.string(lib.MP_SIGNATURE_CONTEXT)
+
+
+def read_signatures(path: str | os.PathLike, keys: Any = None,
+                    count: int = 0) -> list[dict[str, Any]]:
+    """The signatures of the library at |path|, checked by the runtime against |count| trusted
+    keys (an ``mp_trusted_key_t[]``; none: only listed): ``key_id`` (hex), ``trusted`` and
+    ``valid`` for each. Raises FormatError for a damaged signature block."""
+    infos = ffi.new("mp_signature_info_t[]", lib.MP_SIGNATURES_MAX)
+    found = ffi.new("uint64_t*")
+    check(lib.mp_signatures_check_file(os.fsencode(path), keys if count else ffi.NULL, count,
+                                       infos, lib.MP_SIGNATURES_MAX, found))
+    return [{"key_id": bytes(ffi.buffer(infos[i].key_id, 32)).hex(),
+             "trusted": bool(infos[i].trusted), "valid": bool(infos[i].valid)}
+            for i in range(found[0])]
 
 
 def key_id(public_key: bytes) -> bytes:

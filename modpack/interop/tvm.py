@@ -25,7 +25,9 @@ __all__ = ["BLOB_SYMBOLS", "decode_device_payload", "read_tvm_blob"]
 # Newest first; the value says which layout the symbol's era wrote.
 BLOB_SYMBOLS = {"__tvm_ffi__library_bin": "framed", "__tvm_ffi_library_bin": "unframed",
                 "__tvm_dev_mblob": "unframed"}
-_DEVICE_KINDS = ("cuda", "opencl", "vulkan", "metal", "rocm")
+# Kinds whose SaveToBytes is fmt, function infos, code (checked on TVM's CUDA and OpenCL
+# modules); others keep layouts of their own and are shown as bytes.
+_DEVICE_KINDS = ("cuda", "opencl")
 _MAX_COUNT = 1 << 20  # no TVM blob holds more entries of anything; beyond is damage
 
 

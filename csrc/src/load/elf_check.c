@@ -66,12 +66,13 @@ static const char* machine_name(unsigned machine, char* buffer, size_t size) {
 
 mp_status_t mp_elf_check_kind(int fd, uint64_t file_size, const char* path) {
   /* The fields needed are at the same offsets in 32- and 64-bit headers. */
-  unsigned char ident[EI_NIDENT];
-  Elf32_Half type_and_machine[2];
-  if (file_size < sizeof ident + sizeof type_and_machine ||
-      !mp_file_read_at(fd, ident, sizeof ident, 0) || memcmp(ident, ELFMAG, SELFMAG) != 0 ||
-      !mp_file_read_at(fd, type_and_machine, sizeof type_and_machine, EI_NIDENT))
+  unsigned char head[EI_NIDENT + 4]; /* e_ident, e_type, e_machine: one read */
+  if (file_size < sizeof head || !mp_file_read_at(fd, head, sizeof head, 0) ||
+      memcmp(head, ELFMAG, SELFMAG) != 0)
     return MP_OK;
+  const unsigned char* ident = head;
+  Elf32_Half type_and_machine[2];
+  memcpy(type_and_machine, head + EI_NIDENT, sizeof type_and_machine);
   bool swapped =
       ident[EI_DATA] != (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB);
   unsigned type = type_and_machine[0], machine = type_and_machine[1];

@@ -138,10 +138,24 @@ static void close_or_linger(int fd, const char* name) {
   lingering_names = lingering;
 }
 
+static int at_base(struct dl_phdr_info* info, size_t size, void* base) {
+  (void)size;
+  return info->dlpi_addr == *(ElfW(Addr)*)base;
+}
+
 static void unmap(mp_library_t* library) {
   if (library->system) return; /* linked into the program: nothing to unmap */
+  struct link_map* map = NULL;
+  ElfW(Addr) base = dlinfo(library->handle, RTLD_DI_LINKMAP, &map) == 0 && map ? map->l_addr : 0;
   dlclose(library->handle);
-  if (library->fd >= 0) close_or_linger(library->fd, library->dlopen_name);
+  if (library->fd >= 0) {
+    /* Usually the object is gone with our dlclose, and its names with it: no object at its
+     * base any more. Only one that lives on needs the closer look of close_or_linger. */
+    if (base && !dl_iterate_phdr(at_base, &base))
+      close(library->fd);
+    else
+      close_or_linger(library->fd, library->dlopen_name);
+  }
   for (lingering_name_t** p = &lingering_names; *p;) {
     lingering_name_t* l = *p;
     if (name_still_known(l->name)) {

@@ -114,15 +114,26 @@ mp_status_t mp_trusted_key_from_pem(const char* pem, uint64_t length, mp_trusted
   return mp_crypto_ed25519_key_from_pem(pem, length, out_key->public_key);
 }
 
-/* The file's bytes mapped read-only (a sealed copy's, or a file's for a check alone). */
-static mp_status_t map_whole(int fd, uint64_t size, const char* path, const uint8_t** out) {
-  *out = NULL;
-  if (size == 0) return MP_OK;
-  void* map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED)
-    return mp_errorf(MP_ERR_IO, "cannot map '%s' to check its signatures: %s", path,
-                     strerror(errno));
-  *out = map;
+/* The file at |path| read once into a sealed private copy (load/file.c), open as *out_fd and
+ * mapped read-only at *out_bytes: what signatures are checked over, and what a signed load then
+ * loads, so a file replaced, rewritten or truncated meanwhile changes nothing. */
+static mp_status_t private_copy(const char* path, int* out_fd, mp_file_id_t* out_id,
+                                const uint8_t** out_bytes) {
+  *out_bytes = NULL;
+  int source;
+  mp_file_id_t source_id;
+  MP_RETURN_IF_ERROR(mp_file_open(path, &source, &source_id));
+  mp_status_t status = mp_file_copy(source, source_id.size, path, out_fd, out_id);
+  close(source);
+  MP_RETURN_IF_ERROR(status);
+  if (out_id->size == 0) return MP_OK;
+  void* map = mmap(NULL, (size_t)out_id->size, PROT_READ, MAP_SHARED, *out_fd, 0);
+  if (map == MAP_FAILED) {
+    int error = errno;
+    close(*out_fd);
+    return mp_errorf(MP_ERR_IO, "cannot map the copy of '%s': %s", path, strerror(error));
+  }
+  *out_bytes = map;
   return MP_OK;
 }
 
@@ -176,21 +187,12 @@ mp_status_t mp_module_load_signed(const char* path, const mp_trusted_key_t* keys
   if (!realpath(path, resolved))
     return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
                      strerror(errno));
-  int source;
-  mp_file_id_t source_id;
-  MP_RETURN_IF_ERROR(mp_file_open(resolved, &source, &source_id));
-  /* One read of the file, into a copy nobody can change; everything after uses the copy. */
   int fd;
   mp_file_id_t id;
-  mp_status_t status = mp_file_copy(source, source_id.size, resolved, &fd, &id);
-  close(source);
-  MP_RETURN_IF_ERROR(status);
   const uint8_t* bytes;
-  status = map_whole(fd, id.size, resolved, &bytes);
-  if (status == MP_OK) {
-    status = require_trusted(bytes, id.size, resolved, keys, num_keys);
-    if (bytes) munmap((void*)bytes, (size_t)id.size);
-  }
+  MP_RETURN_IF_ERROR(private_copy(resolved, &fd, &id, &bytes));
+  mp_status_t status = require_trusted(bytes, id.size, resolved, keys, num_keys);
+  if (bytes) munmap((void*)bytes, (size_t)id.size);
   if (status != MP_OK) {
     close(fd);
     return status;
@@ -208,20 +210,14 @@ mp_status_t mp_signatures_check_file(const char* path, const mp_trusted_key_t* k
   if (!path || !out_count || (num_keys > 0 && !keys))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_signatures_check_file: NULL argument");
   *out_count = 0;
-  int source, fd;
-  mp_file_id_t source_id, id;
-  MP_RETURN_IF_ERROR(mp_file_open(path, &source, &source_id));
-  /* A copy, as for a load: a file truncated while it is checked cannot fault the mapping. */
-  mp_status_t status = mp_file_copy(source, source_id.size, path, &fd, &id);
-  close(source);
-  MP_RETURN_IF_ERROR(status);
+  int fd;
+  mp_file_id_t id;
   const uint8_t* bytes;
-  status = map_whole(fd, id.size, path, &bytes);
-  close(fd);
-  MP_RETURN_IF_ERROR(status);
+  MP_RETURN_IF_ERROR(private_copy(path, &fd, &id, &bytes));
+  close(fd); /* the mapping stays */
   bool trusted;
-  status = mp_signatures_verify(bytes, id.size, path, keys, num_keys, out_infos, capacity,
-                                out_count, &trusted);
+  mp_status_t status = mp_signatures_verify(bytes, id.size, path, keys, num_keys, out_infos,
+                                            capacity, out_count, &trusted);
   if (bytes) munmap((void*)bytes, (size_t)id.size);
   return status;
 }

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -84,12 +85,17 @@ static mp_status_t check_fields(const mp_seal_v1_t* s, uint64_t file_size, const
 }
 
 mp_status_t mp_seal_check_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out) {
-  /* A signed library's seal ends where its signature block begins. */
-  uint64_t signatures;
-  MP_RETURN_IF_ERROR(mp_signatures_locate(fd, file_size, path, &file_size, &signatures));
   uint8_t raw[MP_SEAL_SIZE];
-  if (file_size < MP_SEAL_SIZE || !mp_file_read_at(fd, raw, sizeof raw, file_size - MP_SEAL_SIZE) ||
-      memcmp(raw + offsetof(mp_seal_v1_t, magic), MP_SEAL_MAGIC, sizeof out->magic) != 0)
+  bool read =
+      file_size >= MP_SEAL_SIZE && mp_file_read_at(fd, raw, sizeof raw, file_size - MP_SEAL_SIZE);
+  if (read && memcmp(raw + MP_SEAL_SIZE - 8, MP_SIGNATURES_MAGIC, 8) == 0) {
+    /* A signed library: its seal ends where its signature block begins. */
+    uint64_t signatures;
+    MP_RETURN_IF_ERROR(mp_signatures_locate(fd, file_size, path, &file_size, &signatures));
+    read =
+        file_size >= MP_SEAL_SIZE && mp_file_read_at(fd, raw, sizeof raw, file_size - MP_SEAL_SIZE);
+  }
+  if (!read || memcmp(raw + offsetof(mp_seal_v1_t, magic), MP_SEAL_MAGIC, sizeof out->magic) != 0)
     return mp_errorf(MP_ERR_NOT_FOUND,
                      "'%s' carries no modpack seal: it was damaged or truncated, or linked "
                      "without modpack's export (by hand, or by a modpack before the seal)",
