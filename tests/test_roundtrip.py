@@ -197,7 +197,7 @@ def test_unusable_destinations_fail_before_any_work(host, tmp, monkeypatch):
 def test_a_full_disk_is_named_and_the_old_file_kept(host, tmp, monkeypatch):
     import errno
 
-    import modpack.exporter.export as export_module
+    import modpack.exporter.finish as finish_module
 
     target = tmp / "full.so"
     target.write_bytes(b"previous")
@@ -206,7 +206,7 @@ def test_a_full_disk_is_named_and_the_old_file_kept(host, tmp, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(export_module, "place_blob_into", full)
+    monkeypatch.setattr(finish_module, "place_blob_into", full)
     with pytest.raises(modpack.ModpackError, match="no space left on device") as info:
         host.export_library(target)
     assert str(tmp) in str(info.value) and "intact" in str(info.value)

@@ -50,7 +50,7 @@ def payload(size: int, seed: int) -> np.ndarray:
 
 
 def export(a: dict) -> dict:
-    import modpack.exporter.export as export_module
+    import modpack.exporter.finish as finish_module
 
     base = c.rss()
     t0 = c.now()
@@ -60,11 +60,11 @@ def export(a: dict) -> dict:
     c.reset_peak_rss()
 
     # Time the in-process phases without changing what they do: writing the blob into the
-    # linked library (place_blob) or the blob object (_pack), and the seal.
+    # linked library (place_blob) or the blob object (blob_object), and the seal.
     phases: dict[str, float] = {}
-    for phase, owner, name in (("place_s", export_module, "place_blob_into"),
-                               ("pack_s", export_module, "_pack"),
-                               ("seal_s", export_module, "seal_file")):
+    for phase, owner, name in (("place_s", finish_module, "place_blob_into"),
+                               ("pack_s", finish_module, "blob_object"),
+                               ("seal_s", finish_module, "seal_file")):
         if hasattr(owner, name):
             _time_calls(owner, name, phase, phases)
 

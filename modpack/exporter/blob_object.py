@@ -1,0 +1,71 @@
+"""The blob of an export as the finishing steps take it: a writer that streams it into an open
+file, and the object files that hold it (or stand in for it) for the linker.
+
+Why apart: every form of output needs the blob one of these ways (a placed ``.so`` writes it
+straight into the linked file; a linked ``.so``, a ``.tar`` and a system library link a blob
+object), and the choices behind them (write-behind for large payloads, which packer, the
+caller's own packer) are the same for all of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..format.section import machine_name
+from ..packers import ELF_MACHINES, PACKERS, BlobWriter, Packer
+from ..toolchain.cc import target_machine
+from .plan import ExportPlan
+from .write_behind import WriteBehind
+
+__all__ = ["WRITE_BEHIND_FROM", "anchor_object", "blob_object", "blob_writer"]
+
+WRITE_BEHIND_FROM = 64 << 20  # payloads from this size go to disk as they stream
+_PLACEHOLDER = bytes(8)  # the anchor's stand-in for the blob
+
+
+def blob_writer(plan: ExportPlan) -> BlobWriter:
+    """``write_blob(f, offset)``: write |plan|'s blob into |f| at |offset| and return its size;
+    large payloads are handed to the disk as they stream (:mod:`.write_behind`)."""
+    serializer, alignment = plan.serializer, plan.alignment
+
+    def write_blob(f: Any, offset: int) -> int:
+        if plan.payload_bytes < WRITE_BEHIND_FROM:
+            return serializer.write_blob_to(f, offset, alignment)
+        behind = WriteBehind(f)
+        size = serializer.write_blob_to(behind, offset, alignment)
+        behind.finish()
+        return size
+
+    return write_blob
+
+
+def blob_object(plan: ExportPlan, workspace: Path, write_blob: BlobWriter) -> Path:
+    """The blob object for a linked blob: written directly as ELF where the target allows
+    (one pass over the payloads, no assembler), else with the assembler or llvmlite; or by
+    the caller's own packer, which takes a blob file."""
+    if plan.fpack_imports is not None:
+        blob = workspace / "devc.bin"
+        with open(blob, "w+b") as f:
+            write_blob(f, 0)
+        return Path(plan.fpack_imports(blob, workspace))
+    return _packer(plan)(write_blob, workspace, plan.cc, plan.alignment)
+
+
+def anchor_object(plan: ExportPlan, workspace: Path) -> Path:
+    """The anchor a placed ``.so`` links instead of the blob: a placeholder ``__dev_mblob``
+    in the blob's section, where the blob is written after the link."""
+    return _packer(plan)(_write_placeholder, workspace, plan.cc, plan.alignment, anchor=True)
+
+
+def _write_placeholder(f: Any, offset: int) -> int:
+    f.seek(offset)
+    f.write(_PLACEHOLDER)
+    return len(_PLACEHOLDER)
+
+
+def _packer(plan: ExportPlan) -> Packer:
+    packer = plan.packer
+    if packer == "auto":
+        packer = "elf" if machine_name(target_machine(plan.cc)) in ELF_MACHINES else "asm"
+    return PACKERS[packer]

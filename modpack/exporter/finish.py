@@ -1,0 +1,138 @@
+"""The last step of an export: the compiled host objects and the blob made into the output, in
+one of its forms, put in place whole (the old file or the new one, never half of either).
+
+- :func:`finish_placed`: a ``.so`` whose blob modpack writes itself, after the link, straight
+  into the final file (:mod:`modpack.format.image`), so no linker touches payload bytes;
+- :func:`finish_linked`: a ``.so`` linked with a blob object (a custom packer, targets the
+  placement does not handle);
+- :func:`finish_tar`: the objects, the blob object among them, kept for a later link;
+- :func:`finish_system_lib`: a relocatable object or archive (:mod:`.system_lib`).
+
+Why apart from the rest: each form is written, sealed and published its own way, and keeping
+those ways side by side here shows what they share (the link, the rename into place).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModpackError
+from ..format.image import HUGE_SEGMENT_ALIGNMENT, find_blob, place_blob_into
+from ..format.seal import seal_file, seal_library
+from ..format.tar_seal import seal_tar
+from ..packers import BlobWriter
+from ..toolchain.cc import create_shared, create_tar
+from .blob_object import WRITE_BEHIND_FROM, anchor_object, blob_object, blob_writer
+from .plan import ExportPlan
+from .scratch import AnonymousOutput, scratch_name
+from .system_lib import write_system_lib
+
+__all__ = ["LARGE_BLOB", "finish_linked", "finish_placed", "finish_system_lib", "finish_tar"]
+
+LARGE_BLOB = 1 << 30  # from here on, a linked blob is linked with GNU ld (see _link)
+
+
+def finish_placed(plan: ExportPlan, objects: list[Path], linker: str | None,
+                  workspace: Path) -> None:
+    """A ``.so`` with the blob placed: the host objects are linked with the anchor into a small
+    library in the workspace, then finished in an anonymous file beside the output, so a
+    killed export leaves nothing of payload size anywhere."""
+    objects = [*objects, anchor_object(plan, workspace)]
+    linked = workspace / "linked.so"
+    try:
+        _link(plan, linked, objects, linker)
+        _place_blob(linked, plan.output, blob_writer(plan), plan.alignment, plan.payload_bytes)
+    finally:
+        linked.unlink(missing_ok=True)
+
+
+def finish_linked(plan: ExportPlan, objects: list[Path], linker: str | None,
+                  workspace: Path) -> None:
+    """A ``.so`` (or the caller's fcompile's output) linked with the whole blob as an object,
+    its seal saying where the linker put the blob."""
+
+    def seal(library: Path) -> None:
+        seal_library(library, find_blob(library, plan.alignment) if plan.has_blob else None)
+
+    _link_beside_output(plan, objects, linker, workspace, seal, 0o755)
+
+
+def finish_tar(plan: ExportPlan, objects: list[Path], linker: str | None,
+               workspace: Path) -> None:
+    """A ``.tar`` of the objects, the blob object among them, for a link at load time; sealed
+    over every member (:mod:`modpack.format.tar_seal`)."""
+    _link_beside_output(plan, objects, linker, workspace, seal_tar, 0o644)
+
+
+def finish_system_lib(plan: ExportPlan, objects: list[Path], workspace: Path) -> None:
+    """A system library (``.o``, or ``.a``): the host objects, the blob object and a generated
+    description in one relocatable object (:func:`.system_lib.write_system_lib`)."""
+    write_blob = blob_writer(plan)
+    blob_size = 0  # the description records it
+
+    def write_counted(f: Any, offset: int) -> int:
+        nonlocal blob_size
+        blob_size = write_blob(f, offset)
+        return blob_size
+
+    if plan.has_blob:
+        objects = [*objects, blob_object(plan, workspace, write_counted)]
+    tmp = scratch_name(plan.output)
+    try:
+        write_system_lib(tmp, plan.output.suffix == ".a", objects, blob_size, plan.system_lib,
+                         plan.cc, workspace)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, plan.output)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _link_beside_output(plan: ExportPlan, objects: list[Path], linker: str | None,
+                        workspace: Path, seal: Callable[[Path], None], mode: int) -> None:
+    """Link |objects| and the blob object into a file beside the output, |seal| it, and
+    rename it over the output, so the output is complete or absent, never half."""
+    if plan.has_blob:
+        objects = [*objects, blob_object(plan, workspace, blob_writer(plan))]
+    if not objects:
+        raise ModpackError("nothing to export: the tree has no host code and no modules")
+    tmp = scratch_name(plan.output)
+    try:
+        _link(plan, tmp, objects, linker)
+        seal(tmp)
+        os.chmod(tmp, mode)
+        os.replace(tmp, plan.output)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _link(plan: ExportPlan, output: Path, objects: list[Path], linker: str | None) -> None:
+    """Run the plan's fcompile: |objects| linked (or archived) into |output|."""
+    options = list(plan.options)
+    if (plan.fcompile is create_shared and not plan.placed and plan.payload_bytes >= LARGE_BLOB
+            and "MODPACK_LINKER" not in os.environ):
+        # GNU ld places x86-64 large sections after the data, so code-to-data references
+        # never span the blob; lld before 17 does not, and fails past 2 GiB.
+        options.append("-fuse-ld=bfd")
+    if plan.fcompile in (create_shared, create_tar):
+        plan.fcompile(output, objects, options, linker)
+    else:
+        plan.fcompile(str(output), [str(o) for o in objects], options)
+
+
+def _place_blob(linked: Path, output: Path, write_blob: BlobWriter, alignment: int,
+                payload_bytes: int) -> None:
+    """Copy the linked library into an anonymous file beside |output|, write the blob into it,
+    seal it, and put it in place of |output|."""
+    target = AnonymousOutput(output)
+    try:
+        with open(linked, "rb") as source:
+            shutil.copyfileobj(source, target.file)
+        huge = HUGE_SEGMENT_ALIGNMENT if payload_bytes >= WRITE_BEHIND_FROM else 0
+        seal_file(target.file, place_blob_into(target.file, output, write_blob, alignment, huge))
+        target.publish(0o755)
+    finally:
+        target.discard()

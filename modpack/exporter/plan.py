@@ -1,0 +1,153 @@
+"""What an export will do, decided before it does anything: :func:`plan_export`.
+
+Why a step of its own: every check of ``export_library``'s arguments runs before a compiler
+starts or a file is written, so a wrong argument fails at once and leaves nothing behind. The
+decisions those arguments lead to (the packer, the alignment, a placed or a linked blob, the
+payload's size) are made here too, once, so the later steps only carry them out.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModpackError, ModpackWarning
+from ..format import ALIGNMENT
+from ..format.image import PLACEABLE_MACHINES
+from ..format.section import machine_name
+from ..modules.tree import HostNode, Node, shadowed_kernels
+from ..serializer import ModuleSerializer
+from ..toolchain.cc import (
+    Toolchain,
+    compilers_for_target,
+    create_shared,
+    create_tar,
+    target_machine,
+)
+from .system_lib import check_system_lib
+
+__all__ = ["ExportPlan", "plan_export"]
+
+_PACKERS = ("auto", "elf", "asm", "llvm")
+# What export_library writes without an explicit fcompile: a .so (possibly versioned) or a .tar.
+_KNOWN_SUFFIX = re.compile(r".*(\.so(\.\d+)*|\.tar)")
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """Everything an export does, decided: its arguments checked and completed (the compilers
+    for ``target``, the default ``fcompile``), the indexed tree, and how the blob gets into the
+    output."""
+
+    output: Path  # resolved; its folder exists and is writable
+    serializer: ModuleSerializer  # the indexed (and validated) tree: host modules and blob
+    fcompile: Callable[..., Any]  # the link step: create_shared, create_tar or the caller's
+    as_tar: bool  # objects for a later link (a .tar), not a library
+    system_lib: str | None  # NAME of a system library (.o/.a), else None
+    cc: str | None
+    cxx: str | None
+    options: tuple[str, ...]  # extra compiler (and linker) flags
+    packer: str  # one of _PACKERS
+    fpack_imports: Callable[[Path, Path], Path] | None  # the caller's blob packer
+    alignment: int  # of each payload, and of the blob in memory
+    has_blob: bool  # the tree has more than host code
+    placed: bool  # the blob is written into the linked .so, not linked as an object
+    payload_bytes: int  # all payloads together
+
+    @property
+    def toolchain(self) -> Toolchain:
+        """The compilers the host modules are compiled with."""
+        return Toolchain(self.cc, self.cxx)
+
+    @property
+    def host_modules(self) -> list[HostNode]:
+        """The host (DSO) modules, compiled into the library's own code."""
+        return self.serializer.plan.dso_modules
+
+
+def plan_export(
+    root: Node,
+    path: str | os.PathLike,
+    fcompile: Callable[..., Any] | None = None,
+    *,
+    options: Sequence[str] | None = None,
+    cc: str | None = None,
+    cxx: str | None = None,
+    packer: str = "auto",
+    fpack_imports: Callable[[Path, Path], Path] | None = None,
+    payload_alignment: int | None = None,
+    system_lib: str | None = None,
+    target: str | None = None,
+) -> ExportPlan:
+    """Check the arguments of ``export_library`` and decide what it does, before any work
+    (raising ``ModpackError`` or ``ValueError`` for a wrong argument; warning of kernels
+    that shadow others)."""
+    output = Path(path).resolve()
+    _check_destination(output)
+    if target is not None:  # the one choice: every later step asks cc what it builds for
+        cc, cxx = compilers_for_target(target, cc, cxx)
+    if system_lib is not None:
+        check_system_lib(system_lib, output, fcompile)
+    if packer not in _PACKERS:
+        raise ValueError(f"packer must be one of {sorted(_PACKERS)}, not {packer!r}")
+    alignment = payload_alignment or ALIGNMENT
+    if alignment < ALIGNMENT or alignment & (alignment - 1):
+        raise ValueError(f"payload_alignment must be a power of two >= {ALIGNMENT}")
+    if fcompile is None and system_lib is None:
+        _check_suffix(output)
+    as_tar = output.suffix == ".tar" if fcompile is None else fcompile is create_tar
+    if fcompile is None:
+        fcompile = create_tar if as_tar else create_shared
+    serializer = ModuleSerializer(root)  # validates the tree before any work
+    nodes = serializer.plan.nodes
+    _warn_of_shadowed_kernels(nodes)
+    has_blob = len(nodes) > 1 or nodes[0] is not None
+    placed = (has_blob and not as_tar and fpack_imports is None and system_lib is None
+              and machine_name(target_machine(cc)) in PLACEABLE_MACHINES)
+    return ExportPlan(
+        output=output, serializer=serializer, fcompile=fcompile, as_tar=as_tar,
+        system_lib=system_lib, cc=cc, cxx=cxx, options=tuple(options or ()), packer=packer,
+        fpack_imports=fpack_imports, alignment=alignment, has_blob=has_blob, placed=placed,
+        payload_bytes=sum(n.payload_size() for n in nodes if n))
+
+
+def _check_destination(output: Path) -> None:
+    """Fail before any work for a destination that cannot be written."""
+    if output.is_dir():
+        raise ModpackError(f"cannot export to {output}: it is a directory; give a file path, "
+                           f"e.g. {output / 'deploy.so'}")
+    if not output.parent.is_dir():
+        raise ModpackError(f"cannot export to {output}: the folder {output.parent} does not exist")
+    if not os.access(output.parent, os.W_OK | os.X_OK):
+        raise ModpackError(f"cannot export to {output}: the folder {output.parent} is not "
+                           "writable by this user")
+    if output.exists() and not output.is_file():
+        raise ModpackError(f"cannot export to {output}: it exists and is not a regular file")
+
+
+def _check_suffix(output: Path) -> None:
+    """Fail for an output the default fcompile does not write (it writes .so and .tar)."""
+    if not _KNOWN_SUFFIX.fullmatch("".join(output.suffixes[-3:])):
+        given = output.suffix or "a file without a suffix"
+        raise ModpackError(
+            f"cannot export to {output}: export_library writes a shared library (.so, or "
+            f".so.N) or objects to link later (.tar), not {given}; for a relocatable object or "
+            "archive (.o, .a) to link into a program, give system_lib='NAME'; any other format "
+            "needs an explicit fcompile=")
+
+
+def _warn_of_shadowed_kernels(nodes: Sequence[Node | None]) -> None:
+    """Warn, at the user's call, of kernels a lookup by plain name finds only once."""
+    shadowed = shadowed_kernels(nodes)
+    if shadowed:
+        # stacklevel: here, plan_export, export_library, Module.export_library, the user's call
+        warnings.warn(
+            f"kernels {shadowed} are defined by more than one device module: a lookup by the "
+            "plain name finds the first in import order only; name the modules "
+            "(opencl_module(..., name='fp16')) and call 'fp16/kernel'",
+            ModpackWarning, stacklevel=5)
