@@ -17,11 +17,11 @@ static mp_status_t context_get_function(void* ctx, const char* name, void** out_
   mp_module_t* node = ctx;
   mp_library_t* library = node ? mp_module_library(node) : NULL;
   if (!library) return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up '%s' before load", name);
-  mp_context_entry_t* entry;
-  MP_RETURN_IF_ERROR(mp_library_entry(library, name, &entry));
+  mp_host_lookup_t* entry;
+  MP_RETURN_IF_ERROR(mp_host_lookup_entry(mp_library_lookups(library), name, &entry));
   /* Fail now, not at the first call, when the function does not exist. */
   mp_function_t* function;
-  MP_RETURN_IF_ERROR(mp_library_entry_resolve(entry, &function));
+  MP_RETURN_IF_ERROR(mp_host_lookup_resolve(entry, &function));
   mp_function_release(function);
   *out_function = entry;
   return MP_OK;
@@ -29,10 +29,10 @@ static mp_status_t context_get_function(void* ctx, const char* name, void** out_
 
 static mp_status_t context_call(void* function, const mp_value_t* args, int32_t num_args,
                                 mp_value_t* out_ret) {
-  mp_context_entry_t* entry = function;
+  mp_host_lookup_t* entry = function;
   if (!entry) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "host code called a NULL function");
   mp_function_t* f;
-  MP_RETURN_IF_ERROR(mp_library_entry_resolve(entry, &f));
+  MP_RETURN_IF_ERROR(mp_host_lookup_resolve(entry, &f));
   mp_status_t status = mp_function_call(f, args, num_args, out_ret);
   mp_function_release(f);
   return status;

@@ -1,19 +1,19 @@
 /* A loaded deployable library: the dlopen'd file, the set of libraries alive in the process
  * (so loading a file whose tree lives returns that tree), its "library" node (the host code's
- * place in the tree), and the functions its host code looked up through its context.
+ * place in the tree), the blob's place in its mapping, and what its host code looked up
+ * through its context. Made of library.c (its life), library_node.c (its node) and
+ * blob_location.c; the state they share is in library_state.h.
  *
- * Locking: loads are serialised by the library lock (recursive: a loader may load). It guards
- * the set of live libraries, each library's root and "library" node. */
+ * Locking: loads are serialised by the library lock (load/library_lock.h). */
 #ifndef MODPACK_LOAD_LIBRARY_H_
 #define MODPACK_LOAD_LIBRARY_H_
 
 #include <stdbool.h>
 
 #include "load/file.h"
+#include "load/host_lookups.h"
+#include "load/library_lock.h"
 #include "modpack/kind.h"
-
-void mp_library_lock(void);
-void mp_library_unlock(void);
 
 /* The library of the file |path| (a resolved path), open as |fd| (taken over in every case),
  * whose version is |id|: the live one if that version of that file is loaded (*out_existing
@@ -23,13 +23,13 @@ void mp_library_unlock(void);
  * refused, since its old mapping no longer matches it. Caller holds the library lock. */
 mp_status_t mp_library_open(const char* path, int fd, const mp_file_id_t* id,
                             mp_library_t** out_library, bool* out_existing);
-/* The root of the library's live tree (a new reference), or NULL when there is none. Caller
- * holds the library lock. */
 /* The same for a system library linked into the program (its description validated by the
  * caller); there is no file, and nothing is mapped or unmapped. Under the library lock. */
 mp_status_t mp_library_open_system(const mp_system_lib_t* system, mp_library_t** out_library,
                                    bool* out_existing);
 
+/* The root of the library's live tree (a new reference), or NULL when there is none. Caller
+ * holds the library lock. */
 mp_module_t* mp_library_live_root(mp_library_t* library);
 /* Remember |root| as the root of the library's live tree (not retained). Caller holds the
  * library lock. */
@@ -52,17 +52,8 @@ void mp_library_adopt_module(mp_library_t* library, mp_module_t* module);
  * true, its imports already wired), else a new one. Caller holds the library lock. */
 mp_status_t mp_library_node(mp_library_t* library, mp_module_t** out_node, bool* out_reused);
 
-/* A function host code looked up through its context. Host code keeps the pointer (in a
- * static) for as long as the library is loaded, so entries belong to the library, not to its
- * "library" node. */
-typedef struct mp_context_entry mp_context_entry_t;
-
-/* The entry for |name|, created on first use; the same pointer for every lookup of |name|. */
-mp_status_t mp_library_entry(mp_library_t* library, const char* name,
-                             mp_context_entry_t** out_entry);
-/* The function |entry| names (a new reference): resolved among the imports of the library's
- * current "library" node on first use, and again after that node died. */
-mp_status_t mp_library_entry_resolve(mp_context_entry_t* entry, mp_function_t** out_function);
+/* The functions the library's host code looked up (load/host_lookups.h). */
+mp_host_lookups_t* mp_library_lookups(mp_library_t* library);
 
 /* |array| (a CPU array of the library's tree, e.g. a const module's weights) on |device|: copied
  * there the first time it is asked for and kept for the life of the library (so for every tree

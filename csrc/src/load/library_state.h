@@ -1,0 +1,28 @@
+/* The state of a loaded library (mp_library_t), shared by the files that make up the library
+ * object: library.c (its life and the set of live libraries), library_node.c (its "library"
+ * module) and blob_location.c (the blob's place in its mapping). Nothing else includes this:
+ * the rest of the runtime goes through load/library.h. */
+#ifndef MODPACK_LOAD_LIBRARY_STATE_H_
+#define MODPACK_LOAD_LIBRARY_STATE_H_
+
+#include <stdatomic.h>
+
+#include "load/device_array_cache.h"
+#include "load/file.h"
+#include "load/host_lookups.h"
+#include "modpack/modpack.h"
+
+struct mp_library {
+  atomic_long refcount;
+  const mp_system_lib_t* system; /* a system library (no handle, no file), or NULL */
+  void* handle;                  /* from dlopen */
+  int fd; /* the file, open while loaded: dlopen knows the library by its /proc name */
+  char dlopen_name[64]; /* that name ("" when dlopen had the path: no /proc) */
+  mp_file_id_t id;
+  char* path;
+  mp_module_t* root;           /* the root of its live tree (not owned), under the library lock */
+  mp_host_lookups_t lookups;   /* its host code's lookups; lookups.node is its "library" node */
+  mp_device_array_cache_t device_arrays; /* its const arrays copied to devices */
+};
+
+#endif /* MODPACK_LOAD_LIBRARY_STATE_H_ */
