@@ -18,9 +18,10 @@ CSRC = ROOT / "csrc"
 # the device kinds, first): a new kind's header is read without an edit here.
 _KINDS = sorted((CSRC / "include" / "modpack" / "kinds").glob("*.h"),
                 key=lambda p: (p.name != "kernel.h", p.name))
-HEADERS = ["dlpack/dlpack.h"] + [
-    f"modpack/{name}" for name in ("abi.h", "format.h", "system_lib.h", "modpack.h", "kind.h")
-] + [f"modpack/kinds/{p.name}" for p in _KINDS]
+_CORE = ("abi.h", "format.h", "weights.h", "system_lib.h", "modpack.h", "kind.h")
+HEADERS = ["dlpack/dlpack.h"] + [f"modpack/{name}" for name in _CORE] + [
+    f"modpack/kinds/{p.name}" for p in _KINDS
+]
 # String constants of the headers (cffi's cdef takes only integer #defines): declared here,
 # their values compiled from the headers' macros, so Python reads names such as the blob
 # symbol from the one place C defines them.
@@ -30,6 +31,8 @@ static const char *const MP_SEAL_MAGIC;
 static const char *const MP_SIGNATURE_MAGIC;
 static const char *const MP_SIGNATURES_MAGIC;
 static const char *const MP_SIGNATURE_CONTEXT;
+static const char *const MP_WEIGHTS_MAGIC;
+static const char *const MP_WEIGHTS_SIGNATURE_CONTEXT;
 static const char *const MP_BLOB_SYMBOL;
 static const char *const MP_LIB_TYPE_KEY;
 static const char *const MP_LIBRARY_TYPE_KEY;

@@ -40,6 +40,7 @@
 #include "modpack/dltensor.h"
 #include "modpack/format.h"
 #include "modpack/system_lib.h"
+#include "modpack/weights.h"
 
 #ifdef __cplusplus
 extern "C" {
