@@ -39,7 +39,8 @@ _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
                 allow_unsealed: bool = False,
-                trusted_keys: Iterable[TrustedKey] | None = None) -> LoadedModule | Any:
+                trusted_keys: Iterable[TrustedKey] | None = None,
+                private_copy: bool = False) -> LoadedModule | Any:
     """Load a library made by ``export_library`` and return the root of its module tree (a
     :class:`~modpack.runtime.module.LoadedModule`, or the object a Python loader made when the
     root is such a module).
@@ -60,10 +61,15 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
     (a ``FileNotFoundError``).
 
     ``trusted_keys`` (Ed25519 public keys: PEM bytes, PEM files' paths, or 32 raw bytes) loads
-    the library only if a signature by one of them holds (``modpack sign``): the file is read
-    once into a sealed in-memory copy, the signatures are checked over that copy and that copy
-    is what loads, all before any of its code runs; otherwise
-    :class:`~modpack.SignatureError`. Without it, signatures are ignored.
+    the library only if a signature by one of them holds (``modpack sign``), checked before any
+    of its code runs; otherwise :class:`~modpack.SignatureError`. The file is read once: what
+    the process runs or parses (code, headers, the blob's index, device code) is copied into a
+    sealed in-memory copy as it is hashed, and that copy is what loads; the weights (const
+    arrays) are hashed through a read-only mapping of the file, which the arrays then point
+    into, shared with every other process. A writer who changes the file afterwards cannot
+    change the code, but can change the weights the process reads: ``private_copy=True``
+    copies them too (their size in memory, per process). docs/trust.md says what each
+    guarantees. Without ``trusted_keys``, signatures are ignored.
     """
     path = Path(path)
     if not path.exists():
@@ -72,7 +78,11 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
         raise ArgumentError(f"{path} is not a regular file: give the path of an exported "
                             ".so or .tar")
     flags = (0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) | (
-        lib.MP_LOAD_ALLOW_UNSEALED if allow_unsealed else 0)
+        lib.MP_LOAD_ALLOW_UNSEALED if allow_unsealed else 0) | (
+        lib.MP_LOAD_PRIVATE_COPY if private_copy else 0)
+    if private_copy and trusted_keys is None:
+        raise ArgumentError("private_copy=True is for signed loads: give trusted_keys too (an "
+                            "unsigned load maps the file, checked by its seal and checksums)")
     out = ffi.new("mp_module_t**")
     if trusted_keys is not None:
         if path.suffix == ".tar":

@@ -102,6 +102,11 @@ enum {
    * seal): its code, headers and blob index are then not checked before dlopen. A library
    * with a seal is always checked. */
   MP_LOAD_ALLOW_UNSEALED = 2,
+  /* For a signed load: copy every byte of the file, payloads included, into private memory
+   * before checking it, instead of leaving the weights mapped from the file. A writer who
+   * changes the file after the load then changes nothing the process sees; the price is the
+   * payloads' size in memory, in every process (docs/trust.md). */
+  MP_LOAD_PRIVATE_COPY = 4,
 };
 
 /* Load a deployable library: check the file's seal (format.h) before anything of it is
@@ -134,19 +139,23 @@ typedef struct {
 MP_API mp_status_t mp_trusted_key_from_pem(const char* pem, uint64_t length,
                                            mp_trusted_key_t* out_key);
 
-/* Load |path| only if a signature by one of |keys| (at most 16) verifies, before any byte of it
- * is mapped or any of its code runs: the file is read once into a sealed memfd, the signatures
- * are checked over that copy, and that copy is what is then checked like any file (seal, blob)
- * and loaded, so a file replaced or rewritten meanwhile cannot get in. MP_ERR_UNTRUSTED, saying
- * why, for a library unsigned, signed by no trusted key, or changed since. Each call loads a
- * tree of its own. */
+/* Load |path| only if a signature by one of |keys| (at most 16) verifies, before any of its
+ * code runs or any byte of it is mapped for use. The file is read once and hashed. Everything
+ * the process will run or parse (code, headers, the blob's index, device code) is copied as it
+ * is read into a sealed memfd, which is what is then loaded, so a file replaced or rewritten
+ * meanwhile cannot get in; the data of const modules (weights) is hashed through a read-only
+ * mapping of the file and that mapping is what the arrays point into: shared with every other
+ * process, one copy in the page cache. MP_LOAD_PRIVATE_COPY copies the weights too.
+ * MP_ERR_UNTRUSTED, saying why, for a library unsigned, signed by no trusted key, or changed
+ * since. Each call loads a tree of its own. What this guarantees: docs/trust.md. */
 MP_API mp_status_t mp_module_load_signed(const char* path, const mp_trusted_key_t* keys,
                                          uint64_t num_keys, uint32_t flags,
                                          mp_module_t** out_module);
 
-/* The signatures of the file at |path| (nothing is mapped or run), checked against |keys| (may
- * be none): each signer in |out_infos| (up to |capacity|), their number in *out_count (0:
- * unsigned). MP_ERR_FORMAT for a damaged signature block. */
+/* The signatures of the file at |path| (nothing is mapped or run, nothing copied), checked
+ * against |keys| (may be none; the file is hashed only when one of them signed it): each signer
+ * in |out_infos| (up to |capacity|), their number in *out_count (0: unsigned). MP_ERR_FORMAT for
+ * a damaged signature block. */
 MP_API mp_status_t mp_signatures_check_file(const char* path, const mp_trusted_key_t* keys,
                                             uint64_t num_keys, mp_signature_info_t* out_infos,
                                             uint64_t capacity, uint64_t* out_count);

@@ -55,7 +55,9 @@ bool mp_type_key_is_valid(const char* key, uint64_t size, bool allow_reserved) {
 #define HEADER_FIELD(field) offsetof(mp_format_header_v1_t, field)
 #define ENTRY_FIELD(field) offsetof(mp_format_entry_v1_t, field)
 
-static mp_status_t parse_header(mp_const_byte_span_t bytes, mp_blob_info_t* h) {
+/* |available|: the bytes the blob may claim (bytes.size, or more when only its index is given). */
+static mp_status_t parse_header(mp_const_byte_span_t bytes, uint64_t available,
+                                mp_blob_info_t* h) {
   const uint8_t* p = bytes.data;
   if (bytes.size < MP_FORMAT_HEADER_SIZE)
     return mp_errorf(MP_ERR_FORMAT,
@@ -103,11 +105,11 @@ static mp_status_t parse_header(mp_const_byte_span_t bytes, mp_blob_info_t* h) {
                      "corrupt blob: index checksum mismatch (stored %016" PRIx64
                      ", computed %016" PRIx64 "); the file was damaged after export",
                      h->index_checksum, actual);
-  if (h->blob_size > bytes.size)
+  if (h->blob_size > available)
     return mp_errorf(MP_ERR_FORMAT,
                      "blob truncated: its index says %" PRIu64 " bytes but only %" PRIu64
                      " are present",
-                     h->blob_size, bytes.size);
+                     h->blob_size, available);
   if (h->index_size > h->blob_size)
     return mp_errorf(MP_ERR_FORMAT,
                      "corrupt blob header: index_size %" PRIu64 " exceeds blob_size %" PRIu64,
@@ -462,13 +464,14 @@ mp_status_t mp_blob_verify_payloads(const mp_blob_t* b) {
   return status;
 }
 
-mp_status_t mp_blob_parse(mp_const_byte_span_t bytes, uint32_t flags, mp_blob_t** out_blob) {
+static mp_status_t parse(mp_const_byte_span_t bytes, uint64_t available, uint32_t flags,
+                         mp_blob_t** out_blob) {
   *out_blob = NULL;
   if (!bytes.data) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_blob_parse: no bytes given");
   mp_blob_t* b = calloc(1, sizeof *b);
   if (!b) return mp_out_of_memory("a blob");
   b->bytes = bytes;
-  mp_status_t status = parse_header(bytes, &b->info);
+  mp_status_t status = parse_header(bytes, available, &b->info);
   if (status == MP_OK) status = parse_index(b, flags);
   if (status != MP_OK) {
     mp_blob_free(b);
@@ -476,6 +479,15 @@ mp_status_t mp_blob_parse(mp_const_byte_span_t bytes, uint32_t flags, mp_blob_t*
   }
   *out_blob = b;
   return MP_OK;
+}
+
+mp_status_t mp_blob_parse(mp_const_byte_span_t bytes, uint32_t flags, mp_blob_t** out_blob) {
+  return parse(bytes, bytes.size, flags, out_blob);
+}
+
+mp_status_t mp_blob_parse_index(mp_const_byte_span_t index, uint64_t available,
+                                mp_blob_t** out_blob) {
+  return parse(index, available, MP_LOAD_SKIP_PAYLOAD_CHECKSUMS, out_blob);
 }
 
 void mp_blob_info(const mp_blob_t* blob, mp_blob_info_t* out_info) {

@@ -1,4 +1,5 @@
-/* Where a loaded library's blob lies in its mapping (mp_library_locate_blob, load/library.h):
+/* Where a loaded library's blob lies in its mapping (mp_library_locate_blob, load/library.h),
+ * and where any read-only part of its file does (mp_library_readonly_address):
  * from the `__dev_mblob` symbol, checked against the library's seal and against the program
  * headers the dynamic loader keeps, so no read of the blob can run past the file. */
 #ifndef _GNU_SOURCE
@@ -80,3 +81,28 @@ mp_status_t mp_library_locate_blob(mp_library_t* library, const mp_seal_v1_t* se
   return MP_OK;
 }
 
+
+mp_status_t mp_library_readonly_address(mp_library_t* library, uint64_t offset, uint64_t size,
+                                        void** out_address) {
+  *out_address = NULL;
+  struct link_map* map = NULL;
+  if (library->system || dlinfo(library->handle, RTLD_DI_LINKMAP, &map) != 0 || !map)
+    return mp_errorf(MP_ERR_INTERNAL, "'%s' has no mapping of its own", library->path);
+  phdr_query_t query = {map->l_addr, NULL, 0};
+  dl_iterate_phdr(find_phdrs, &query);
+  for (uint64_t i = 0; query.phdr && i < query.phnum; ++i) {
+    const ElfW(Phdr)* ph = &query.phdr[i];
+    if (ph->p_type != PT_LOAD || offset < ph->p_offset || offset - ph->p_offset > ph->p_filesz ||
+        size > ph->p_filesz - (offset - ph->p_offset))
+      continue;
+    if (ph->p_flags & (PF_W | PF_X))
+      return mp_errorf(MP_ERR_FORMAT,
+                       "'%s': bytes [%" PRIu64 ", +%" PRIu64 ") lie in a writable or executable "
+                       "segment",
+                       library->path, offset, size);
+    *out_address = (void*)(uintptr_t)(map->l_addr + ph->p_vaddr + (offset - ph->p_offset));
+    return MP_OK;
+  }
+  return mp_errorf(MP_ERR_FORMAT, "'%s': bytes [%" PRIu64 ", +%" PRIu64 ") lie in no segment",
+                   library->path, offset, size);
+}

@@ -60,7 +60,7 @@ mp_status_t mp_file_open(const char* path, int* out_fd, mp_file_id_t* out_id) {
   return MP_OK;
 }
 
-/* An unnamed file for the copy: a memfd, else one in the temporary folder. */
+/* An unnamed file for a copy: a memfd, else one in the temporary folder. */
 static int anonymous_file(bool* sealable) {
   *sealable = true;
 #ifdef MFD_ALLOW_SEALING
@@ -94,6 +94,13 @@ static bool write_all(int fd, const uint8_t* p, uint64_t size) {
   return true;
 }
 
+mp_status_t mp_file_anonymous(const char* purpose, int* out_fd, bool* out_sealable) {
+  *out_fd = anonymous_file(out_sealable);
+  if (*out_fd < 0)
+    return mp_errorf(MP_ERR_IO, "cannot create a file for %s: %s", purpose, strerror(errno));
+  return MP_OK;
+}
+
 static mp_status_t copy_failed(int fd, uint64_t size, const char* from) {
   int error = errno;
   close(fd);
@@ -102,50 +109,14 @@ static mp_status_t copy_failed(int fd, uint64_t size, const char* from) {
                    strerror(error));
 }
 
-/* Seal the filled copy |fd| and identify it. */
-static mp_status_t finish_copy(int fd, bool sealable, int* out_fd, mp_file_id_t* out_id);
-
-mp_status_t mp_file_copy(int source, uint64_t size, const char* path, int* out_fd,
-                         mp_file_id_t* out_id) {
-  *out_fd = -1;
-  bool sealable;
-  int fd = anonymous_file(&sealable);
-  if (fd < 0)
-    return mp_errorf(MP_ERR_IO, "cannot create a file for a copy of '%s': %s", path,
-                     strerror(errno));
-  enum { CHUNK = 1 << 20 };
-  uint8_t* buffer = malloc(CHUNK);
-  if (!buffer) {
-    close(fd);
-    return mp_out_of_memory("copying a library");
-  }
-  for (uint64_t done = 0; done < size;) {
-    size_t n = size - done < CHUNK ? (size_t)(size - done) : CHUNK;
-    if (!mp_file_read_at(source, buffer, n, done)) {
-      if (!errno) errno = EIO; /* the file shrank under us */
-      free(buffer);
-      return copy_failed(fd, size, path);
-    }
-    if (!write_all(fd, buffer, n)) {
-      free(buffer);
-      return copy_failed(fd, size, path);
-    }
-    done += n;
-  }
-  free(buffer);
-  return finish_copy(fd, sealable, out_fd, out_id);
-}
-
 mp_status_t mp_file_from_memory(const void* data, uint64_t size, int* out_fd,
                                 mp_file_id_t* out_id) {
   *out_fd = -1;
   bool sealable;
-  int fd = anonymous_file(&sealable);
-  if (fd < 0)
-    return mp_errorf(MP_ERR_IO, "cannot create a file for a library in memory: %s",
-                     strerror(errno));
+  int fd;
+  MP_RETURN_IF_ERROR(mp_file_anonymous("a library in memory", &fd, &sealable));
   if (!write_all(fd, data, size)) return copy_failed(fd, size, "memory");
-  return finish_copy(fd, sealable, out_fd, out_id);
+  return mp_file_finish_copy(fd, sealable, out_fd, out_id);
 }
 
 /* Seal |fd| against writes, growing and shrinking. The kernel refuses the write seal with EBUSY
@@ -166,7 +137,7 @@ static int seal_copy(int fd) {
 #endif
 }
 
-static mp_status_t finish_copy(int fd, bool sealable, int* out_fd, mp_file_id_t* out_id) {
+mp_status_t mp_file_finish_copy(int fd, bool sealable, int* out_fd, mp_file_id_t* out_id) {
   if (sealable && seal_copy(fd) != 0) {
     int error = errno;
     close(fd);
@@ -192,6 +163,22 @@ bool mp_file_read_at(int fd, void* buffer, size_t n, uint64_t offset) {
     p += got;
     n -= (size_t)got;
     offset += (uint64_t)got;
+  }
+  return true;
+}
+
+bool mp_file_write_at(int fd, const void* buffer, size_t n, uint64_t offset) {
+  const uint8_t* p = buffer;
+  while (n > 0) {
+    ssize_t wrote = pwrite(fd, p, n, (off_t)offset);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) {
+      if (wrote == 0) errno = ENOSPC;
+      return false;
+    }
+    p += wrote;
+    n -= (size_t)wrote;
+    offset += (uint64_t)wrote;
   }
   return true;
 }

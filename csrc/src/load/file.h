@@ -27,13 +27,18 @@ mp_status_t mp_file_open(const char* path, int* out_fd, mp_file_id_t* out_id);
  * unlinked at once). *out_id identifies it like a file's (each copy a file of its own). */
 mp_status_t mp_file_from_memory(const void* data, uint64_t size, int* out_fd, mp_file_id_t* out_id);
 
-/* The same, copying |size| bytes of the file open as |fd| (read once, from its start). */
-mp_status_t mp_file_copy(int fd, uint64_t size, const char* path, int* out_fd,
-                         mp_file_id_t* out_id);
+/* The parts of mp_file_from_memory, for copies filled piece by piece: a new unnamed file
+ * (*out_sealable: whether it can be sealed; |purpose| names it in messages), then, once it
+ * is filled, sealed and identified (its descriptor closed on failure). */
+mp_status_t mp_file_anonymous(const char* purpose, int* out_fd, bool* out_sealable);
+mp_status_t mp_file_finish_copy(int fd, bool sealable, int* out_fd, mp_file_id_t* out_id);
 
 /* Read exactly |n| bytes at |offset| of |fd| (retrying short reads and EINTR); false at the end
  * of the file or on an error (errno says which). */
 bool mp_file_read_at(int fd, void* buffer, size_t n, uint64_t offset);
+
+/* Write all |n| bytes at |offset| of |fd|; false with errno set otherwise. */
+bool mp_file_write_at(int fd, const void* buffer, size_t n, uint64_t offset);
 
 /* Whether |a| and |b| are the same file (device and inode). */
 bool mp_file_same_file(const mp_file_id_t* a, const mp_file_id_t* b);

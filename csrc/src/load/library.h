@@ -45,6 +45,11 @@ void* mp_library_symbol(const mp_library_t* library, const char* symbol);
 mp_status_t mp_library_locate_blob(mp_library_t* library, const mp_seal_v1_t* seal,
                                    mp_const_byte_span_t* out_bytes, bool* out_found);
 
+/* Where the file's bytes [offset, offset + size) are in the library's image: they must lie
+ * inside the file-backed part of one read-only (neither writable nor executable) segment. */
+mp_status_t mp_library_readonly_address(mp_library_t* library, uint64_t offset, uint64_t size,
+                                        void** out_address);
+
 /* Make |library| the owner of |module|, a module loaded from it (the module keeps it alive
  * and it forgets the module when the module dies). */
 void mp_library_adopt_module(mp_library_t* library, mp_module_t* module);

@@ -14,10 +14,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/crypto.h"
 #include "core/error.h"
 #include "core/registry.h"
 #include "kinds/builtin.h"
-#include "load/crypto.h"
 #include "load/elf_check.h"
 #include "load/file.h"
 #include "load/library.h"
@@ -25,6 +25,7 @@
 #include "load/signatures.h"
 #include "load/trace.h"
 #include "load/tree.h"
+#include "load/verified_library.h"
 
 /* The tree of an opened library: the live one, or one built anew. Caller holds the lock. */
 static mp_status_t tree_of(mp_library_t* library, bool existing, uint32_t flags,
@@ -69,9 +70,10 @@ static mp_status_t check_file(int fd, const char* path, const mp_file_id_t* id, 
 }
 
 /* Load the library open as |fd| (the caller's until this returns; kept while loaded), known
- * in messages as |path|. Under the library lock. */
+ * in messages as |path|; for a signed library, |verified| holds the windows its copy leaves to
+ * the file (NULL otherwise). Under the library lock. */
 static mp_status_t load_fd(int fd, mp_file_id_t id, const char* path, uint32_t flags,
-                           mp_module_t** out_module) {
+                           mp_verified_library_t* verified, mp_module_t** out_module) {
   double clock = mp_trace_now_ms();
   mp_seal_v1_t seal;
   bool sealed;
@@ -86,7 +88,13 @@ static mp_status_t load_fd(int fd, mp_file_id_t id, const char* path, uint32_t f
   bool existing;
   MP_RETURN_IF_ERROR(mp_library_open(path, fd, &id, &library, &existing));
   mp_trace_phase(path, "dlopen", &clock, "");
-  mp_status_t status = tree_of(library, existing, flags, sealed ? &seal : NULL, out_module);
+  mp_status_t status = MP_OK;
+  if (verified && !existing) { /* a verified copy is a file of its own: never an existing one */
+    status = mp_verified_library_place(verified, library);
+    mp_trace_phase(path, "place payloads", &clock, "");
+  }
+  if (status == MP_OK)
+    status = tree_of(library, existing, flags, sealed ? &seal : NULL, out_module);
   mp_library_release(library); /* the modules hold it now (or it goes, on failure) */
   return status;
 }
@@ -104,7 +112,7 @@ mp_status_t mp_module_load_from_file(const char* path, uint32_t flags, mp_module
   int fd;
   mp_file_id_t id;
   mp_status_t status = mp_file_open(resolved, &fd, &id);
-  if (status == MP_OK) status = load_fd(fd, id, resolved, flags, out_module);
+  if (status == MP_OK) status = load_fd(fd, id, resolved, flags, NULL, out_module);
   mp_library_unlock();
   return status;
 }
@@ -112,65 +120,6 @@ mp_status_t mp_module_load_from_file(const char* path, uint32_t flags, mp_module
 mp_status_t mp_trusted_key_from_pem(const char* pem, uint64_t length, mp_trusted_key_t* out_key) {
   if (!out_key) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_trusted_key_from_pem: NULL out_key");
   return mp_crypto_ed25519_key_from_pem(pem, length, out_key->public_key);
-}
-
-/* The file at |path| read once into a sealed private copy (load/file.c), open as *out_fd and
- * mapped read-only at *out_bytes: what signatures are checked over, and what a signed load then
- * loads, so a file replaced, rewritten or truncated meanwhile changes nothing. */
-static mp_status_t private_copy(const char* path, int* out_fd, mp_file_id_t* out_id,
-                                const uint8_t** out_bytes) {
-  *out_bytes = NULL;
-  int source;
-  mp_file_id_t source_id;
-  MP_RETURN_IF_ERROR(mp_file_open(path, &source, &source_id));
-  mp_status_t status = mp_file_copy(source, source_id.size, path, out_fd, out_id);
-  close(source);
-  MP_RETURN_IF_ERROR(status);
-  if (out_id->size == 0) return MP_OK;
-  void* map = mmap(NULL, (size_t)out_id->size, PROT_READ, MAP_SHARED, *out_fd, 0);
-  if (map == MAP_FAILED) {
-    int error = errno;
-    close(*out_fd);
-    return mp_errorf(MP_ERR_IO, "cannot map the copy of '%s': %s", path, strerror(error));
-  }
-  *out_bytes = map;
-  return MP_OK;
-}
-
-static const char* hex_id(const uint8_t id[32], char buffer[17]) {
-  for (int i = 0; i < 8; ++i) snprintf(buffer + 2 * i, 3, "%02x", id[i]);
-  return buffer;
-}
-
-/* MP_OK when a trusted key's signature verified over |bytes|; else MP_ERR_UNTRUSTED saying
- * why (unsigned, signed by others, or altered). */
-static mp_status_t require_trusted(const uint8_t* bytes, uint64_t size, const char* path,
-                                   const mp_trusted_key_t* keys, uint64_t num_keys) {
-  mp_signature_info_t infos[8];
-  uint64_t count;
-  bool trusted;
-  MP_RETURN_IF_ERROR(
-      mp_signatures_verify(bytes, size, path, keys, num_keys, infos, 8, &count, &trusted));
-  if (trusted) return MP_OK;
-  if (count == 0)
-    return mp_errorf(MP_ERR_UNTRUSTED,
-                     "'%s' is not signed, and a trusted signature is required: sign it (`modpack "
-                     "sign FILE --key KEY.pem`) or load it without trusted_keys",
-                     path);
-  for (uint64_t i = 0; i < count && i < 8; ++i) {
-    char id[17];
-    if (infos[i].trusted)
-      return mp_errorf(MP_ERR_UNTRUSTED,
-                       "'%s' was changed after it was signed: the signature by trusted key %s "
-                       "does not match its bytes; get the library again from its source",
-                       path, hex_id(infos[i].key_id, id));
-  }
-  char id[17];
-  return mp_errorf(MP_ERR_UNTRUSTED,
-                   "'%s' is signed only by keys that are not trusted here (%" PRIu64
-                   " signature%s, the first by key %s): add the signer's public key to the trusted "
-                   "keys if it is one you trust",
-                   path, count, count == 1 ? "" : "s", hex_id(infos[0].key_id, id));
 }
 
 mp_status_t mp_module_load_signed(const char* path, const mp_trusted_key_t* keys, uint64_t num_keys,
@@ -187,20 +136,25 @@ mp_status_t mp_module_load_signed(const char* path, const mp_trusted_key_t* keys
   if (!realpath(path, resolved))
     return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
                      strerror(errno));
-  int fd;
-  mp_file_id_t id;
-  const uint8_t* bytes;
-  MP_RETURN_IF_ERROR(private_copy(resolved, &fd, &id, &bytes));
-  mp_status_t status = require_trusted(bytes, id.size, resolved, keys, num_keys);
-  if (bytes) munmap((void*)bytes, (size_t)id.size);
-  if (status != MP_OK) {
-    close(fd);
-    return status;
+  mp_verified_library_t verified;
+  MP_RETURN_IF_ERROR(mp_verified_library_make(resolved, keys, num_keys,
+                                              flags & MP_LOAD_PRIVATE_COPY, &verified));
+  if (mp_trace_enabled()) {
+    char detail[128];
+    snprintf(detail, sizeof detail, "SHA-256 over %" PRIu64 " bytes, %.2f GB/s, %" PRIu64
+             " payload windows left in the file", verified.hashed,
+             verified.hash_ms > 0 ? (double)verified.hashed / verified.hash_ms / 1e6 : 0.0,
+             verified.window_count);
+    double start = mp_trace_now_ms() - verified.hash_ms;
+    mp_trace_phase(resolved, "signature", &start, detail);
   }
   mp_kinds_register_builtin();
   mp_library_lock();
-  status = load_fd(fd, id, resolved, flags, out_module);
+  /* The signature covered every byte, payloads included: their checksums would add nothing. */
+  mp_status_t status = load_fd(verified.fd, verified.id, resolved,
+                               flags | MP_LOAD_SKIP_PAYLOAD_CHECKSUMS, &verified, out_module);
   mp_library_unlock();
+  mp_verified_library_discard(&verified);
   return status;
 }
 
@@ -209,17 +163,7 @@ mp_status_t mp_signatures_check_file(const char* path, const mp_trusted_key_t* k
                                      uint64_t capacity, uint64_t* out_count) {
   if (!path || !out_count || (num_keys > 0 && !keys))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_signatures_check_file: NULL argument");
-  *out_count = 0;
-  int fd;
-  mp_file_id_t id;
-  const uint8_t* bytes;
-  MP_RETURN_IF_ERROR(private_copy(path, &fd, &id, &bytes));
-  close(fd); /* the mapping stays */
-  bool trusted;
-  mp_status_t status = mp_signatures_verify(bytes, id.size, path, keys, num_keys, out_infos,
-                                            capacity, out_count, &trusted);
-  if (bytes) munmap((void*)bytes, (size_t)id.size);
-  return status;
+  return mp_verified_library_check(path, keys, num_keys, out_infos, capacity, out_count);
 }
 
 /* A description made by export_library is well formed; anything else (a pointer to the wrong
@@ -282,7 +226,7 @@ mp_status_t mp_module_load_from_memory(const void* data, uint64_t size, uint32_t
            id.inode);
   mp_kinds_register_builtin();
   mp_library_lock();
-  mp_status_t status = load_fd(fd, id, name, flags, out_module);
+  mp_status_t status = load_fd(fd, id, name, flags, NULL, out_module);
   mp_library_unlock();
   return status;
 }

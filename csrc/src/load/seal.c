@@ -84,24 +84,31 @@ static mp_status_t check_fields(const mp_seal_v1_t* s, uint64_t file_size, const
   return MP_OK;
 }
 
-mp_status_t mp_seal_check_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out) {
-  uint8_t raw[MP_SEAL_SIZE];
+mp_status_t mp_seal_read_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out,
+                            uint8_t raw[MP_SEAL_SIZE], uint64_t* out_sealed_size) {
   bool read =
-      file_size >= MP_SEAL_SIZE && mp_file_read_at(fd, raw, sizeof raw, file_size - MP_SEAL_SIZE);
+      file_size >= MP_SEAL_SIZE && mp_file_read_at(fd, raw, MP_SEAL_SIZE, file_size - MP_SEAL_SIZE);
   if (read && memcmp(raw + MP_SEAL_SIZE - 8, MP_SIGNATURES_MAGIC, 8) == 0) {
     /* A signed library: its seal ends where its signature block begins. */
     uint64_t signatures;
     MP_RETURN_IF_ERROR(mp_signatures_locate(fd, file_size, path, &file_size, &signatures));
     read =
-        file_size >= MP_SEAL_SIZE && mp_file_read_at(fd, raw, sizeof raw, file_size - MP_SEAL_SIZE);
+        file_size >= MP_SEAL_SIZE && mp_file_read_at(fd, raw, MP_SEAL_SIZE, file_size - MP_SEAL_SIZE);
   }
   if (!read || memcmp(raw + offsetof(mp_seal_v1_t, magic), MP_SEAL_MAGIC, sizeof out->magic) != 0)
     return mp_errorf(MP_ERR_NOT_FOUND,
                      "'%s' carries no modpack seal: it was damaged or truncated, or linked "
                      "without modpack's export (by hand, or by a modpack before the seal)",
                      path);
-  mp_seal_v1_t seal = decode(raw);
-  MP_RETURN_IF_ERROR(check_fields(&seal, file_size, path));
+  *out = decode(raw);
+  *out_sealed_size = file_size;
+  return check_fields(out, file_size, path);
+}
+
+mp_status_t mp_seal_check_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out) {
+  uint8_t raw[MP_SEAL_SIZE];
+  mp_seal_v1_t seal;
+  MP_RETURN_IF_ERROR(mp_seal_read_fd(fd, file_size, path, &seal, raw, &file_size));
 
   uint8_t* buffer = malloc(CHUNK);
   mp_hash128_t* hash = mp_hash128_new();

@@ -8,4 +8,11 @@
  * messages. */
 mp_status_t mp_seal_check_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out);
 
+/* The seal's fields, read and checked against the file, without hashing anything: where the
+ * blob and the payloads lie (to plan reads; untrusted until mp_seal_check_fd or a signature
+ * vouches for the bytes). |raw| receives the trailer's bytes and *out_sealed_size the size of
+ * the sealed file (before a signature block). MP_ERR_NOT_FOUND when there is no seal. */
+mp_status_t mp_seal_read_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out,
+                            uint8_t raw[MP_SEAL_SIZE], uint64_t* out_sealed_size);
+
 #endif /* MODPACK_LOAD_SEAL_H_ */

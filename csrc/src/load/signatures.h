@@ -13,13 +13,22 @@
 mp_status_t mp_signatures_locate(int fd, uint64_t file_size, const char* path,
                                  uint64_t* out_signed_size, uint64_t* out_count);
 
-/* Check the signatures of the whole file at |file| (|size| bytes, read into memory) against
- * |keys|: each record's signer goes to |out_infos| (up to |capacity|), *out_count gets the
- * number of records and *out_trusted that at least one record by a trusted key verified.
- * MP_ERR_FORMAT for a malformed block. */
-mp_status_t mp_signatures_verify(const uint8_t* file, uint64_t size, const char* path,
-                                 const mp_trusted_key_t* keys, uint64_t num_keys,
-                                 mp_signature_info_t* out_infos, uint64_t capacity,
-                                 uint64_t* out_count, bool* out_trusted);
+/* The |count| records at |records| (the block after the sealed file, read by the caller): each
+ * record's signer in |out_infos| (up to |capacity|; `trusted` when its key is one of |keys|,
+ * at most 16). With a |message|, each trusted signer's signature is checked over it (`valid`)
+ * and *out_trusted says whether one holds; without, nothing is checked (tools listing signers,
+ * callers finding out whether a digest is worth computing). MP_ERR_FORMAT for a malformed
+ * record. What is signed: MP_SIGNATURE_CONTEXT then the SHA-256 of the sealed file, for a
+ * library; MP_WEIGHTS_SIGNATURE_CONTEXT then the content digest, for a weight file. */
+mp_status_t mp_signatures_check(const uint8_t* records, uint64_t count, const char* path,
+                                const mp_trusted_key_t* keys, uint64_t num_keys,
+                                const uint8_t* message, uint64_t message_size,
+                                mp_signature_info_t* out_infos, uint64_t capacity,
+                                bool* out_trusted);
+
+/* MP_OK when |trusted|; else MP_ERR_UNTRUSTED saying why: unsigned (|count| 0), changed since
+ * a trusted key signed it, or signed by others only (from the first |known| of |infos|). */
+mp_status_t mp_signatures_require_trusted(const mp_signature_info_t* infos, uint64_t count,
+                                          uint64_t known, bool trusted, const char* path);
 
 #endif /* MODPACK_LOAD_SIGNATURES_H_ */

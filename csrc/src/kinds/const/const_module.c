@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/registry.h"
+#include "kinds/const/const_payload.h"
 #include "modpack/kinds/const.h"
 
 typedef struct {
@@ -189,6 +190,33 @@ static mp_status_t load_const(void* user_data, const mp_loader_args_t* args,
     return status;
   }
   return mp_module_create("const", &const_vtable, m, out_module);
+}
+
+uint64_t mp_const_metadata_size(const uint8_t* header, uint64_t payload_size) {
+  if (payload_size < sizeof(mp_const_header_v1_t)) return payload_size;
+  uint64_t count = mp_load_le64(header + HEADER_FIELD(array_count));
+  uint64_t room = (payload_size - sizeof(mp_const_header_v1_t)) / sizeof(mp_const_record_v1_t);
+  return sizeof(mp_const_header_v1_t) +
+         (count < room ? count : room) * sizeof(mp_const_record_v1_t);
+}
+
+mp_status_t mp_const_data_start(const uint8_t* head, uint64_t head_size, uint64_t payload_size,
+                                uint64_t* out_start) {
+  *out_start = payload_size;
+  if (head_size < sizeof(mp_const_header_v1_t) || head_size > payload_size ||
+      mp_load_le32(head + HEADER_FIELD(version)) != MP_CONST_PAYLOAD_VERSION)
+    return mp_errorf(MP_ERR_FORMAT, "not a const payload header");
+  uint64_t count = mp_load_le64(head + HEADER_FIELD(array_count));
+  if (count > (head_size - sizeof(mp_const_header_v1_t)) / sizeof(mp_const_record_v1_t))
+    return mp_errorf(MP_ERR_FORMAT, "const payload records beyond the bytes read");
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint8_t* r = head + sizeof(mp_const_header_v1_t) + i * sizeof(mp_const_record_v1_t);
+    uint64_t offset = mp_load_le64(r + RECORD_FIELD(data_offset));
+    if (mp_load_le64(r + RECORD_FIELD(data_size)) > 0 && offset < *out_start)
+      *out_start = offset;
+  }
+  if (*out_start < head_size) return mp_errorf(MP_ERR_FORMAT, "const data among its records");
+  return MP_OK;
 }
 
 const mp_kind_t mp_const_kind = {

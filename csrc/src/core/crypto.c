@@ -1,13 +1,14 @@
-/* SHA-256 and Ed25519 from OpenSSL's libcrypto, loaded with dlopen (load/crypto.h). Only the
+/* SHA-256 and Ed25519 from OpenSSL's libcrypto, loaded with dlopen (core/crypto.h). Only the
  * handful of functions below are used; their prototypes are OpenSSL's stable ABI (1.1.1 and
  * 3.x), declared here with opaque pointer types so that no OpenSSL header is needed to build. */
-#include "load/crypto.h"
+#include "core/crypto.h"
 
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -20,6 +21,9 @@ typedef struct {
   const void* (*sha256)(void);
   int (*digest)(const void* data, size_t count, unsigned char* md, unsigned int* size,
                 const void* type, void* engine);
+  int (*digest_init)(void* ctx, const void* type, void* engine);
+  int (*digest_update)(void* ctx, const void* data, size_t count);
+  int (*digest_final)(void* ctx, unsigned char* md, unsigned int* size);
   void* (*pkey_new_raw_public_key)(int type, void* engine, const unsigned char* key, size_t len);
   int (*pkey_get_raw_public_key)(const void* pkey, unsigned char* pub, size_t* len);
   int (*pkey_id)(const void* pkey);
@@ -56,6 +60,9 @@ static void load_libcrypto(void) {
       {"EVP_MD_CTX_free", (void**)&crypto.md_ctx_free},
       {"EVP_sha256", (void**)&crypto.sha256},
       {"EVP_Digest", (void**)&crypto.digest},
+      {"EVP_DigestInit_ex", (void**)&crypto.digest_init},
+      {"EVP_DigestUpdate", (void**)&crypto.digest_update},
+      {"EVP_DigestFinal_ex", (void**)&crypto.digest_final},
       {"EVP_PKEY_new_raw_public_key", (void**)&crypto.pkey_new_raw_public_key},
       {"EVP_PKEY_get_raw_public_key", (void**)&crypto.pkey_get_raw_public_key},
       {"EVP_PKEY_free", (void**)&crypto.pkey_free},
@@ -97,6 +104,54 @@ mp_status_t mp_crypto_sha256(const void* data, uint64_t size, uint8_t out_digest
       length != 32)
     return mp_errorf(MP_ERR_INTERNAL, "SHA-256 failed in libcrypto");
   return MP_OK;
+}
+
+struct mp_sha256 {
+  void* ctx; /* an EVP_MD_CTX */
+};
+
+mp_status_t mp_sha256_begin(mp_sha256_t** out_hash) {
+  *out_hash = NULL;
+  MP_RETURN_IF_ERROR(need_libcrypto());
+  mp_sha256_t* hash = malloc(sizeof *hash);
+  void* ctx = hash ? crypto.md_ctx_new() : NULL;
+  if (!ctx) {
+    free(hash);
+    return mp_out_of_memory("a SHA-256 context");
+  }
+  if (crypto.digest_init(ctx, crypto.sha256(), NULL) != 1) {
+    crypto.md_ctx_free(ctx);
+    free(hash);
+    return mp_errorf(MP_ERR_INTERNAL, "SHA-256 failed in libcrypto");
+  }
+  hash->ctx = ctx;
+  *out_hash = hash;
+  return MP_OK;
+}
+
+mp_status_t mp_sha256_update(mp_sha256_t* hash, const void* data, uint64_t size) {
+  const uint8_t* p = data;
+  while (size > 0) { /* size_t may be narrower than the span */
+    size_t n = size > (1u << 30) ? (1u << 30) : (size_t)size;
+    if (crypto.digest_update(hash->ctx, p, n) != 1)
+      return mp_errorf(MP_ERR_INTERNAL, "SHA-256 failed in libcrypto");
+    p += n;
+    size -= n;
+  }
+  return MP_OK;
+}
+
+mp_status_t mp_sha256_finish(mp_sha256_t* hash, uint8_t out_digest[32]) {
+  unsigned int length = 0;
+  int ok = crypto.digest_final(hash->ctx, out_digest, &length);
+  mp_sha256_abandon(hash);
+  return ok == 1 && length == 32 ? MP_OK : mp_errorf(MP_ERR_INTERNAL, "SHA-256 failed in libcrypto");
+}
+
+void mp_sha256_abandon(mp_sha256_t* hash) {
+  if (!hash) return;
+  crypto.md_ctx_free(hash->ctx);
+  free(hash);
 }
 
 mp_status_t mp_crypto_ed25519_verify(const uint8_t public_key[32], const uint8_t signature[64],

@@ -1,0 +1,302 @@
+/* Signed libraries checked in one read, weights left file-backed (load/verified_library.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mremap */
+#endif
+#include "load/verified_library.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/blob.h"
+#include "core/bytes.h"
+#include "core/crypto.h"
+#include "core/error.h"
+#include "kinds/const/const_payload.h"
+#include "modpack/kinds/const.h"
+#include "load/library.h"
+#include "load/seal.h"
+#include "load/signatures.h"
+#include "load/trace.h"
+
+enum {
+  CHUNK = 1 << 20,
+  /* Smaller stretches of weights are copied: a window costs a mapping and a system call. */
+  MIN_WINDOW = 1 << 20,
+  /* The blob index read to plan windows; a larger one is simply copied. */
+  MAX_INDEX = 64 << 20,
+};
+
+/* ---- planning: which bytes stay in the file --------------------------------------------- */
+
+static uint64_t round_up(uint64_t value, uint64_t page) {
+  return (value + page - 1) / page * page;
+}
+
+/* Read [offset, offset + size) of |fd| into a new buffer (NULL on failure). */
+static uint8_t* read_part(int fd, uint64_t offset, uint64_t size) {
+  uint8_t* buffer = malloc(size ? size : 1);
+  if (buffer && !mp_file_read_at(fd, buffer, size, offset)) {
+    free(buffer);
+    return NULL;
+  }
+  return buffer;
+}
+
+/* The window over const payload |m| of the blob at |blob_offset|, if one is worth making. */
+static bool const_window(int fd, uint64_t blob_offset, const mp_blob_module_t* m, uint64_t page,
+                         mp_verified_window_t* out) {
+  uint64_t at = blob_offset + m->payload_offset;
+  uint8_t header[sizeof(mp_const_header_v1_t)];
+  if (m->payload_size < sizeof header || !mp_file_read_at(fd, header, sizeof header, at))
+    return false;
+  uint64_t head_size = mp_const_metadata_size(header, m->payload_size);
+  if (head_size > MAX_INDEX) return false;
+  uint8_t* head = read_part(fd, at, head_size);
+  uint64_t data_start;
+  bool ok = head && mp_const_data_start(head, head_size, m->payload_size, &data_start) == MP_OK;
+  free(head);
+  if (!ok) return false;
+  uint64_t begin = round_up(at + data_start, page);
+  uint64_t end = (at + m->payload_size) / page * page;
+  if (end < begin || end - begin < MIN_WINDOW) return false;
+  *out = (mp_verified_window_t){begin, end - begin, NULL};
+  return true;
+}
+
+/* The windows of the sealed file of |sealed_size| bytes: the page-aligned data of each const
+ * payload its blob index names. The index is read and validated here (untrusted: a wrong plan
+ * only moves bytes between the copy and the file, and the hash covers both in file order), so
+ * any failure simply means no windows. */
+static void plan_windows(int fd, uint64_t file_size, const char* path, mp_verified_library_t* v) {
+  v->window_count = 0;
+  mp_seal_v1_t seal;
+  uint8_t raw[MP_SEAL_SIZE];
+  uint64_t sealed_size;
+  if (mp_seal_read_fd(fd, file_size, path, &seal, raw, &sealed_size) != MP_OK ||
+      seal.blob_size == 0) {
+    mp_error_clear();
+    return;
+  }
+  uint8_t header[MP_FORMAT_HEADER_SIZE];
+  if (seal.blob_size < sizeof header ||
+      !mp_file_read_at(fd, header, sizeof header, seal.blob_offset))
+    return;
+  uint64_t index_size = mp_load_le64(header + offsetof(mp_format_header_v1_t, index_size));
+  if (index_size < sizeof header || index_size > seal.blob_size || index_size > MAX_INDEX) return;
+  uint8_t* index = read_part(fd, seal.blob_offset, index_size);
+  mp_blob_t* blob = NULL;
+  if (!index || mp_blob_parse_index((mp_const_byte_span_t){index, index_size}, seal.blob_size,
+                                    &blob) != MP_OK) {
+    mp_error_clear();
+    free(index);
+    return;
+  }
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  mp_blob_info_t info;
+  mp_blob_info(blob, &info);
+  uint64_t end = 0; /* windows in file order, disjoint (a payload stored once may be shared) */
+  for (uint64_t i = 0; i < info.module_count && v->window_count < MP_VERIFIED_MAX_WINDOWS; ++i) {
+    mp_blob_module_t m;
+    mp_blob_module(blob, i, &m);
+    mp_verified_window_t w;
+    if (strcmp(m.type_key, "const") != 0 || !const_window(fd, seal.blob_offset, &m, page, &w) ||
+        w.offset < end || w.offset + w.size > sealed_size)
+      continue;
+    v->windows[v->window_count++] = w;
+    end = w.offset + w.size;
+  }
+  mp_blob_free(blob);
+  free(index);
+}
+
+/* ---- reading: hash in file order, copy all but the windows ----------------------------- */
+
+/* Hash the file's bytes [begin, end) and, with |copy| >= 0, write them at the same offsets of
+ * |copy|. */
+static mp_status_t hash_part(int fd, const char* path, uint64_t begin, uint64_t end, int copy,
+                             mp_sha256_t* hash, uint8_t* buffer) {
+  while (begin < end) {
+    size_t n = end - begin < CHUNK ? (size_t)(end - begin) : CHUNK;
+    if (!mp_file_read_at(fd, buffer, n, begin))
+      return mp_errorf(MP_ERR_IO, "cannot read '%s' at byte %" PRIu64 ": %s", path, begin,
+                       errno ? strerror(errno) : "the file shrank");
+    MP_RETURN_IF_ERROR(mp_sha256_update(hash, buffer, n));
+    if (copy >= 0 && !mp_file_write_at(copy, buffer, n, begin))
+      return mp_errorf(errno == ENOSPC || errno == ENOMEM ? MP_ERR_RESOURCE_EXHAUSTED : MP_ERR_IO,
+                       "cannot copy '%s' into memory: %s", path, strerror(errno));
+    begin += n;
+  }
+  return MP_OK;
+}
+
+/* SHA-256 of the file's first |signed_size| bytes, each window hashed through its mapping (made
+ * here), the rest read (and copied into |copy| when >= 0). */
+static mp_status_t hash_file(int fd, const char* path, uint64_t signed_size, int copy,
+                             mp_verified_library_t* v, uint8_t digest[32]) {
+  mp_sha256_t* hash;
+  MP_RETURN_IF_ERROR(mp_sha256_begin(&hash));
+  uint8_t* buffer = malloc(CHUNK);
+  mp_status_t status = buffer ? MP_OK : mp_out_of_memory("reading a library");
+  uint64_t cursor = 0;
+  for (uint64_t i = 0; i < v->window_count && status == MP_OK; ++i) {
+    mp_verified_window_t* w = &v->windows[i];
+    status = hash_part(fd, path, cursor, w->offset, copy, hash, buffer);
+    if (status != MP_OK) break;
+    void* map = mmap(NULL, (size_t)w->size, PROT_READ, MAP_SHARED, fd, (off_t)w->offset);
+    if (map == MAP_FAILED) {
+      status = mp_errorf(MP_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+      break;
+    }
+    w->mapping = map;
+    (void)madvise(map, (size_t)w->size, MADV_SEQUENTIAL); /* read ahead while hashing, cold */
+    status = mp_sha256_update(hash, map, w->size);
+    (void)madvise(map, (size_t)w->size, MADV_NORMAL);
+    cursor = w->offset + w->size;
+  }
+  if (status == MP_OK) status = hash_part(fd, path, cursor, signed_size, copy, hash, buffer);
+  free(buffer);
+  if (status != MP_OK) {
+    mp_sha256_abandon(hash);
+    return status;
+  }
+  return mp_sha256_finish(hash, digest);
+}
+
+/* The signature block of the file open as |fd|: its records (a new buffer, *out_count of them)
+ * and the size of the sealed file before it. */
+static mp_status_t read_signatures(int fd, uint64_t file_size, const char* path,
+                                   uint64_t* out_signed_size, uint8_t** out_block,
+                                   uint64_t* out_count) {
+  *out_block = NULL;
+  MP_RETURN_IF_ERROR(mp_signatures_locate(fd, file_size, path, out_signed_size, out_count));
+  uint64_t size = file_size - *out_signed_size;
+  *out_block = read_part(fd, *out_signed_size, size);
+  if (!*out_block)
+    return mp_errorf(MP_ERR_IO, "cannot read the signatures of '%s': %s", path,
+                     errno ? strerror(errno) : "the file shrank");
+  return MP_OK;
+}
+
+/* Check the records against the library digest |digest|. */
+static mp_status_t check_records(const uint8_t* block, uint64_t count, const char* path,
+                                 const mp_trusted_key_t* keys, uint64_t num_keys,
+                                 const uint8_t digest[32], mp_signature_info_t* infos,
+                                 uint64_t capacity, bool* out_trusted) {
+  const size_t context = sizeof MP_SIGNATURE_CONTEXT - 1;
+  uint8_t message[sizeof MP_SIGNATURE_CONTEXT - 1 + 32];
+  memcpy(message, MP_SIGNATURE_CONTEXT, context);
+  memcpy(message + context, digest, 32);
+  return mp_signatures_check(block, count, path, keys, num_keys, message, sizeof message, infos,
+                             capacity, out_trusted);
+}
+
+/* ---- the public face ------------------------------------------------------------------ */
+
+void mp_verified_library_discard(mp_verified_library_t* v) {
+  for (uint64_t i = 0; i < v->window_count; ++i)
+    if (v->windows[i].mapping) munmap(v->windows[i].mapping, (size_t)v->windows[i].size);
+  v->window_count = 0;
+}
+
+mp_status_t mp_verified_library_make(const char* path, const mp_trusted_key_t* keys,
+                                     uint64_t num_keys, bool private_copy,
+                                     mp_verified_library_t* out) {
+  memset(out, 0, sizeof *out);
+  out->fd = -1;
+  int fd;
+  mp_file_id_t id;
+  MP_RETURN_IF_ERROR(mp_file_open(path, &fd, &id));
+  uint64_t signed_size, count;
+  uint8_t* block = NULL;
+  mp_status_t status = read_signatures(fd, id.size, path, &signed_size, &block, &count);
+  if (status == MP_OK && count == 0)
+    status = mp_signatures_require_trusted(NULL, 0, 0, false, path);
+  int copy = -1;
+  bool sealable = false;
+  if (status == MP_OK) status = mp_file_anonymous("a verified copy of a library", &copy, &sealable);
+  if (status == MP_OK && ftruncate(copy, (off_t)id.size) != 0)
+    status = mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "cannot copy '%s' into memory: %s", path,
+                       strerror(errno));
+  if (status == MP_OK && !private_copy) plan_windows(fd, signed_size, path, out);
+  uint8_t digest[32];
+  double clock = mp_trace_now_ms();
+  if (status == MP_OK) status = hash_file(fd, path, signed_size, copy, out, digest);
+  out->hashed = signed_size;
+  out->hash_ms = mp_trace_now_ms() - clock;
+  if (status == MP_OK && !mp_file_write_at(copy, block, id.size - signed_size, signed_size))
+    status = mp_errorf(MP_ERR_IO, "cannot copy '%s' into memory: %s", path, strerror(errno));
+  mp_signature_info_t infos[8];
+  bool trusted = false;
+  if (status == MP_OK)
+    status = check_records(block, count, path, keys, num_keys, digest, infos, 8, &trusted);
+  if (status == MP_OK)
+    status = mp_signatures_require_trusted(infos, count, count < 8 ? count : 8, trusted, path);
+  free(block);
+  close(fd);
+  if (status == MP_OK) {
+    /* Sealed only now: a memfd cannot be sealed against writes while written. */
+    status = mp_file_finish_copy(copy, sealable, &out->fd, &out->id);
+    copy = -1;
+  }
+  if (status != MP_OK) {
+    if (copy >= 0) close(copy);
+    mp_verified_library_discard(out);
+  }
+  return status;
+}
+
+mp_status_t mp_verified_library_place(mp_verified_library_t* v, mp_library_t* library) {
+  for (uint64_t i = 0; i < v->window_count; ++i) {
+    mp_verified_window_t* w = &v->windows[i];
+    void* target;
+    MP_RETURN_IF_ERROR(mp_library_readonly_address(library, w->offset, w->size, &target));
+    if ((uintptr_t)target % (uintptr_t)sysconf(_SC_PAGESIZE) != 0)
+      return mp_errorf(MP_ERR_FORMAT, "'%s': its payloads are not page-aligned in memory",
+                       mp_library_path(library));
+    void* moved = mremap(w->mapping, (size_t)w->size, (size_t)w->size,
+                         MREMAP_MAYMOVE | MREMAP_FIXED, target);
+    if (moved == MAP_FAILED)
+      return mp_errorf(MP_ERR_IO, "'%s': cannot move its verified payloads into place: %s",
+                       mp_library_path(library), strerror(errno));
+    w->mapping = NULL; /* the library's image owns it now: dlclose unmaps it */
+  }
+  return MP_OK;
+}
+
+mp_status_t mp_verified_library_check(const char* path, const mp_trusted_key_t* keys,
+                                      uint64_t num_keys, mp_signature_info_t* out_infos,
+                                      uint64_t capacity, uint64_t* out_count) {
+  *out_count = 0;
+  int fd;
+  mp_file_id_t id;
+  MP_RETURN_IF_ERROR(mp_file_open(path, &fd, &id));
+  uint64_t signed_size, count;
+  uint8_t* block = NULL;
+  mp_status_t status = read_signatures(fd, id.size, path, &signed_size, &block, &count);
+  mp_signature_info_t* infos = status == MP_OK ? calloc(count ? count : 1, sizeof *infos) : NULL;
+  if (status == MP_OK && !infos) status = mp_out_of_memory("reading signatures");
+  bool trusted = false;
+  if (status == MP_OK && count > 0) /* who signed: listing signers costs no hashing */
+    status = mp_signatures_check(block, count, path, keys, num_keys, NULL, 0, infos, count,
+                                 &trusted);
+  bool any_trusted = false;
+  for (uint64_t i = 0; status == MP_OK && i < count; ++i) any_trusted |= infos[i].trusted != 0;
+  if (status == MP_OK && any_trusted) {
+    mp_verified_library_t none = {.fd = -1};
+    uint8_t digest[32];
+    status = hash_file(fd, path, signed_size, -1, &none, digest);
+    if (status == MP_OK)
+      status = check_records(block, count, path, keys, num_keys, digest, infos, count, &trusted);
+  }
+  for (uint64_t i = 0; status == MP_OK && out_infos && i < count && i < capacity; ++i)
+    out_infos[i] = infos[i];
+  free(infos);
+  free(block);
+  close(fd);
+  if (status == MP_OK) *out_count = count;
+  return status;
+}
