@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "load/file.h"
+#include "files/file.h"
 
 /* This machine as the ELF headers name it, from how the runtime was compiled (0: unknown). */
 #if defined(__x86_64__)

@@ -10,7 +10,7 @@
 
 #include <stdbool.h>
 
-#include "load/file.h"
+#include "files/file.h"
 #include "load/host_lookups.h"
 #include "load/library_lock.h"
 #include "modpack/kind.h"

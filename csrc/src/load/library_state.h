@@ -7,8 +7,8 @@
 
 #include <stdatomic.h>
 
-#include "load/device_array_cache.h"
-#include "load/file.h"
+#include "device/array_cache.h"
+#include "files/file.h"
 #include "load/host_lookups.h"
 #include "modpack/modpack.h"
 

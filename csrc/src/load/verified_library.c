@@ -18,8 +18,8 @@
 #include "kinds/const/const_payload.h"
 #include "modpack/kinds/const.h"
 #include "load/library.h"
-#include "load/seal.h"
-#include "load/signatures.h"
+#include "files/seal.h"
+#include "files/signatures.h"
 #include "load/trace.h"
 
 enum {

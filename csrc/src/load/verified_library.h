@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "load/file.h"
+#include "files/file.h"
 #include "modpack/modpack.h"
 
 enum { MP_VERIFIED_MAX_WINDOWS = 64 };

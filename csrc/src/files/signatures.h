@@ -1,7 +1,7 @@
 /* A library's signature block (modpack/format.h): where it starts, and whether its signatures
  * verify against trusted keys. */
-#ifndef MODPACK_LOAD_SIGNATURES_H_
-#define MODPACK_LOAD_SIGNATURES_H_
+#ifndef MODPACK_FILES_SIGNATURES_H_
+#define MODPACK_FILES_SIGNATURES_H_
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,4 +31,4 @@ mp_status_t mp_signatures_check(const uint8_t* records, uint64_t count, const ch
 mp_status_t mp_signatures_require_trusted(const mp_signature_info_t* infos, uint64_t count,
                                           uint64_t known, bool trusted, const char* path);
 
-#endif /* MODPACK_LOAD_SIGNATURES_H_ */
+#endif /* MODPACK_FILES_SIGNATURES_H_ */

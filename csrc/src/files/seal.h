@@ -1,6 +1,7 @@
-/* The seal of a library file (modpack/format.h), checked by reading the file before dlopen. */
-#ifndef MODPACK_LOAD_SEAL_H_
-#define MODPACK_LOAD_SEAL_H_
+/* The seal that ends every file modpack writes, libraries and weight files alike
+ * (modpack/format.h), checked by reading the file before any of it is mapped for use. */
+#ifndef MODPACK_FILES_SEAL_H_
+#define MODPACK_FILES_SEAL_H_
 
 #include "modpack/modpack.h"
 
@@ -15,4 +16,4 @@ mp_status_t mp_seal_check_fd(int fd, uint64_t file_size, const char* path, mp_se
 mp_status_t mp_seal_read_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out,
                             uint8_t raw[MP_SEAL_SIZE], uint64_t* out_sealed_size);
 
-#endif /* MODPACK_LOAD_SEAL_H_ */
+#endif /* MODPACK_FILES_SEAL_H_ */

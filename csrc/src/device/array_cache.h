@@ -1,8 +1,8 @@
 /* Copies of constant CPU arrays (a const module's weights, a weight file's arrays) on devices:
  * made the first time host code asks for an array on a device (mp_backend_get_array_on) and
  * kept by the cache's owner, so each array is uploaded once per device. Thread-safe. */
-#ifndef MODPACK_LOAD_DEVICE_ARRAY_CACHE_H_
-#define MODPACK_LOAD_DEVICE_ARRAY_CACHE_H_
+#ifndef MODPACK_DEVICE_ARRAY_CACHE_H_
+#define MODPACK_DEVICE_ARRAY_CACHE_H_
 
 #include <pthread.h>
 
@@ -25,4 +25,4 @@ void mp_device_array_cache_clear(mp_device_array_cache_t* cache);
 mp_status_t mp_device_array_cache_get(mp_device_array_cache_t* cache, const DLTensor* array,
                                       DLDevice device, const DLTensor** out_array);
 
-#endif /* MODPACK_LOAD_DEVICE_ARRAY_CACHE_H_ */
+#endif /* MODPACK_DEVICE_ARRAY_CACHE_H_ */

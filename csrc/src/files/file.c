@@ -1,8 +1,8 @@
-/* Opening library files (load/file.h). */
+/* Opening sealed files, and private copies of them (files/file.h). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "load/file.h"
+#include "files/file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,8 @@
-/* A library file opened for loading: a regular file only, and which version of which file it
- * is, so that a file replaced or rewritten after it was loaded is told from the loaded one. */
-#ifndef MODPACK_LOAD_FILE_H_
-#define MODPACK_LOAD_FILE_H_
+/* A sealed file (a library or a weight file) opened for loading: a regular file only, and which
+ * version of which file it is, so that a file replaced or rewritten after it was loaded is told
+ * from the loaded one; and private copies of files, sealed against writes. */
+#ifndef MODPACK_FILES_FILE_H_
+#define MODPACK_FILES_FILE_H_
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -46,4 +47,4 @@ bool mp_file_same_file(const mp_file_id_t* a, const mp_file_id_t* b);
 /* Whether |a| and |b| are the same version of one file. */
 bool mp_file_same_version(const mp_file_id_t* a, const mp_file_id_t* b);
 
-#endif /* MODPACK_LOAD_FILE_H_ */
+#endif /* MODPACK_FILES_FILE_H_ */

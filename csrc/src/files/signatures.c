@@ -1,7 +1,7 @@
-/* Signature blocks (load/signatures.h): the trailer found and checked by reading the file's
+/* Signature blocks (files/signatures.h): the trailer found and checked by reading the file's
  * last bytes; the records checked against the message their signers signed, which the caller
  * computes over the bytes it goes on to use. */
-#include "load/signatures.h"
+#include "files/signatures.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -11,7 +11,7 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/crypto.h"
-#include "load/file.h"
+#include "files/file.h"
 
 static mp_status_t decode_trailer(const uint8_t* raw, uint64_t file_size, const char* path,
                                   uint64_t* out_signed_size, uint64_t* out_count) {

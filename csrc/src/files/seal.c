@@ -4,7 +4,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pread */
 #endif
-#include "load/seal.h"
+#include "files/seal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,8 +18,8 @@
 #include "core/bytes.h"
 #include "core/checksum.h"
 #include "core/error.h"
-#include "load/file.h"
-#include "load/signatures.h"
+#include "files/file.h"
+#include "files/signatures.h"
 
 enum { CHUNK = 1 << 20, DIGEST_FIELD = offsetof(mp_seal_v1_t, digest_low) };
 

@@ -1,5 +1,5 @@
-/* Copies of constant arrays on devices (load/device_array_cache.h). */
-#include "load/device_array_cache.h"
+/* Copies of constant arrays on devices (device/array_cache.h). */
+#include "device/array_cache.h"
 
 #include <stdlib.h>
 
