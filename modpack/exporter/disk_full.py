@@ -21,22 +21,24 @@ __all__ = ["full_disk_reported"]
 
 
 @contextmanager
-def full_disk_reported(output: Path, workspace: Path) -> Iterator[None]:
+def full_disk_reported(output: Path, workspace: Path, action: str = "export") -> Iterator[None]:
     """Turn running out of room, in the export to |output| run inside, into a
     ``ModpackError`` naming the full file system: an ``OSError`` of ``ENOSPC`` or
     ``EDQUOT``, or a tool's failure (a ``ModpackError``) while a folder is nearly full.
-    (Entered while |workspace| still exists, so its file system is seen as the tool saw it.)"""
+    (Entered while |workspace| still exists, so its file system is seen as the tool saw it.)
+    |action| is the verb the message starts with ("cannot export to ..."): ``save_weights``
+    says "save"."""
     try:
         yield
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             full = _full_folder(output, workspace, exc.filename) or output.parent
-            raise ModpackError(_no_space(output, full)) from None
+            raise ModpackError(_no_space(output, full, action)) from None
         raise
     except ModpackError as exc:  # a compiler or linker that failed: was it the disk?
         full = _full_folder(output, workspace, None)
         if full is not None:
-            raise ModpackError(f"{_no_space(output, full)}\n{exc}") from None
+            raise ModpackError(f"{_no_space(output, full, action)}\n{exc}") from None
         raise
 
 
@@ -54,14 +56,14 @@ def _full_folder(output: Path, workspace: Path, filename: str | None) -> Path | 
     return next((folder for folder in folders if _nearly_full(folder)), None)
 
 
-def _no_space(output: Path, full: Path) -> str:
+def _no_space(output: Path, full: Path, action: str) -> str:
     """The message for a full disk, naming the file system that is full and what to do."""
     if full == output.parent:
         where = f"(the file system of {full}, {_free(full)} free)"
     else:
         where = (f"for the intermediate files in {full} ({_free(full)} free); point TMPDIR (or "
                  "workspace_dir=) at a file system with room")
-    return (f"cannot export to {output}: no space left on device {where}; any earlier "
+    return (f"cannot {action} to {output}: no space left on device {where}; any earlier "
             f"{output.name} is intact")
 
 
