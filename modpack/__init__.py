@@ -23,6 +23,7 @@ from .errors import (
     ResourceExhaustedError,
     SignatureError,
     UnavailableError,
+    WeightsMismatchError,
 )
 from .loader import (
     load_module,
@@ -44,6 +45,7 @@ from .modules import (
     object_module,
     opencl_binaries,
     opencl_module,
+    weights_module,
 )
 from .runtime.array import Array, array, empty
 from .runtime.binding import lib as _lib
@@ -52,8 +54,10 @@ from .runtime.function import Function
 from .runtime.module import LoadedModule
 from .runtime.values import local_memory
 from .runtime.warmup import warm_up as _warm_up
+from .runtime.weight_files import WeightFile, load_weights
 from .serializer import ModuleSerializer
 from .verification import verify_library
+from .weights import save_weights
 
 # The runtime's version, from the one place it is written (csrc/include/modpack/modpack.h).
 __version__ = f"{_lib.MP_VERSION_MAJOR}.{_lib.MP_VERSION_MINOR}.{_lib.MP_VERSION_PATCH}"
@@ -84,6 +88,8 @@ __all__ = [
     "ResourceExhaustedError",
     "SignatureError",
     "UnavailableError",
+    "WeightFile",
+    "WeightsMismatchError",
     "__version__",
     "array",
     "const_module",
@@ -98,13 +104,16 @@ __all__ = [
     "load_module",
     "load_module_from_bytes",
     "load_system_lib",
+    "load_weights",
     "local_memory",
     "object_module",
     "opencl_binaries",
     "opencl_module",
     "register_loader",
+    "save_weights",
     "set_stream",
     "synchronize",
     "unregister_loader",
     "verify_library",
+    "weights_module",
 ]

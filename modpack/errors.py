@@ -26,6 +26,7 @@ __all__ = [
     "ResourceExhaustedError",
     "SignatureError",
     "UnavailableError",
+    "WeightsMismatchError",
 ]
 
 
@@ -68,6 +69,12 @@ class ResourceExhaustedError(ModpackError, MemoryError):
 class SignatureError(FormatError):
     """A library that must be signed by a trusted key is not: unsigned, signed by other keys,
     or changed since it was signed (MP_ERR_UNTRUSTED). Nothing of it was mapped or run."""
+
+
+class WeightsMismatchError(FormatError):
+    """A weight file that is valid but not the one expected: other arrays (names, dtypes,
+    shapes) or other contents than the library was exported with, or than the weights it
+    replaces (MP_ERR_MISMATCH). The message names the file and the first difference."""
 
 
 class ModpackOSError(ModpackError, OSError):

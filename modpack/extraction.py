@@ -21,6 +21,7 @@ from .errors import ArgumentError, FormatError
 from .interop.tvm import decode_device_payload
 from .runtime.binding import check, ffi, lib
 from .runtime.module import wrap_module
+from .weight_reports import extract_weight_file, is_weight_file
 
 __all__ = ["extract_library"]
 
@@ -100,6 +101,8 @@ def extract_library(path: str | os.PathLike, directory: str | os.PathLike) -> di
     try:
         if shown.endswith(".tar"):
             manifest = _extract_tar(shown, out)
+        elif is_weight_file(shown):
+            return extract_weight_file(shown, out)
         else:
             manifest = _extract_file(shown, shown, out)
         (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")

@@ -43,6 +43,7 @@ from .interop.tvm import BLOB_SYMBOLS as TVM_BLOB_SYMBOLS
 from .interop.tvm import read_tvm_blob
 from .runtime.binding import error_from_status, ffi, lib
 from .toolchain.demangle import demangle, is_mangled
+from .weight_reports import inspect_weight_file, is_weight_file
 
 __all__ = ["inspect_library"]
 
@@ -63,6 +64,9 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
     "children", "parents"}``, with checksums as 16 hex digits (``None`` for ``_lib``);
     ``seal`` is ``{"state", "digest", "message"}`` (see :func:`_seal_report`).
 
+    A weight file gets :func:`~modpack.weight_reports.inspect_weight_file`'s report instead
+    (``"kind": "weight file"``).
+
     Raises :class:`~modpack.FormatError` (or a subclass) for a file that is not ELF, is
     truncated or is corrupt, :class:`~modpack.MissingFileError` (a ``FileNotFoundError``) for
     a missing file.
@@ -72,6 +76,8 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
         raise FormatError(f"{shown} is not a regular file")
     if shown.endswith(".tar"):
         return _inspect_tar(shown)
+    if os.path.isfile(path) and is_weight_file(path):
+        return inspect_weight_file(path)
     try:
         f = open(path, "rb")
     except FileNotFoundError:

@@ -18,17 +18,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import ArgumentError, FormatError, MissingFileError, NotFoundError
-from .exporter.scratch import new_workspace
+from .files.scratch import new_workspace
 from .format.image import find_blob
 from .format.layout import ALIGNMENT
 from .format.seal import seal_library
 from .format.tar_seal import check_tar_seal, has_tar_seal
 from .modules.base import Module
-from .runtime.binding import error_from_status, ffi, lib
+from .runtime.binding import check, error_from_status, ffi, lib
 from .runtime.callbacks import register_python_loader, unregister_python_loader
 from .runtime.module import LoadedModule, wrap_module
+from .runtime.trust import TrustedKey
+from .runtime.weight_files import WeightsLocation, load_options
 from .toolchain.cc import create_shared
-from .verification import TrustedKey, trusted_keys_array
 
 __all__ = ["load_module", "load_module_from_bytes", "load_system_lib", "register_loader",
            "unregister_loader"]
@@ -40,7 +41,9 @@ _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
                 allow_unsealed: bool = False,
                 trusted_keys: Iterable[TrustedKey] | None = None,
-                private_copy: bool = False) -> LoadedModule | Any:
+                private_copy: bool = False,
+                weights: WeightsLocation | None = None,
+                verify_on_first_use: bool = False) -> LoadedModule | Any:
     """Load a library made by ``export_library`` and return the root of its module tree (a
     :class:`~modpack.runtime.module.LoadedModule`, or the object a Python loader made when the
     root is such a module).
@@ -70,6 +73,17 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
     change the code, but can change the weights the process reads: ``private_copy=True``
     copies them too (their size in memory, per process). docs/trust.md says what each
     guarantees. Without ``trusted_keys``, signatures are ignored.
+
+    A library exported with ``weights=`` (or holding a :func:`~modpack.weights_module`) refers
+    to a weight file by name and content digest; it is found beside the library, or where
+    ``weights`` says (a path, or ``{file name: path}`` for several). A missing file raises
+    :class:`~modpack.NotFoundError`; a file with other arrays or other contents than the
+    library was exported with :class:`~modpack.WeightsMismatchError` (for a signed load,
+    :class:`~modpack.SignatureError`), naming the file and the first difference, before any
+    host code runs. It is mapped once per process and shared with every library that refers to
+    it. In a signed load the library's signature covers the weight file's digest, and every
+    array is checked against its digest at load, or with ``verify_on_first_use=True`` the
+    first time it is read (a large model whose arrays are touched over minutes).
     """
     path = Path(path)
     if not path.exists():
@@ -77,40 +91,44 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
     if not path.is_file():  # a FIFO would block the archive reader (the runtime refuses too)
         raise ArgumentError(f"{path} is not a regular file: give the path of an exported "
                             ".so or .tar")
-    flags = (0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) | (
-        lib.MP_LOAD_ALLOW_UNSEALED if allow_unsealed else 0) | (
-        lib.MP_LOAD_PRIVATE_COPY if private_copy else 0)
     if private_copy and trusted_keys is None:
         raise ArgumentError("private_copy=True is for signed loads: give trusted_keys too (an "
                             "unsigned load maps the file, checked by its seal and checksums)")
-    out = ffi.new("mp_module_t**")
-    if trusted_keys is not None:
-        if path.suffix == ".tar":
+    if verify_on_first_use and trusted_keys is None:
+        raise ArgumentError("verify_on_first_use=True is for signed loads: give trusted_keys "
+                            "too (an unsigned load checks checksums, not digests)")
+    flags = _flags(verify_checksums, allow_unsealed) | (
+        lib.MP_LOAD_PRIVATE_COPY if private_copy else 0) | (
+        lib.MP_LOAD_VERIFY_ON_FIRST_USE if verify_on_first_use else 0)
+    if path.suffix == ".tar":
+        if trusted_keys is not None:
             raise ArgumentError(f"{path}: signatures are for shared libraries (.so); export one "
                                 "and sign it to load with trusted_keys")
-        keys = trusted_keys_array(trusted_keys)
-        status = lib.mp_module_load_signed(os.fsencode(path.resolve()), keys, len(keys), flags,
-                                           out)
-    elif path.suffix == ".tar":
-        return _load_relinked(path, verify_checksums, allow_unsealed)
-    else:
-        status = lib.mp_module_load_from_file(os.fsencode(path.resolve()), flags, out)
-    if status != 0:
-        raise error_from_status(status)
+        return _load_relinked(path, verify_checksums, allow_unsealed, weights)
+    options = load_options(flags, trusted_keys, weights)
+    out = ffi.new("mp_module_t**")
+    check(lib.mp_module_load(os.fsencode(path.resolve()), options.pointer, out))
     root = wrap_module(out[0])
     lib.mp_module_release(out[0])  # wrap_module took its own reference
     return root
 
 
+def _flags(verify_checksums: bool, allow_unsealed: bool) -> int:
+    return (0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) | (
+        lib.MP_LOAD_ALLOW_UNSEALED if allow_unsealed else 0)
+
+
 def load_module_from_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *,
                            verify_checksums: bool = True,
-                           allow_unsealed: bool = False) -> LoadedModule | Any:
+                           allow_unsealed: bool = False,
+                           weights: WeightsLocation | None = None) -> LoadedModule | Any:
     """Load a library from its bytes (decrypted, downloaded or embedded, never written to a
     path), with the checks :func:`load_module` makes. The bytes are copied once into a sealed
     memfd, which is what is mapped and what the payloads are zero-copy views of: ``data`` may
     be changed or freed as soon as this returns. Each call gives a tree of its own, even for
     the same bytes. Takes anything with the buffer protocol that is contiguous (``bytes``,
-    ``bytearray``, ``memoryview``, ``mmap``, a numpy ``uint8`` array).
+    ``bytearray``, ``memoryview``, ``mmap``, a numpy ``uint8`` array). A library that refers to
+    weight files finds them only where ``weights`` says (there is no folder to look in).
     """
     if isinstance(data, str):
         raise ArgumentError("load_module_from_bytes takes the library's bytes, not a str; for a "
@@ -121,11 +139,10 @@ def load_module_from_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *,
         raise ArgumentError(f"load_module_from_bytes takes the library's bytes as one contiguous "
                             f"buffer (bytes, bytearray, memoryview, mmap), not "
                             f"{type(data).__name__}: {exc}") from None
-    flags = (0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) | (
-        lib.MP_LOAD_ALLOW_UNSEALED if allow_unsealed else 0)
+    options = load_options(_flags(verify_checksums, allow_unsealed), None, weights)
     out = ffi.new("mp_module_t**")
     try:
-        status = lib.mp_module_load_from_memory(buffer, len(buffer), flags, out)
+        status = lib.mp_module_load_memory(buffer, len(buffer), options.pointer, out)
     finally:
         ffi.release(buffer)  # the runtime has its own copy: the caller may free |data| now
     if status != 0:
@@ -162,8 +179,8 @@ def load_system_lib(name: str) -> LoadedModule | Any:
     return root
 
 
-def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool
-                   ) -> LoadedModule | Any:
+def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool,
+                   weights: WeightsLocation | None) -> LoadedModule | Any:
     """Link the objects of a ``.tar`` export into a private ``.so`` and load that.
     A ``.tar``'s seal is checked before anything is extracted; the library linked from it is
     sealed in turn. The file can be deleted once loaded: the mapping stays."""
@@ -188,8 +205,10 @@ def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool
         create_shared(shared, objects)
         if sealed:  # checked members, linked here: seal the result for the load's own check
             seal_library(shared, find_blob(shared, ALIGNMENT))
+        # Its weight files are beside the .tar, not beside the library linked from it.
         return load_module(shared, verify_checksums=verify_checksums,
-                           allow_unsealed=allow_unsealed)
+                           allow_unsealed=allow_unsealed,
+                           weights=weights if weights is not None else path.parent)
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
 

@@ -10,52 +10,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from .errors import ArgumentError, MissingFileError, ModpackError
+from .errors import MissingFileError, ModpackError
 from .format.signatures import read_signatures
-from .runtime.binding import error_from_status, ffi, lib
+from .runtime.trust import TrustedKey, trusted_keys_array
+from .weight_reports import is_weight_file, verify_weight_file
 
 __all__ = ["TrustedKey", "trusted_keys_array", "verify_library"]
 
-TrustedKey = str | os.PathLike | bytes
-"""A trusted public key: PEM text (``bytes``), the path of a PEM file, or 32 raw bytes."""
-
-_MAX_KEYS = 16
 _COVERS = {  # what each check vouches for, shown with its result
     "blob": "the blob's structure: its module table and import tree",
     "seal": "every byte but the payloads: code, headers, symbol tables, the blob's index",
     "payloads": "each module's payload bytes, by the checksums in the blob's index",
     "signature": "every byte of the sealed file (SHA-256), by the signer's Ed25519 key",
 }
-
-
-def trusted_keys_array(keys: Iterable[TrustedKey]) -> Any:
-    """The keys as the runtime's ``mp_trusted_key_t[]`` (PEM read by the runtime)."""
-    keys = list(keys)
-    if not keys or len(keys) > _MAX_KEYS:
-        raise ArgumentError(f"give between 1 and {_MAX_KEYS} trusted keys, not {len(keys)}")
-    out = ffi.new("mp_trusted_key_t[]", len(keys))
-    for i, key in enumerate(keys):
-        if isinstance(key, bytes) and len(key) == 32 and not key.startswith(b"-----"):
-            ffi.memmove(out[i].public_key, key, 32)
-            continue
-        if isinstance(key, bytes):
-            pem = key
-        elif isinstance(key, (str, os.PathLike)):
-            try:
-                pem = Path(key).read_bytes()
-            except OSError as exc:
-                raise ArgumentError(f"cannot read the trusted key {key}: {exc.strerror}") from None
-        else:
-            raise ArgumentError(f"a trusted key is PEM bytes, a PEM file's path or 32 raw "
-                                f"bytes, not {type(key).__name__}")
-        status = lib.mp_trusted_key_from_pem(pem, len(pem), out + i)
-        if status != 0:
-            exc = error_from_status(status)
-            raise type(exc)(f"trusted key {i + 1}: {exc}") from None
-    return out
 
 
 def verify_library(path: str | os.PathLike,
@@ -69,6 +38,8 @@ def verify_library(path: str | os.PathLike,
     shown = os.fspath(path)
     if not os.path.isfile(shown):
         raise MissingFileError(f"no such library: {shown}")
+    if is_weight_file(shown):
+        return verify_weight_file(shown, trusted_keys)
     checks: list[dict[str, Any]] = []
 
     def add(name: str, ok: bool | None, message: str | None = None, **extra: Any) -> None:

@@ -1,21 +1,26 @@
-/* libFuzzer target over the runtime's trust boundary: the blob reader (mp_blob_parse) and each
- * built-in kind's payload loader (mp_module_load_from_payload), the code that reads bytes from
- * a library before anything else looks at them.
+/* libFuzzer target over the runtime's trust boundary: the blob reader (mp_blob_parse), each
+ * built-in kind's payload loader (mp_module_load_from_payload) and the weight file reader
+ * (mp_weights_load), the code that reads bytes from a file before anything else looks at them.
  *
  * The first input byte chooses what the rest is: a blob (then each of its payloads goes to its
- * kind's loader too, its checksum skipped so mutated payloads get through), or a payload of
- * const, opencl or cuda. Whatever loads is exercised the way inspect and lookups do: listing,
+ * kind's loader too, its checksum skipped so mutated payloads get through), a payload of
+ * const, opencl, cuda or weights (a reference to a weight file), or a weight file (written to
+ * a scratch file and loaded, checksums and digests checked or not). Whatever loads is exercised the way inspect and lookups do: listing,
  * describing, looking functions up, and reading every byte of every array view (so a view
  * reaching past its payload is caught by AddressSanitizer). Nothing is called: a kernel call
  * would start a device driver. Public API only; see README.md in this folder. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "modpack/kind.h"
 
-static const char* const kinds[] = {"const", "opencl", "cuda"};
-enum { BLOB = 3 };
+/* Selectors: 0-2 and 4 a payload of kinds[selector], 3 a blob, 5 a weight file. */
+static const char* const kinds[] = {"const", "opencl", "cuda", NULL, "weights"};
+enum { BLOB = 3, WEIGHT_FILE = 5, SELECTORS = 6 };
 
 static volatile uint8_t sink;
 
@@ -62,20 +67,43 @@ static void load_blob(const uint8_t* data, size_t size, uint32_t flags) {
     for (uint64_t k = 0; k < entry.child_count; ++k)
       sink ^= (uint8_t)mp_blob_child(blob, entry.first_edge + k);
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; ++kind)
-      if (strcmp(entry.type_key, kinds[kind]) == 0)
+      if (kinds[kind] && strcmp(entry.type_key, kinds[kind]) == 0)
         load_payload(kinds[kind], data + entry.payload_offset, entry.payload_size);
   }
   mp_blob_free(blob);
+}
+
+/* The bytes as a weight file on disk (the reader takes paths), loaded with and without its
+ * checks. */
+static void load_weight_file(const uint8_t* data, size_t size) {
+  static char path[64];
+  if (!path[0]) snprintf(path, sizeof path, "/tmp/modpack-fuzz-%d.mpw", (int)getpid());
+  FILE* f = fopen(path, "wb");
+  if (!f) return;
+  size_t wrote = fwrite(data, 1, size, f);
+  fclose(f);
+  if (wrote != size) return;
+  static const uint32_t flags[] = {0, MP_LOAD_SKIP_PAYLOAD_CHECKSUMS | MP_LOAD_CHECK_DIGESTS};
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; ++i) {
+    mp_load_options_t options = {.struct_size = sizeof options, .flags = flags[i]};
+    mp_module_t* module = NULL;
+    if (mp_weights_load(path, &options, &module) != MP_OK) continue;
+    exercise(module);
+    mp_module_release(module);
+  }
+  unlink(path);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  uint8_t selector = data[0] % 4;
+  uint8_t selector = data[0] % SELECTORS;
   if (selector == BLOB) {
     load_blob(data + 1, size - 1, 0);
     load_blob(data + 1, size - 1, MP_LOAD_SKIP_PAYLOAD_CHECKSUMS);
+  } else if (selector == WEIGHT_FILE) {
+    load_weight_file(data + 1, size - 1);
   } else {
     load_payload(kinds[selector], data + 1, size - 1);
   }

@@ -1,6 +1,7 @@
 """Write the seed corpus of fuzz_payloads.c into a folder: the golden blob, each of its
 payloads, and small valid payloads of every built-in kind made by modpack's own writers. Each
-seed starts with the selector byte the fuzz target reads (0 const, 1 opencl, 2 cuda, 3 blob).
+seed starts with the selector byte the fuzz target reads (0 const, 1 opencl, 2 cuda, 3 blob,
+4 weights payload, 5 weight file); the golden weight file and a written one are seeds too.
 
     python csrc/tests/make_fuzz_corpus.py CORPUS_DIR
 """
@@ -17,7 +18,7 @@ import modpack
 from modpack.runtime.binding import check, ffi, lib
 
 ROOT = Path(__file__).resolve().parents[2]
-SELECTOR = {"const": 0, "opencl": 1, "cuda": 2, "blob": 3}
+SELECTOR = {"const": 0, "opencl": 1, "cuda": 2, "blob": 3, "weights": 4, "weightfile": 5}
 
 OPENCL = """
 kernel void scale(global float* x, float k, int n) {
@@ -84,10 +85,25 @@ def writer_seeds() -> dict[str, bytes]:
             for name, module in seeds.items()}
 
 
+def weight_seeds(scratch: Path) -> dict[str, bytes]:
+    """The golden weight file, one written here (with a duplicate array and alignment 4096),
+    and a weights payload referring to it."""
+    golden = ROOT / "tests" / "data" / "golden_weights_v1" / "weights.mpw"
+    path = modpack.save_weights({"a": np.arange(6, dtype=np.int16).reshape(2, 3),
+                                 "b": np.ones(3), "a2": np.arange(6, dtype=np.int16)},
+                                scratch / "seed.mpw", alignment=4096)
+    reference = modpack.weights_module(path)
+    return {"weightfile-golden": bytes([SELECTOR["weightfile"]]) + golden.read_bytes(),
+            "weightfile-writer": bytes([SELECTOR["weightfile"]]) + path.read_bytes(),
+            "weights-writer": bytes([SELECTOR["weights"]]) + reference.save_to_binary()}
+
+
 def main(folder: str) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    for name, data in {**golden_seeds(), **writer_seeds()}.items():
+    seeds = {**golden_seeds(), **writer_seeds(), **weight_seeds(out)}
+    (out / "seed.mpw").unlink()
+    for name, data in seeds.items():
         (out / name).write_bytes(data)
 
 

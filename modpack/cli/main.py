@@ -44,7 +44,7 @@ def _add_inspect(subparsers: _Subparsers) -> None:
             "is damaged (its seal does not match), as loading it would fail."
         ),
     )
-    p.add_argument("library", help="path to the shared library (e.g. deploy.so)")
+    p.add_argument("library", help="path to the shared library (e.g. deploy.so) or weight file")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.set_defaults(run=_run_inspect)
 
@@ -66,6 +66,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
 def format_inspection(report: dict[str, Any]) -> str:
     """The human-readable form of an :func:`~modpack.inspection.inspect_library` report."""
+    if report.get("kind") == "weight file":
+        from ..weight_reports import weight_file_report_lines
+
+        return "\n".join(weight_file_report_lines(report)) + "\n"
     out: list[str] = [report["path"]]
     blob = report["blob"]
 
@@ -253,6 +257,10 @@ def _run_extract(args: argparse.Namespace) -> int:
     from ..extraction import extract_library
 
     manifest = extract_library(args.library, args.directory)
+    if manifest.get("kind") == "weight file":
+        print(f"extracted {args.library} (weight file): {len(manifest['arrays'])} arrays as "
+              f".npy, manifest.json in {args.directory}")
+        return 0
     files = sum(1 for _ in os.scandir(os.path.join(args.directory, "modules")))
     arrays = sum(len(m.get("arrays", [])) for m in manifest["modules"])
     print(f"extracted {args.library} ({manifest['producer']}): {len(manifest['modules'])} "

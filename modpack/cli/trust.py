@@ -18,16 +18,19 @@ __all__ = ["add_sign", "add_verify", "format_verification"]
 def add_sign(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "sign",
-        help="add an Ed25519 signature to a library",
+        help="add an Ed25519 signature to a library or weight file",
         description=(
             "Add a signature by KEY (an Ed25519 private key in PEM, as `openssl genpkey "
-            "-algorithm ed25519` writes it) over the SHA-256 of every byte of the sealed "
-            "library. A library may carry several signatures; signing again with the same key "
-            "replaces its signature. load_module(path, trusted_keys=[...]) then refuses the "
-            "library unless one of the trusted keys signed exactly these bytes."
+            "-algorithm ed25519` writes it): over the SHA-256 of every byte of a sealed "
+            "library, or over a weight file's content digest (after checking every array "
+            "against its digest). A file may carry several signatures; signing again with the "
+            "same key replaces its signature. load_module(path, trusted_keys=[...]) and "
+            "load_weights(path, trusted_keys=[...]) then refuse the file unless one of the "
+            "trusted keys signed exactly this content."
         ),
     )
-    p.add_argument("library", help="the library to sign (e.g. deploy.so); replaced atomically")
+    p.add_argument("library", help="the library (e.g. deploy.so) or weight file to sign; "
+                   "replaced atomically (through a symbolic link: the file it names)")
     p.add_argument("--key", required=True, action="append", metavar="KEY.pem",
                    help="an Ed25519 private key (PEM); may be given several times")
     p.set_defaults(run=_run_sign)
@@ -45,7 +48,8 @@ def _run_sign(args: argparse.Namespace) -> int:
 def add_verify(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "verify",
-        help="check a library's seal, payloads and signatures (without loading it)",
+        help="check a library's or weight file's seal, payloads and signatures (without "
+             "loading it)",
         description=(
             "Check everything about a library that can be checked without running it: its "
             "seal, every payload's checksum and, with --key, that a signature by one of the "
@@ -53,7 +57,7 @@ def add_verify(subparsers: Any) -> None:
             "when every check holds."
         ),
     )
-    p.add_argument("library", help="the library to check (e.g. deploy.so)")
+    p.add_argument("library", help="the library (e.g. deploy.so) or weight file to check")
     p.add_argument("--key", action="append", default=[], metavar="PUB.pem",
                    help="a trusted Ed25519 public key (PEM); may be given several times")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")

@@ -12,15 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..files.write_behind import WRITE_BEHIND_FROM, WriteBehind
 from ..format.section import machine_name
 from ..packers import ELF_MACHINES, PACKERS, BlobWriter, Packer
 from ..toolchain.cc import target_machine
 from .plan import ExportPlan
-from .write_behind import WriteBehind
 
 __all__ = ["WRITE_BEHIND_FROM", "anchor_object", "blob_object", "blob_writer"]
 
-WRITE_BEHIND_FROM = 64 << 20  # payloads from this size go to disk as they stream
 _PLACEHOLDER = bytes(8)  # the anchor's stand-in for the blob
 
 

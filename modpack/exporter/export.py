@@ -29,12 +29,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..files.disk_full import full_disk_reported
+from ..files.scratch import new_workspace
 from ..modules.tree import Node
-from .disk_full import full_disk_reported
 from .finish import finish_linked, finish_placed, finish_system_lib, finish_tar
 from .host_code import compile_host_code, host_linker
 from .plan import plan_export
-from .scratch import new_workspace
+from .weights import write_weights
 
 __all__ = ["export_library"]
 
@@ -53,22 +54,29 @@ def export_library(
     payload_alignment: int | None = None,
     system_lib: str | None = None,
     target: str | None = None,
+    weights: str | os.PathLike | None = None,
 ) -> Path:
     """See :meth:`modpack.Module.export_library`."""
     plan = plan_export(root, path, fcompile, options=options, cc=cc, cxx=cxx, packer=packer,
                        fpack_imports=fpack_imports, payload_alignment=payload_alignment,
-                       system_lib=system_lib, target=target)
-    with _workspace(workspace_dir) as workspace, full_disk_reported(plan.output, workspace):
-        objects = compile_host_code(plan, workspace)
-        linker = host_linker(plan)
-        if plan.system_lib is not None:
-            finish_system_lib(plan, objects, workspace)
-        elif plan.placed:
-            finish_placed(plan, objects, linker, workspace)
-        elif plan.as_tar:
-            finish_tar(plan, objects, linker, workspace)
-        else:
-            finish_linked(plan, objects, linker, workspace)
+                       system_lib=system_lib, target=target, weights=weights)
+    try:
+        with _workspace(workspace_dir) as workspace, full_disk_reported(plan.output, workspace):
+            objects = compile_host_code(plan, workspace)
+            linker = host_linker(plan)
+            if plan.weights is not None:  # after the compilers, which fail more often
+                write_weights(plan.weights, plan.serializer.plan.nodes, plan.alignment)
+            if plan.system_lib is not None:
+                finish_system_lib(plan, objects, workspace)
+            elif plan.placed:
+                finish_placed(plan, objects, linker, workspace)
+            elif plan.as_tar:
+                finish_tar(plan, objects, linker, workspace)
+            else:
+                finish_linked(plan, objects, linker, workspace)
+    finally:
+        if plan.weights is not None:
+            plan.weights.discard()  # a no-op once published with the library
     return plan.output
 
 

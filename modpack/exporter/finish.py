@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModpackError
+from ..files.scratch import AnonymousOutput, scratch_name
 from ..format.image import HUGE_SEGMENT_ALIGNMENT, find_blob, place_blob_into
 from ..format.seal import seal_file, seal_library
 from ..format.tar_seal import seal_tar
@@ -28,7 +29,6 @@ from ..packers import BlobWriter
 from ..toolchain.cc import create_shared, create_tar
 from .blob_object import WRITE_BEHIND_FROM, anchor_object, blob_object, blob_writer
 from .plan import ExportPlan
-from .scratch import AnonymousOutput, scratch_name
 from .system_lib import write_system_lib
 
 __all__ = ["LARGE_BLOB", "finish_linked", "finish_placed", "finish_system_lib", "finish_tar"]
@@ -45,7 +45,7 @@ def finish_placed(plan: ExportPlan, objects: list[Path], linker: str | None,
     linked = workspace / "linked.so"
     try:
         _link(plan, linked, objects, linker)
-        _place_blob(linked, plan.output, blob_writer(plan), plan.alignment, plan.payload_bytes)
+        _place_blob(linked, plan, blob_writer(plan))
     finally:
         linked.unlink(missing_ok=True)
 
@@ -104,9 +104,16 @@ def _link_beside_output(plan: ExportPlan, objects: list[Path], linker: str | Non
         _link(plan, tmp, objects, linker)
         seal(tmp)
         os.chmod(tmp, mode)
+        _publish_weights(plan)
         os.replace(tmp, plan.output)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _publish_weights(plan: ExportPlan) -> None:
+    """A library that refers to a weight file puts it in place first, just before itself."""
+    if plan.weights is not None:
+        plan.weights.publish()
 
 
 def _link(plan: ExportPlan, output: Path, objects: list[Path], linker: str | None) -> None:
@@ -123,16 +130,17 @@ def _link(plan: ExportPlan, output: Path, objects: list[Path], linker: str | Non
         plan.fcompile(str(output), [str(o) for o in objects], options)
 
 
-def _place_blob(linked: Path, output: Path, write_blob: BlobWriter, alignment: int,
-                payload_bytes: int) -> None:
-    """Copy the linked library into an anonymous file beside |output|, write the blob into it,
-    seal it, and put it in place of |output|."""
-    target = AnonymousOutput(output)
+def _place_blob(linked: Path, plan: ExportPlan, write_blob: BlobWriter) -> None:
+    """Copy the linked library into an anonymous file beside the output, write the blob into
+    it, seal it, and put it in place of the output."""
+    target = AnonymousOutput(plan.output)
     try:
         with open(linked, "rb") as source:
             shutil.copyfileobj(source, target.file)
-        huge = HUGE_SEGMENT_ALIGNMENT if payload_bytes >= WRITE_BEHIND_FROM else 0
-        seal_file(target.file, place_blob_into(target.file, output, write_blob, alignment, huge))
+        huge = HUGE_SEGMENT_ALIGNMENT if plan.payload_bytes >= WRITE_BEHIND_FROM else 0
+        seal_file(target.file, place_blob_into(target.file, plan.output, write_blob,
+                                               plan.alignment, huge))
+        _publish_weights(plan)
         target.publish(0o755)
     finally:
         target.discard()

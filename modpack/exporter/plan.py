@@ -13,6 +13,7 @@ import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from ..toolchain.cc import (
     target_machine,
 )
 from .system_lib import check_system_lib
+from .weights import WeightsExport, plan_weights
 
 __all__ = ["ExportPlan", "plan_export"]
 
@@ -57,7 +59,13 @@ class ExportPlan:
     alignment: int  # of each payload, and of the blob in memory
     has_blob: bool  # the tree has more than host code
     placed: bool  # the blob is written into the linked .so, not linked as an object
-    payload_bytes: int  # all payloads together
+    weights: WeightsExport | None  # the weight file the const arrays go to (weights=)
+
+    @cached_property
+    def payload_bytes(self) -> int:
+        """All payloads together (read once the const modules a weight file takes are
+        references)."""
+        return sum(n.payload_size() for n in self.serializer.plan.nodes if n)
 
     @property
     def toolchain(self) -> Toolchain:
@@ -83,6 +91,7 @@ def plan_export(
     payload_alignment: int | None = None,
     system_lib: str | None = None,
     target: str | None = None,
+    weights: str | os.PathLike | None = None,
 ) -> ExportPlan:
     """Check the arguments of ``export_library`` and decide what it does, before any work
     (raising ``ModpackError`` or ``ValueError`` for a wrong argument; warning of kernels
@@ -109,11 +118,13 @@ def plan_export(
     has_blob = len(nodes) > 1 or nodes[0] is not None
     placed = (has_blob and not as_tar and fpack_imports is None and system_lib is None
               and machine_name(target_machine(cc)) in PLACEABLE_MACHINES)
+    weights_export = (plan_weights(weights, nodes, output, system_lib) if weights is not None
+                      else None)
     return ExportPlan(
         output=output, serializer=serializer, fcompile=fcompile, as_tar=as_tar,
         system_lib=system_lib, cc=cc, cxx=cxx, options=tuple(options or ()), packer=packer,
         fpack_imports=fpack_imports, alignment=alignment, has_blob=has_blob, placed=placed,
-        payload_bytes=sum(n.payload_size() for n in nodes if n))
+        weights=weights_export)
 
 
 def _check_destination(output: Path) -> None:

@@ -1,6 +1,8 @@
-"""Signing a sealed library (``modpack sign``): an Ed25519 signature over the SHA-256 of every
-byte of the sealed file, appended in a signature block after the seal (layout in
-``csrc/include/modpack/format.h``; the runtime is the reader and verifier).
+"""Signing a sealed library or weight file (``modpack sign``): an Ed25519 signature appended in
+a signature block after the seal (layout in ``csrc/include/modpack/format.h``; the runtime is
+the reader and verifier). A library's signature signs the SHA-256 of every byte of the sealed
+file; a weight file's signs its content digest (``csrc/include/modpack/weights.h``), which
+covers every array through its own digest, so that arrays can be checked one at a time.
 
 Keys are PEM, as ``openssl genpkey -algorithm ed25519`` writes them; the cryptography comes from
 the ``cryptography`` package, never written here.
@@ -26,6 +28,8 @@ TRAILER = check_struct(struct.Struct("<QQII8s"), "mp_signatures_trailer_v1_t")
 _RECORD_MAGIC = ffi.string(lib.MP_SIGNATURE_MAGIC).ljust(8, b"\0")
 _TRAILER_MAGIC = ffi.string(lib.MP_SIGNATURES_MAGIC)
 _CONTEXT = ffi.string(lib.MP_SIGNATURE_CONTEXT)
+_WEIGHTS_CONTEXT = ffi.string(lib.MP_WEIGHTS_SIGNATURE_CONTEXT)
+_WEIGHTS_MAGIC = ffi.string(lib.MP_WEIGHTS_MAGIC).ljust(8, b"\0")
 
 
 def read_signatures(path: str | os.PathLike, keys: Any = None,
@@ -79,34 +83,50 @@ def _private_key(pem: bytes) -> object:
     return key
 
 
+def is_weight_file(path: str | os.PathLike) -> bool:
+    """Whether the file at |path| starts as a weight file does."""
+    with open(path, "rb") as f:
+        return f.read(8) == _WEIGHTS_MAGIC
+
+
+def weight_file_digest(path: str | os.PathLike) -> bytes:
+    """The content digest of the weight file at |path|, after the runtime checked every array
+    against its digest (a file is signed only as it is meant to be)."""
+    from ..runtime.weight_files import describe_module, load_options
+
+    options = load_options(lib.MP_LOAD_CHECK_DIGESTS)
+    out = ffi.new("mp_module_t**")
+    check(lib.mp_weights_load(os.fsencode(path), options.pointer, out))
+    handle = ffi.gc(out[0], lib.mp_module_release)
+    return bytes.fromhex(describe_module(handle)["digest"].removeprefix("sha256:"))
+
+
 def sign_library(path: str | os.PathLike, private_key: str | os.PathLike | bytes) -> str:
     """Add a signature by |private_key| (PEM bytes or a PEM file's path) to the sealed library
-    at |path|, replacing an earlier one by the same key; the file is replaced atomically.
-    Returns the key id (hex) the signature records."""
+    or weight file at |path| (a symbolic link: the file it names), replacing an earlier one by
+    the same key; the file is replaced atomically. Returns the key id (hex) the signature
+    records."""
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-    path = Path(path)
+    path = Path(path).resolve()  # sign the file a link names, not replace the link
     pem = private_key if isinstance(private_key, bytes) else Path(private_key).read_bytes()
     key = _private_key(pem)
-    # Only a whole library is signed: its seal must hold (the runtime finds it before a block).
+    # Only a whole file is signed: its seal must hold (the runtime finds it before a block).
     check(lib.mp_seal_check_file(os.fsencode(path), ffi.new("mp_seal_v1_t*")))
+    weights = is_weight_file(path)
+    content = weight_file_digest(path) if weights else None
     public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)  # type: ignore[attr-defined]
     signer = key_id(public)
     with open(path, "rb") as source, tempfile.NamedTemporaryFile(
             dir=path.parent, prefix=f".{path.name}.", delete=False) as target:
         try:
             signed_size, records = signature_block(source)
-            digest = hashlib.sha256()
-            source.seek(0)
-            copied = 0
-            while copied < signed_size:  # one pass: hashed as it is copied
-                chunk = source.read(min(signed_size - copied, 1 << 24))
-                if not chunk:
-                    raise FormatError(f"{path} shrank while it was being signed")
-                digest.update(chunk)
-                target.write(chunk)
-                copied += len(chunk)
-            signature = key.sign(_CONTEXT + digest.digest())  # type: ignore[attr-defined]
+            if content is not None:  # a weight file: the digest is known, the bytes are copied
+                _copy(source, target, signed_size, path)
+                message = _WEIGHTS_CONTEXT + content
+            else:
+                message = _CONTEXT + _copy_hashed(source, target, signed_size, path)
+            signature = key.sign(message)  # type: ignore[attr-defined]
             kept = [r for r in records if RECORD.unpack(r)[3] != signer]
             kept.append(RECORD.pack(_RECORD_MAGIC, lib.MP_SIGNATURE_ED25519, 0, signer, signature,
                                     bytes(16)))
@@ -119,3 +139,32 @@ def sign_library(path: str | os.PathLike, private_key: str | os.PathLike | bytes
     os.chmod(target.name, path.stat().st_mode & 0o7777)
     os.replace(target.name, path)
     return signer.hex()
+
+
+def _copy_hashed(source: BinaryIO, target: Any, size: int, path: Path) -> bytes:
+    """Copy the first |size| bytes of |source| to |target|, hashing them on the way; returns
+    their SHA-256."""
+    digest = hashlib.sha256()
+    source.seek(0)
+    copied = 0
+    while copied < size:  # one pass: hashed as it is copied
+        chunk = source.read(min(size - copied, 1 << 24))
+        if not chunk:
+            raise FormatError(f"{path} shrank while it was being signed")
+        digest.update(chunk)
+        target.write(chunk)
+        copied += len(chunk)
+    return digest.digest()
+
+
+def _copy(source: BinaryIO, target: Any, size: int, path: Path) -> None:
+    """Copy the first |size| bytes of |source| to |target| in the kernel (a weight file may be
+    as large as a model: no pass through Python)."""
+    target.flush()
+    copied = 0
+    while copied < size:
+        n = os.copy_file_range(source.fileno(), target.fileno(), size - copied, copied, copied)
+        if n == 0:
+            raise FormatError(f"{path} shrank while it was being signed")
+        copied += n
+    target.seek(size)

@@ -8,6 +8,7 @@ from .kernel_info import KernelArg, KernelInfo
 from .llvm import LLVMModule, llvm_module
 from .objects import ObjectModule, object_module
 from .opencl import OpenCLModule, opencl_binaries, opencl_module
+from .weights import WeightsModule, weights_module
 
 __all__ = [
     "BinaryModule",
@@ -21,6 +22,7 @@ __all__ = [
     "Module",
     "ObjectModule",
     "OpenCLModule",
+    "WeightsModule",
     "const_module",
     "csource_module",
     "cuda_module",
@@ -29,4 +31,5 @@ __all__ = [
     "object_module",
     "opencl_binaries",
     "opencl_module",
+    "weights_module",
 ]

@@ -25,6 +25,7 @@ from ..format.layout import check_struct
 from ..runtime.binding import lib
 from ..runtime.dtypes import dtype_to_dl
 from .base import BinaryModule
+from .weights import WeightsModule
 
 __all__ = ["ConstModule", "const_module"]
 
@@ -66,6 +67,13 @@ class ConstModule(BinaryModule):
     @property
     def arrays(self) -> Mapping[str, np.ndarray]:
         return dict(self._arrays)
+
+    def as_weights_reference(self, file_name: str, digest: bytes) -> WeightsModule:
+        """The module that stands for this one once its arrays are in the weight file
+        |file_name| of content digest |digest| (``export_library(weights=...)``)."""
+        specs = [(name, dtype_to_dl(a.dtype), tuple(int(n) for n in a.shape))
+                 for name, a in self._arrays.items()]
+        return WeightsModule(file_name, digest, specs)
 
     def _plan(self) -> tuple[bytes, list[int], int]:
         """The metadata block, each array's data offset, and the total payload size."""

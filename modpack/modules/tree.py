@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ModpackError
 
-__all__ = ["DeviceNode", "HostNode", "Node", "shadowed_kernels", "walk"]
+__all__ = ["ArraysNode", "DeviceNode", "HostNode", "Node", "shadowed_kernels", "walk"]
 
 
 @runtime_checkable
@@ -46,6 +46,17 @@ class HostNode(Node, Protocol):
 
     def compile_objects(self, workspace: Path, stem: str, toolchain: Any,
                         options: Sequence[str]) -> list[Path]: ...
+
+
+@runtime_checkable
+class ArraysNode(Node, Protocol):
+    """A module holding named arrays in the library (``const``), which
+    ``export_library(weights=...)`` moves to a weight file, leaving a reference behind."""
+
+    @property
+    def arrays(self) -> Any: ...
+
+    def as_weights_reference(self, file_name: str, digest: bytes) -> Node: ...
 
 
 @runtime_checkable

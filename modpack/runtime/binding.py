@@ -34,6 +34,7 @@ EXCEPTIONS: dict[int, type[errors.ModpackError]] = {
     lib.MP_ERR_UNAVAILABLE: errors.UnavailableError,
     lib.MP_ERR_INTERNAL: errors.InternalError,
     lib.MP_ERR_UNTRUSTED: errors.SignatureError,
+    lib.MP_ERR_MISMATCH: errors.WeightsMismatchError,
 }
 
 # Per thread: the Python exception a callback raised and the message it left in the runtime.

@@ -33,6 +33,7 @@ static const char *const MP_SIGNATURES_MAGIC;
 static const char *const MP_SIGNATURE_CONTEXT;
 static const char *const MP_WEIGHTS_MAGIC;
 static const char *const MP_WEIGHTS_SIGNATURE_CONTEXT;
+static const char *const MP_WEIGHTS_KIND;
 static const char *const MP_BLOB_SYMBOL;
 static const char *const MP_LIB_TYPE_KEY;
 static const char *const MP_LIBRARY_TYPE_KEY;

@@ -10,17 +10,23 @@ object; it appears in the tree as itself (see :mod:`modpack.runtime.callbacks`).
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..errors import MissingFileError
 from .binding import check, ffi, lib, string
-from .dtypes import dtype_from_dl
 from .function import Function, lookup
+from .views import view_of
+from .weight_files import WeightArrays, current_arrays, current_version
 
 __all__ = ["LoadedModule", "python_modules", "wrap_module"]
+
+_WEIGHTS_KIND = string(lib.MP_WEIGHTS_KIND)  # the type key of modules that read a weight file
 
 # One wrapper per runtime module, so shared imports (diamonds) come back as one object.
 _wrappers: weakref.WeakValueDictionary[int, LoadedModule] = weakref.WeakValueDictionary()
@@ -113,9 +119,17 @@ class LoadedModule:
 
     @property
     def arrays(self) -> Mapping[str, np.ndarray]:
-        """Named arrays (for ``const`` modules): read-only numpy views into the loaded
-        library, no copies. Each view keeps the library loaded, and only the library: a
-        dropped module whose views are gone is unloaded."""
+        """Named arrays (``const`` and ``weights`` modules): read-only numpy views into the
+        loaded library or weight file, no copies. Each view keeps what it points into mapped,
+        and only that: a dropped module whose views are gone is unloaded. A ``weights``
+        module's views are of the weights it reads now; after ``swap_weights`` this gives
+        views of the new ones, and views taken before stay views of the old."""
+        if self.type_key == _WEIGHTS_KIND:
+            cached = self._arrays_cache
+            if not isinstance(cached, WeightArrays) or cached.version != current_version(
+                    self._handle):
+                self._arrays_cache = current_arrays(self._handle)
+            return self._arrays_cache
         if self._arrays_cache is None:
             arrays = {}
             name = ffi.new("char**")
@@ -124,9 +138,26 @@ class LoadedModule:
             reference = _runtime_reference(self._handle) if count else None
             for i in range(count):
                 check(lib.mp_module_array_at(self._handle, i, name, tensor))
-                arrays[string(name[0])] = _view(tensor[0], reference)
+                arrays[string(name[0])] = view_of(tensor[0], reference)
             self._arrays_cache = _ReadOnlyMapping(arrays)
         return self._arrays_cache
+
+    def swap_weights(self, path: str | os.PathLike, file_name: str | None = None) -> None:
+        """Replace the weight file this module's tree reads by the one at |path|: the tree's
+        only weight file, or the one the library records as |file_name|. The new file is
+        checked completely first (its arrays' names, dtypes and shapes against the old ones',
+        its checksums, and for a tree loaded with ``trusted_keys`` a trusted signature and its
+        digests): on a mismatch :class:`~modpack.WeightsMismatchError` names the first
+        difference and the old weights stay. Then the switch is atomic: a call running on
+        another thread finishes with the old arrays, calls after see the new ones, and arrays
+        host code copied to a device are copied anew. The old file is unmapped once its last
+        call, view and device copy are gone."""
+        shown = Path(path)
+        if not shown.exists():
+            raise MissingFileError(f"no such weight file: {shown}")
+        check(lib.mp_module_swap_weights(
+            self._handle, ffi.NULL if file_name is None else file_name.encode(),
+            os.fsencode(shown.resolve())))
 
     def __repr__(self) -> str:
         count = len(self.imported_modules)
@@ -141,34 +172,6 @@ def _runtime_reference(handle: Any) -> Any:
     module would keep it, and its library, loaded for the life of the process."""
     lib.mp_module_retain(handle)
     return ffi.gc(ffi.cast("mp_module_t*", handle), lib.mp_module_release)
-
-
-def _view(tensor: Any, reference: Any) -> np.ndarray:
-    """A read-only numpy view of |tensor|'s bytes, whose base holds |reference|."""
-    dtype = dtype_from_dl(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
-    if dtype.itemsize * 8 != tensor.dtype.bits * tensor.dtype.lanes:
-        raise TypeError(f"dtype {dtype} does not match the {tensor.dtype.bits}-bit record")
-    shape = tuple(tensor.shape[d] for d in range(tensor.ndim))
-    nbytes = int(lib.mp_array_nbytes(tensor))  # the size the runtime checked
-    holder = _ArrayHolder(reference, int(ffi.cast("uintptr_t", tensor.data)), nbytes)
-    # View the bytes as the dtype (ml_dtypes too); the base chain ends at the holder.
-    return np.asarray(holder).view(dtype).reshape(shape)
-
-
-class _ArrayHolder:
-    """Exposes read-only memory to numpy; being the array's base, it keeps the runtime module
-    (and so the library mapping) alive through |reference|."""
-
-    __slots__ = ("__array_interface__", "_reference")
-
-    def __init__(self, reference: Any, address: int, nbytes: int) -> None:
-        self._reference = reference
-        self.__array_interface__ = {
-            "version": 3,
-            "shape": (nbytes,),
-            "typestr": "|u1",
-            "data": (address, True),  # read-only: the mapping is not writable
-        }
 
 
 class _ReadOnlyMapping(Mapping):

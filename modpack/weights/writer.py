@@ -18,9 +18,9 @@ write of the data and never more memory than the caller's arrays:
    (the data was written after it), then the seal.
 
 The file is made in an anonymous file beside the output and renamed over it when complete
-(:class:`~modpack.exporter.scratch.AnonymousOutput`), so a save that fails or is killed leaves
+(:class:`~modpack.files.scratch.AnonymousOutput`), so a save that fails or is killed leaves
 nothing, and an earlier file at the path stays intact until the new one replaces it whole.
-Large files are handed to the disk as they stream (:mod:`modpack.exporter.write_behind`).
+Large files are handed to the disk as they stream (:mod:`modpack.files.write_behind`).
 The same arrays and alignment always give the same bytes.
 """
 
@@ -40,10 +40,9 @@ import numpy as np
 import xxhash
 
 from ..errors import ArgumentError, ModpackError
-from ..exporter.blob_object import WRITE_BEHIND_FROM
-from ..exporter.disk_full import full_disk_reported
-from ..exporter.scratch import AnonymousOutput
-from ..exporter.write_behind import WriteBehind
+from ..files.disk_full import full_disk_reported
+from ..files.scratch import AnonymousOutput
+from ..files.write_behind import WRITE_BEHIND_FROM, WriteBehind
 from ..format.seal import write_seal
 from ..runtime.dtypes import dtype_to_dl
 from .format import (
@@ -63,7 +62,8 @@ from .format import (
     RECORD_SIZE,
 )
 
-__all__ = ["WrittenWeights", "save_weights", "write_weight_file"]
+__all__ = ["PendingWeights", "WrittenWeights", "prepare_weight_file", "save_weights",
+           "write_weight_file"]
 
 _FILE_MODE = 0o644  # data, not code
 _COMPARE_CHUNK = 4 << 20  # bytes compared at a time when confirming identical arrays
@@ -110,17 +110,48 @@ def write_weight_file(items: Sequence[tuple[str, np.ndarray]], path: str | os.Pa
                       alignment: int = MIN_ALIGNMENT) -> WrittenWeights:
     """Write the weight file of |items| (name, array) at |path|, in that order, and say what
     was written. The lower level of :func:`save_weights`, for callers that need the content
-    digest or the arrays' descriptions (``export_library`` binds a library to the file by
-    them); it checks and refuses the same input the same way."""
+    digest or the arrays' descriptions; it checks and refuses the same input the same way."""
+    pending = prepare_weight_file(items, path, alignment)
+    try:
+        pending.publish()
+    finally:
+        pending.discard()
+    return pending.written
+
+
+class PendingWeights:
+    """A weight file written completely but not yet in place (an anonymous file beside its
+    path): ``export_library(weights=...)`` writes it, then the library that refers to it, and
+    puts the weight file in place just before the library, so a failed export leaves an
+    earlier weight file, and the earlier library that refers to it, as they were."""
+
+    def __init__(self, target: AnonymousOutput, written: WrittenWeights) -> None:
+        self._target = target
+        self.written = written
+
+    def publish(self) -> None:
+        """Put the file in place (renamed over any earlier one)."""
+        with full_disk_reported(self.written.path, self.written.path.parent, "save"):
+            self._target.publish(_FILE_MODE)
+
+    def discard(self) -> None:
+        """Drop the file unless it was published."""
+        self._target.discard()
+
+
+def prepare_weight_file(items: Sequence[tuple[str, np.ndarray]], path: str | os.PathLike,
+                        alignment: int = MIN_ALIGNMENT) -> PendingWeights:
+    """Write the weight file of |items| as :func:`write_weight_file` does, but leave it to the
+    caller to :meth:`~PendingWeights.publish` (or discard) it."""
     _check_alignment(alignment)
     output = _check_output(path)
     arrays = _prepare(items)
     layout = _Layout.plan(arrays, alignment)
     with full_disk_reported(output, output.parent, "save"):
-        index = _write(output, arrays, layout)
-    return WrittenWeights(
+        target, index = _write(output, arrays, layout)
+    return PendingWeights(target, WrittenWeights(
         output, hashlib.sha256(index).digest(),
-        {a.name: (a.array.dtype, tuple(int(n) for n in a.array.shape)) for a in arrays})
+        {a.name: (a.array.dtype, tuple(int(n) for n in a.array.shape)) for a in arrays}))
 
 
 @dataclass(eq=False)
@@ -281,9 +312,9 @@ class _Layout:
                    name_offsets)
 
 
-def _write(output: Path, arrays: list[_Array], layout: _Layout) -> bytes:
-    """Write the file in an anonymous file beside |output| and put it in place; returns the
-    index bytes."""
+def _write(output: Path, arrays: list[_Array], layout: _Layout) -> tuple[AnonymousOutput, bytes]:
+    """Write the file in an anonymous file beside |output|, not yet in place; returns it and
+    the index bytes."""
     target = AnonymousOutput(output)
     try:
         f: BinaryIO = target.file
@@ -300,10 +331,10 @@ def _write(output: Path, arrays: list[_Array], layout: _Layout) -> bytes:
         end = layout.data_offset + layout.data_size  # where the file ends, and the seal goes
         write_seal(f, blob_offset=0, blob_vaddr=0, blob_size=end,
                    payloads_offset=layout.data_offset, payloads_size=layout.data_size)
-        target.publish(_FILE_MODE)
-    finally:
+    except BaseException:
         target.discard()
-    return index
+        raise
+    return target, index
 
 
 def _chunks(data: memoryview) -> Iterator[memoryview]:

@@ -34,6 +34,7 @@ enum {
   MP_ERR_UNAVAILABLE = 9,        /* a driver or device this needs is missing */
   MP_ERR_INTERNAL = 10,          /* a bug in modpack itself */
   MP_ERR_UNTRUSTED = 11,         /* not signed by a trusted key, or altered since it was */
+  MP_ERR_MISMATCH = 12,          /* a valid file, but not the one expected (other weights) */
 };
 
 /* Type codes of mp_value_t. */

@@ -94,6 +94,18 @@ MP_API const char* mp_dtype_string(DLDataType dtype, char* buffer, size_t capaci
 
 /* ---- loading ----------------------------------------------------------------------------- */
 
+/* Signed libraries (`modpack sign`; modpack/format.h). A trusted key is a raw Ed25519 public
+ * key; mp_trusted_key_from_pem reads one from PEM ("-----BEGIN PUBLIC KEY-----", as `openssl
+ * pkey -pubout` writes it). Signature checks use OpenSSL's libcrypto, loaded when first needed
+ * (MP_ERR_UNAVAILABLE, saying so, where it is missing). */
+typedef struct {
+  uint8_t public_key[32];
+} mp_trusted_key_t;
+typedef struct {
+  uint8_t key_id[32]; /* SHA-256 of the signer's public key */
+  int32_t trusted;    /* 1: the signer is one of the keys given */
+  int32_t valid;      /* 1: checked and valid (only trusted signers' are checked) */
+} mp_signature_info_t;
 enum {
   /* Skip the XXH3 checks of payload bytes (the index is always checked). For multi-GB
    * weights whose integrity is guaranteed by other means. */
@@ -107,7 +119,36 @@ enum {
    * changes the file after the load then changes nothing the process sees; the price is the
    * payloads' size in memory, in every process (docs/trust.md). */
   MP_LOAD_PRIVATE_COPY = 4,
+  /* For a signed load: check each array of a weight file against its SHA-256 digest the first
+   * time it is asked for, instead of all of them at load (a large model whose arrays are
+   * touched over minutes). An array that does not match fails the lookup (MP_ERR_UNTRUSTED). */
+  MP_LOAD_VERIFY_ON_FIRST_USE = 8,
+  /* Check every array of a weight file against its SHA-256 digest at load, even when no
+   * signature asks for it (`modpack verify` does). */
+  MP_LOAD_CHECK_DIGESTS = 16,
 };
+
+/* A weight file a library refers to, found somewhere other than beside the library. */
+typedef struct {
+  /* The weight file's name as the library records it (`modpack inspect` shows it); NULL: the
+   * library's only weight file. */
+  const char* file_name;
+  const char* path;
+} mp_weights_location_t;
+
+/* How to load: everything beyond a path. Zero-initialise it and set struct_size, so that
+ * fields added later read as zero from older callers. */
+typedef struct {
+  uint32_t struct_size; /* sizeof(mp_load_options_t) */
+  uint32_t flags;       /* MP_LOAD_* */
+  /* With num_trusted_keys > 0 (at most 16), a signed load: see mp_module_load_signed. */
+  const mp_trusted_key_t* trusted_keys;
+  uint64_t num_trusted_keys;
+  /* Weight files not beside the library: each by name, or in a folder (NULL: the library's). */
+  const mp_weights_location_t* weights;
+  uint64_t num_weights;
+  const char* weights_folder;
+} mp_load_options_t;
 
 /* Load a deployable library: check the file's seal (format.h) before anything of it is
  * mapped, dlopen it, parse and validate `__dev_mblob`, run each module's loader and rebuild
@@ -116,6 +157,16 @@ enum {
 MP_API mp_status_t mp_module_load_from_file(const char* path, uint32_t flags,
                                             mp_module_t** out_module);
 
+/* mp_module_load_from_file, or mp_module_load_signed with trusted keys, with |options| (NULL:
+ * none). A library that refers to weight files (modpack/weights.h) finds each beside itself,
+ * or where options->weights says. A weight file that is missing, or whose content digest
+ * differs from the one the library was exported with, is refused before any host code runs,
+ * naming the file and the first difference (MP_ERR_NOT_FOUND, MP_ERR_MISMATCH; for a signed
+ * load MP_ERR_UNTRUSTED). Loading a library whose tree is alive returns that tree, and
+ * refuses options->weights naming other files than the ones it uses. */
+MP_API mp_status_t mp_module_load(const char* path, const mp_load_options_t* options,
+                                  mp_module_t** out_module);
+
 /* Load a deployable library from |size| bytes in memory (decrypted, downloaded, embedded),
  * with the same checks as from a file. The bytes are copied once into a sealed memfd, which is
  * what dlopen maps and what payloads are zero-copy views of, so |data| may be freed as soon as
@@ -123,19 +174,12 @@ MP_API mp_status_t mp_module_load_from_file(const char* path, uint32_t flags,
  * does not exist, the copy is an unnamed file in $TMPDIR. */
 MP_API mp_status_t mp_module_load_from_memory(const void* data, uint64_t size, uint32_t flags,
                                               mp_module_t** out_module);
+/* The same with |options| (NULL: none), for the weight files it refers to (which it can only
+ * find where options->weights says). Trusted keys are refused: a signed load reads a file. */
+MP_API mp_status_t mp_module_load_memory(const void* data, uint64_t size,
+                                         const mp_load_options_t* options,
+                                         mp_module_t** out_module);
 
-/* Signed libraries (`modpack sign`; modpack/format.h). A trusted key is a raw Ed25519 public
- * key; mp_trusted_key_from_pem reads one from PEM ("-----BEGIN PUBLIC KEY-----", as `openssl
- * pkey -pubout` writes it). Signature checks use OpenSSL's libcrypto, loaded when first needed
- * (MP_ERR_UNAVAILABLE, saying so, where it is missing). */
-typedef struct {
-  uint8_t public_key[32];
-} mp_trusted_key_t;
-typedef struct {
-  uint8_t key_id[32]; /* SHA-256 of the signer's public key */
-  int32_t trusted;    /* 1: the signer is one of the keys given */
-  int32_t valid;      /* 1: checked and valid (only trusted signers' are checked) */
-} mp_signature_info_t;
 MP_API mp_status_t mp_trusted_key_from_pem(const char* pem, uint64_t length,
                                            mp_trusted_key_t* out_key);
 
@@ -152,10 +196,12 @@ MP_API mp_status_t mp_module_load_signed(const char* path, const mp_trusted_key_
                                          uint64_t num_keys, uint32_t flags,
                                          mp_module_t** out_module);
 
-/* The signatures of the file at |path| (nothing is mapped or run, nothing copied), checked
- * against |keys| (may be none; the file is hashed only when one of them signed it): each signer
- * in |out_infos| (up to |capacity|), their number in *out_count (0: unsigned). MP_ERR_FORMAT for
- * a damaged signature block. */
+/* The signatures of the library or weight file at |path| (nothing is run, nothing copied),
+ * checked against |keys| (may be none; the file is hashed only when one of them signed it):
+ * each signer in |out_infos| (up to |capacity|), their number in *out_count (0: unsigned).
+ * MP_ERR_FORMAT for a damaged signature block. A weight file's signature signs its content
+ * digest; when a trusted one holds, every array is checked against its digest as well
+ * (MP_ERR_UNTRUSTED, naming the array, when one does not match). */
 MP_API mp_status_t mp_signatures_check_file(const char* path, const mp_trusted_key_t* keys,
                                             uint64_t num_keys, mp_signature_info_t* out_infos,
                                             uint64_t capacity, uint64_t* out_count);
@@ -172,6 +218,41 @@ MP_API mp_status_t mp_module_load_system_lib(const mp_system_lib_t* lib, mp_modu
  * matches it; MP_ERR_NOT_FOUND when it carries none; MP_ERR_FORMAT, naming the damage, when it
  * does not match; MP_ERR_INCOMPATIBLE for a seal newer than this runtime. */
 MP_API mp_status_t mp_seal_check_file(const char* path, mp_seal_v1_t* out_seal);
+
+/* ---- weight files (modpack/weights.h) ------------------------------------------------------ */
+
+/* A weight file on its own, as a module of type "weights" whose arrays are the file's: mapped
+ * read-only and shared (one mapping per file in the process, whoever opened it), checked as
+ * |options| say (NULL: checksums). With trusted keys, a signature by one of them over the
+ * file's content digest must hold, and every array's digest is checked (at load, or on first
+ * use with MP_LOAD_VERIFY_ON_FIRST_USE). */
+MP_API mp_status_t mp_weights_load(const char* path, const mp_load_options_t* options,
+                                   mp_module_t** out_module);
+
+/* Replace the weight file that |module|'s tree reads (|module|: any module of a loaded
+ * library's tree, or a module from mp_weights_load) by the file at |path|. |file_name| is the
+ * name the library records for the file to replace (NULL: its only weight file). The new file
+ * is checked completely first: its arrays must have the names, dtypes and shapes of the old
+ * ones (else MP_ERR_MISMATCH naming the first difference, and nothing changes), its checksums
+ * must hold and, for a tree loaded with trusted keys, a signature by one of them must hold over
+ * it and its digests (checked now, or on first use). Then the switch is atomic: a call that
+ * started before sees the old arrays throughout (a call keeps the version it first reads until
+ * it returns), a call that starts after sees the new ones; arrays copied to devices are copied
+ * anew from the new file. The old file is unmapped once no call, version held
+ * (mp_weights_current) or device copy uses it. An array obtained outside a call
+ * (mp_module_get_array) stays valid until the next swap. */
+MP_API mp_status_t mp_module_swap_weights(mp_module_t* module, const char* file_name,
+                                          const char* path);
+
+/* One version of a module's weights: the weight file it reads now, held (a new reference) so
+ * that its arrays stay valid whatever is swapped later. */
+typedef struct mp_weight_file mp_weight_file_t;
+MP_API mp_status_t mp_weights_current(mp_module_t* module, mp_weight_file_t** out_file);
+MP_API void mp_weight_file_release(mp_weight_file_t* file);
+/* Array |index| (< mp_module_array_count) of the weights module |module| as |file| (from
+ * mp_weights_current on it) holds it; verified on first use when the tree asked for that. */
+MP_API mp_status_t mp_weights_array_in(mp_module_t* module, mp_weight_file_t* file, uint64_t index,
+                                       const char** out_name, const DLTensor** out_array);
 
 /* ---- modules ----------------------------------------------------------------------------- */
 

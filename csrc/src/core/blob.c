@@ -4,21 +4,16 @@
  * subtraction form, so nothing can overflow), the import tree (CSR shape, index ranges,
  * reachability, no cycles) and, unless asked not to, every payload checksum. After
  * mp_blob_parse succeeds, the rest of the runtime can trust the decoded index. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* madvise */
-#endif
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 #include "core/blob.h"
 #include "core/bytes.h"
 #include "core/checksum.h"
 #include "core/error.h"
+#include "core/mapped_read.h"
 
 struct mp_blob {
   mp_const_byte_span_t bytes;
@@ -352,57 +347,6 @@ static int compare_offsets(const void* a, const void* b) {
   return x->payload_size < y->payload_size ? -1 : x->payload_size > y->payload_size;
 }
 
-/* How a large payload is read while it is hashed depends on where its pages are (measured in
- * benchmarks/RESULTS.md):
- * - in the page cache (a warm load): mapped in one call (MADV_POPULATE_READ, Linux >= 5.14)
- *   rather than faulted in 64 KiB at a time, which more than doubles the hash's cost;
- * - on disk (a cold load): the mapping is marked sequential, so the faults read ahead with the
- *   full read-ahead window, the same requests as read(), while the hash runs: the disk's
- *   sequential speed, where populating the whole range first reached a third of it.
- * mincore() tells the two apart. The advice is reset afterwards, so later random access to the
- * weights does not read ahead. All of it is advisory: failures are ignored. */
-enum { PAGE = 4096, MP_MADV_POPULATE_READ = 22, RESIDENCY_SAMPLES = 64 };
-
-static void advise(const uint8_t* data, uint64_t size, int advice) {
-#if defined(__linux__)
-  uintptr_t start = (uintptr_t)data & ~(uintptr_t)(PAGE - 1);
-  (void)madvise((void*)start, (size_t)((uintptr_t)data + size - start), advice);
-#else
-  (void)data, (void)size, (void)advice;
-#endif
-}
-
-/* Whether most of the pages under |data| are in memory, judged by RESIDENCY_SAMPLES pages
- * spread evenly over it (asking for every page costs ~10 ms per 512 MiB); false when unknown. */
-static bool mostly_resident(const uint8_t* data, uint64_t size) {
-#if defined(__linux__)
-  uintptr_t start = (uintptr_t)data & ~(uintptr_t)(PAGE - 1);
-  uint64_t pages = ((uintptr_t)data + size - start + PAGE - 1) / PAGE, resident = 0;
-  for (uint64_t k = 0; k < RESIDENCY_SAMPLES; ++k) {
-    unsigned char in_memory = 0;
-    uintptr_t page = start + (pages * k / RESIDENCY_SAMPLES) * PAGE;
-    if (mincore((void*)page, PAGE, &in_memory) != 0) return false;
-    resident += in_memory & 1;
-  }
-  return resident * 10 >= RESIDENCY_SAMPLES * 9;
-#else
-  (void)data, (void)size;
-  return false;
-#endif
-}
-
-static uint64_t checksum_payload(mp_const_byte_span_t payload) {
-  if (payload.size < (1u << 20)) return mp_checksum(payload);
-  if (mostly_resident(payload.data, payload.size)) {
-    advise(payload.data, payload.size, MP_MADV_POPULATE_READ);
-    return mp_checksum(payload);
-  }
-  advise(payload.data, payload.size, MADV_SEQUENTIAL);
-  uint64_t digest = mp_checksum(payload);
-  advise(payload.data, payload.size, MADV_NORMAL);
-  return digest;
-}
-
 /* The first non-zero byte in [begin, end) of the blob, or |end|. */
 static uint64_t first_nonzero(const mp_blob_t* b, uint64_t begin, uint64_t end) {
   for (uint64_t i = begin; i < end; ++i)
@@ -449,7 +393,7 @@ mp_status_t mp_blob_verify_payloads(const mp_blob_t* b) {
     }
     if (m->payload_offset + m->payload_size > cursor) cursor = m->payload_offset + m->payload_size;
     mp_const_byte_span_t payload = {b->bytes.data + m->payload_offset, m->payload_size};
-    uint64_t actual = checksum_payload(payload);
+    uint64_t actual = mp_checksum_mapped(payload);
     if (actual != m->payload_checksum)
       status = mp_errorf(MP_ERR_FORMAT,
                          "corrupt blob: module[%" PRIu64

@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "core/call_scope.h"
 #include "core/error.h"
 #include "core/module.h"
 
@@ -59,7 +60,9 @@ mp_status_t mp_function_call(mp_function_t* function, const mp_value_t* args, in
   if (num_args < 0 || (num_args > 0 && !args))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_function_call: bad argument array");
   mp_error_clear();
+  mp_call_scope_enter();
   mp_status_t status = function->fn(function->self, args, num_args, out_ret);
+  mp_call_scope_exit();
   if (status != MP_OK && mp_error_message()[0] == '\0')
     return mp_errorf(status, "a function returned status %d without an error message", (int)status);
   if (status != MP_OK && mp_error_code() != status) mp_error_set(status, mp_error_message());

@@ -20,6 +20,7 @@ struct mp_module {
   void* impl;
   mp_library_t* library; /* its reference; NULL for modules not loaded from a library */
   const mp_module_owner_ops_t* owner_ops;
+  mp_module_find_array_fn find_array; /* NULL: arrays are found by walking them */
   mp_module_t** imports; /* retained */
   uint64_t import_count;
   uint64_t import_capacity;
@@ -391,9 +392,18 @@ mp_status_t mp_module_array_at(mp_module_t* module, uint64_t index, const char**
   return module->vtable->array_at(module, index, out_name, out_array);
 }
 
+void mp_module_set_array_finder(mp_module_t* module, mp_module_find_array_fn find) {
+  module->find_array = find;
+}
+
 /* The array |name| in |m| alone. */
 static mp_status_t visit_array(mp_module_t* m, const char* name, void* out, bool* out_found) {
   const DLTensor** out_array = out;
+  if (m->find_array) {
+    MP_RETURN_IF_ERROR(m->find_array(m, name, out_array));
+    *out_found = *out_array != NULL;
+    return MP_OK;
+  }
   uint64_t count = mp_module_array_count(m);
   for (uint64_t i = 0; i < count; ++i) {
     const char* array_name;
@@ -408,14 +418,36 @@ static mp_status_t visit_array(mp_module_t* m, const char* name, void* out, bool
   return MP_OK;
 }
 
-mp_status_t mp_module_get_array(mp_module_t* module, const char* name, int32_t query_imports,
-                                const DLTensor** out_array) {
+typedef struct {
+  const DLTensor* array;
+  mp_module_t* owner;
+} found_array_t;
+
+static mp_status_t visit_array_owner(mp_module_t* m, const char* name, void* out,
+                                     bool* out_found) {
+  found_array_t* found = out;
+  MP_RETURN_IF_ERROR(visit_array(m, name, &found->array, out_found));
+  if (*out_found) found->owner = m;
+  return MP_OK;
+}
+
+mp_status_t mp_module_find_array(mp_module_t* module, const char* name, int32_t query_imports,
+                                 const DLTensor** out_array, mp_module_t** out_owner) {
   *out_array = NULL;
+  if (out_owner) *out_owner = NULL;
   if (!module || !name)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_get_array: NULL module or name");
-  MP_RETURN_IF_ERROR(find_first(module, name, query_imports, visit_array, (void*)out_array));
-  if (!*out_array)
+  found_array_t found = {NULL, NULL};
+  MP_RETURN_IF_ERROR(find_first(module, name, query_imports, visit_array_owner, &found));
+  if (!found.array)
     return mp_errorf(MP_ERR_NOT_FOUND, "no array named '%s' in the %s module%s", name,
                      module->type_key, query_imports ? " or its imports" : "");
+  *out_array = found.array;
+  if (out_owner) *out_owner = found.owner;
   return MP_OK;
+}
+
+mp_status_t mp_module_get_array(mp_module_t* module, const char* name, int32_t query_imports,
+                                const DLTensor** out_array) {
+  return mp_module_find_array(module, name, query_imports, out_array, NULL);
 }

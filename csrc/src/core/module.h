@@ -25,6 +25,18 @@ void mp_module_set_library(mp_module_t* module, mp_library_t* library,
 /* Take a reference only if the module is still alive (its count above zero). */
 bool mp_module_try_retain(mp_module_t* module);
 
+/* A kind of the runtime's own that can find an array by name faster than by walking its
+ * arrays (a weight file's thousands of arrays, looked up by host code on every call) sets
+ * this: *out_array is left NULL when the module has no such array. Before the module is
+ * shared. */
+typedef mp_status_t (*mp_module_find_array_fn)(mp_module_t* self, const char* name,
+                                               const DLTensor** out_array);
+void mp_module_set_array_finder(mp_module_t* module, mp_module_find_array_fn find);
+
+/* mp_module_get_array, and the module the array was found in (borrowed). */
+mp_status_t mp_module_find_array(mp_module_t* module, const char* name, int32_t query_imports,
+                                 const DLTensor** out_array, mp_module_t** out_owner);
+
 /* |name| in |root| and then, if |query_imports|, its imports (each module once, depth-first);
  * sets *out_function (a new reference) or leaves it NULL without an error. */
 mp_status_t mp_module_find_function(mp_module_t* root, const char* name, int32_t query_imports,

@@ -6,9 +6,11 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/module.h"
 #include "device/signature.h"
 #include "device/workspace.h"
 #include "load/library.h"
+#include "load/weights_kind.h"
 
 /* Hands host code a pointer it may keep while the library is loaded (an entry owned by the
  * library); a second lookup of the same name returns the same pointer. */
@@ -58,8 +60,13 @@ static mp_status_t context_get_array_on(void* ctx, const char* name, DLDevice de
   if (!library)
     return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up array '%s' before load", name);
   const DLTensor* view;
-  MP_RETURN_IF_ERROR(mp_module_get_array(module, name, 1, &view));
-  MP_RETURN_IF_ERROR_PREFIX(mp_library_array_on(library, view, device, out_array),
+  mp_module_t* owner;
+  MP_RETURN_IF_ERROR(mp_module_find_array(module, name, 1, &view, &owner));
+  /* A weight file's arrays are copied per file (so a swap copies the new ones), a const
+   * module's per library. */
+  MP_RETURN_IF_ERROR_PREFIX(mp_weights_module_owns(owner)
+                                ? mp_weights_module_array_on(owner, view, device, out_array)
+                                : mp_library_array_on(library, view, device, out_array),
                             "array '%s' on device %d:%d", name, (int)device.device_type,
                             (int)device.device_id);
   return MP_OK;

@@ -56,6 +56,7 @@ void mp_library_release(mp_library_t* library) {
   /* Every entry's function went with the "library" node (see forget_module). */
   mp_host_lookups_clear(&library->lookups);
   mp_device_array_cache_clear(&library->device_arrays);
+  mp_load_settings_free(&library->settings);
   if (!library->system) mp_dl_unload(library->handle, library->fd, library->dlopen_name);
   mp_library_unlock();
   free(library->path);
@@ -72,6 +73,20 @@ void* mp_library_symbol(const mp_library_t* library, const char* symbol) {
     if (strcmp(library->system->symbols[i].name, symbol) == 0)
       return library->system->symbols[i].address;
   return NULL;
+}
+
+void mp_library_set_settings(mp_library_t* library, mp_load_settings_t* settings) {
+  mp_load_settings_free(&library->settings);
+  library->settings = *settings;
+  memset(settings, 0, sizeof *settings);
+}
+
+const mp_load_settings_t* mp_library_settings(const mp_library_t* library) {
+  return &library->settings;
+}
+
+struct mp_weights_binding** mp_library_weight_bindings(mp_library_t* library) {
+  return &library->weight_bindings;
 }
 
 mp_host_lookups_t* mp_library_lookups(mp_library_t* library) {
@@ -106,6 +121,14 @@ static mp_status_t find_live(const char* path, const mp_file_id_t* id, mp_librar
     }
   }
   return MP_OK;
+}
+
+bool mp_library_is_live(const mp_file_id_t* id) {
+  for (live_library_t* live = live_libraries; live; live = live->next)
+    if (!live->library->system && mp_file_same_version(&live->library->id, id) &&
+        atomic_load(&live->library->refcount) > 0)
+      return true;
+  return false;
 }
 
 /* A new library, registered as live; NULL when out of memory. */

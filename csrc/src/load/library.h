@@ -13,6 +13,7 @@
 #include "files/file.h"
 #include "load/host_lookups.h"
 #include "load/library_lock.h"
+#include "load/load_settings.h"
 #include "modpack/kind.h"
 
 /* The library of the file |path| (a resolved path), open as |fd| (taken over in every case),
@@ -23,6 +24,9 @@
  * refused, since its old mapping no longer matches it. Caller holds the library lock. */
 mp_status_t mp_library_open(const char* path, int fd, const mp_file_id_t* id,
                             mp_library_t** out_library, bool* out_existing);
+/* Whether a library of this version of the file is loaded (its tree may be gone). Caller holds
+ * the library lock. */
+bool mp_library_is_live(const mp_file_id_t* id);
 /* The same for a system library linked into the program (its description validated by the
  * caller); there is no file, and nothing is mapped or unmapped. Under the library lock. */
 mp_status_t mp_library_open_system(const mp_system_lib_t* system, mp_library_t** out_library,
@@ -56,6 +60,14 @@ void mp_library_adopt_module(mp_library_t* library, mp_module_t* module);
 /* The library's "library" node: the one that survives from an earlier tree (*out_reused
  * true, its imports already wired), else a new one. Caller holds the library lock. */
 mp_status_t mp_library_node(mp_library_t* library, mp_module_t** out_node, bool* out_reused);
+
+/* How the library is being loaded: set by each load before its tree is built (|settings| is
+ * taken over). Under the library lock. */
+void mp_library_set_settings(mp_library_t* library, mp_load_settings_t* settings);
+const mp_load_settings_t* mp_library_settings(const mp_library_t* library);
+/* The head of the list of the library's weight bindings (load/weights_binding.c keeps it).
+ * Under the library lock. */
+struct mp_weights_binding** mp_library_weight_bindings(mp_library_t* library);
 
 /* The functions the library's host code looked up (load/host_lookups.h). */
 mp_host_lookups_t* mp_library_lookups(mp_library_t* library);

@@ -10,6 +10,7 @@
 #include "device/array_cache.h"
 #include "files/file.h"
 #include "load/host_lookups.h"
+#include "load/load_settings.h"
 #include "modpack/modpack.h"
 
 struct mp_library {
@@ -23,6 +24,8 @@ struct mp_library {
   mp_module_t* root;           /* the root of its live tree (not owned), under the library lock */
   mp_host_lookups_t lookups;   /* its host code's lookups; lookups.node is its "library" node */
   mp_device_array_cache_t device_arrays; /* its const arrays copied to devices */
+  mp_load_settings_t settings; /* how it is being loaded (under the library lock) */
+  struct mp_weights_binding* weight_bindings; /* its weight files (not owned; library lock) */
 };
 
 #endif /* MODPACK_LOAD_LIBRARY_STATE_H_ */

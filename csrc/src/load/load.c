@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,19 +27,56 @@
 #include "load/trace.h"
 #include "load/tree.h"
 #include "load/verified_library.h"
+#include "load/weights_binding.h"
+#include "load/weights_kind.h"
+#include "weights/weight_file.h"
 
-/* The tree of an opened library: the live one, or one built anew. Caller holds the lock. */
-static mp_status_t tree_of(mp_library_t* library, bool existing, uint32_t flags,
+/* A live tree uses the weight files it was loaded with: a load naming others is refused
+ * (they would be ignored). */
+static mp_status_t check_live_weights(mp_library_t* library, const mp_load_settings_t* settings) {
+  for (uint64_t i = 0; i < settings->num_weights; ++i) {
+    const mp_weights_location_t* w = &settings->weights[i];
+    mp_weights_binding_t* binding;
+    if (mp_weights_binding_find(library, w->file_name, &binding) != MP_OK) {
+      mp_error_clear();
+      continue; /* a file it does not use: nothing to conflict with */
+    }
+    mp_weight_file_t* file = mp_weights_binding_current(binding);
+    char wanted[PATH_MAX];
+    bool same = realpath(w->path, wanted) && strcmp(wanted, mp_weight_file_path(file)) == 0;
+    mp_status_t status = same ? MP_OK : mp_errorf(
+        MP_ERR_INVALID_ARGUMENT,
+        "'%s' is loaded already, reading the weight file '%s', not '%s': use the loaded tree's "
+        "swap_weights, or drop the tree before loading it with other weights",
+        mp_library_path(library), mp_weight_file_path(file), w->path);
+    mp_weight_file_release(file);
+    mp_weights_binding_release(binding);
+    MP_RETURN_IF_ERROR(status);
+  }
+  return MP_OK;
+}
+
+/* The tree of an opened library: the live one, or one built anew as |settings| say (taken
+ * over). Caller holds the lock. */
+static mp_status_t tree_of(mp_library_t* library, bool existing, mp_load_settings_t* settings,
                            const mp_seal_v1_t* seal, mp_module_t** out_module) {
+  uint32_t flags = settings->flags;
   if (existing) {
     mp_module_t* root = mp_library_live_root(library);
     if (root) {
+      mp_status_t status = check_live_weights(library, settings);
+      mp_load_settings_free(settings);
+      if (status != MP_OK) {
+        mp_module_release(root);
+        return status;
+      }
       *out_module = root;
       return MP_OK;
     }
     /* Parts of the old tree may live on but its root is gone: build a new tree over the same
      * library (its "library" node is reused if it survives). */
   }
+  mp_library_set_settings(library, settings);
   mp_const_byte_span_t bytes;
   bool has_blob;
   MP_RETURN_IF_ERROR(mp_library_locate_blob(library, seal, &bytes, &has_blob));
@@ -72,49 +110,97 @@ static mp_status_t check_file(int fd, const char* path, const mp_file_id_t* id, 
 /* Load the library open as |fd| (the caller's until this returns; kept while loaded), known
  * in messages as |path|; for a signed library, |verified| holds the windows its copy leaves to
  * the file (NULL otherwise). Under the library lock. */
-static mp_status_t load_fd(int fd, mp_file_id_t id, const char* path, uint32_t flags,
-                           mp_verified_library_t* verified, mp_module_t** out_module) {
+static mp_status_t load_fd(int fd, mp_file_id_t id, const char* path,
+                           mp_load_settings_t* settings, mp_verified_library_t* verified,
+                           mp_module_t** out_module) {
   double clock = mp_trace_now_ms();
   mp_seal_v1_t seal;
   bool sealed;
-  mp_status_t checked = check_file(fd, path, &id, flags, &seal, &sealed);
+  mp_status_t checked = check_file(fd, path, &id, settings->flags, &seal, &sealed);
   if (checked != MP_OK) {
     close(fd);
     return checked;
   }
   if (sealed) id.digest_low = seal.digest_low, id.digest_high = seal.digest_high;
   mp_trace_phase(path, "file check", &clock, sealed ? "sealed" : "unsealed");
+  /* Weight files before any code of the library runs (its constructors run in dlopen); a
+   * live tree has its own already. */
+  mp_weight_files_t held = {0};
+  if (sealed && !mp_library_is_live(&id)) {
+    checked = mp_weights_precheck(fd, &seal, path, settings, &held);
+    if (checked != MP_OK) {
+      mp_weight_files_release(&held);
+      close(fd);
+      return checked;
+    }
+    if (held.count) mp_trace_phase(path, "weight files", &clock, "");
+  }
   mp_library_t* library;
   bool existing;
-  MP_RETURN_IF_ERROR(mp_library_open(path, fd, &id, &library, &existing));
+  mp_status_t status = mp_library_open(path, fd, &id, &library, &existing);
+  if (status != MP_OK) {
+    mp_weight_files_release(&held);
+    return status;
+  }
   mp_trace_phase(path, "dlopen", &clock, "");
-  mp_status_t status = MP_OK;
   if (verified && !existing) { /* a verified copy is a file of its own: never an existing one */
     status = mp_verified_library_place(verified, library);
     mp_trace_phase(path, "place payloads", &clock, "");
   }
   if (status == MP_OK)
-    status = tree_of(library, existing, flags, sealed ? &seal : NULL, out_module);
+    status = tree_of(library, existing, settings, sealed ? &seal : NULL, out_module);
   mp_library_release(library); /* the modules hold it now (or it goes, on failure) */
+  mp_weight_files_release(&held); /* the tree's bindings hold them now */
   return status;
 }
 
-mp_status_t mp_module_load_from_file(const char* path, uint32_t flags, mp_module_t** out_module) {
-  *out_module = NULL;
-  if (!path) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_from_file: NULL path");
-  /* A path, never a library name: dlopen would search the library path for "deploy.so". */
-  char resolved[PATH_MAX];
+static pthread_once_t kinds_registered = PTHREAD_ONCE_INIT;
+
+static void register_all_kinds(void) {
+  mp_kinds_register_builtin();
+  (void)mp_registry_add_kind(&mp_weights_kind); /* the load layer's own kind */
+}
+
+/* Every kind registered: the built-in ones and the load layer's weights kind. */
+static void register_kinds(void) {
+  pthread_once(&kinds_registered, register_all_kinds);
+}
+
+/* A path, never a library name (dlopen would search the library path for "deploy.so"). */
+static mp_status_t resolve(const char* path, char resolved[PATH_MAX]) {
   if (!realpath(path, resolved))
     return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
                      strerror(errno));
-  mp_kinds_register_builtin();
+  return MP_OK;
+}
+
+static mp_status_t load_signed(const char* resolved, mp_load_settings_t* settings,
+                               mp_module_t** out_module);
+
+mp_status_t mp_module_load(const char* path, const mp_load_options_t* options,
+                           mp_module_t** out_module) {
+  if (!out_module) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load: NULL out_module");
+  *out_module = NULL;
+  if (!path) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load: NULL path");
+  char resolved[PATH_MAX];
+  MP_RETURN_IF_ERROR(resolve(path, resolved));
+  mp_load_settings_t settings;
+  MP_RETURN_IF_ERROR(mp_load_settings_copy(options, 0, &settings));
+  if (settings.num_keys > 0) return load_signed(resolved, &settings, out_module);
+  register_kinds();
   mp_library_lock();
   int fd;
   mp_file_id_t id;
   mp_status_t status = mp_file_open(resolved, &fd, &id);
-  if (status == MP_OK) status = load_fd(fd, id, resolved, flags, NULL, out_module);
+  if (status == MP_OK) status = load_fd(fd, id, resolved, &settings, NULL, out_module);
   mp_library_unlock();
+  mp_load_settings_free(&settings); /* a no-op when the library took it */
   return status;
+}
+
+mp_status_t mp_module_load_from_file(const char* path, uint32_t flags, mp_module_t** out_module) {
+  mp_load_options_t options = {.struct_size = sizeof options, .flags = flags};
+  return mp_module_load(path, &options, out_module);
 }
 
 mp_status_t mp_trusted_key_from_pem(const char* pem, uint64_t length, mp_trusted_key_t* out_key) {
@@ -132,13 +218,20 @@ mp_status_t mp_module_load_signed(const char* path, const mp_trusted_key_t* keys
   if (num_keys == 0)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                      "mp_module_load_signed: no trusted keys: every library would be refused");
-  char resolved[PATH_MAX];
-  if (!realpath(path, resolved))
-    return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
-                     strerror(errno));
+  mp_load_options_t options = {.struct_size = sizeof options, .flags = flags,
+                               .trusted_keys = keys, .num_trusted_keys = num_keys};
+  return mp_module_load(path, &options, out_module);
+}
+
+static mp_status_t load_signed(const char* resolved, mp_load_settings_t* settings,
+                               mp_module_t** out_module) {
   mp_verified_library_t verified;
-  MP_RETURN_IF_ERROR(mp_verified_library_make(resolved, keys, num_keys,
-                                              flags & MP_LOAD_PRIVATE_COPY, &verified));
+  mp_status_t status = mp_verified_library_make(resolved, settings->keys, settings->num_keys,
+                                                settings->flags & MP_LOAD_PRIVATE_COPY, &verified);
+  if (status != MP_OK) {
+    mp_load_settings_free(settings);
+    return status;
+  }
   if (mp_trace_enabled()) {
     char detail[128];
     snprintf(detail, sizeof detail, "SHA-256 over %" PRIu64 " bytes, %.2f GB/s, %" PRIu64
@@ -148,13 +241,44 @@ mp_status_t mp_module_load_signed(const char* path, const mp_trusted_key_t* keys
     double start = mp_trace_now_ms() - verified.hash_ms;
     mp_trace_phase(resolved, "signature", &start, detail);
   }
-  mp_kinds_register_builtin();
-  mp_library_lock();
   /* The signature covered every byte, payloads included: their checksums would add nothing. */
-  mp_status_t status = load_fd(verified.fd, verified.id, resolved,
-                               flags | MP_LOAD_SKIP_PAYLOAD_CHECKSUMS, &verified, out_module);
+  settings->flags |= MP_LOAD_SKIP_PAYLOAD_CHECKSUMS;
+  register_kinds();
+  mp_library_lock();
+  status = load_fd(verified.fd, verified.id, resolved, settings, &verified, out_module);
   mp_library_unlock();
+  mp_load_settings_free(settings);
   mp_verified_library_discard(&verified);
+  return status;
+}
+
+/* Whether the file at |path| starts as a weight file does. */
+static bool is_weight_file(const char* path) {
+  int fd;
+  mp_file_id_t id;
+  if (mp_file_open(path, &fd, &id) != MP_OK) {
+    mp_error_clear();
+    return false;
+  }
+  uint8_t magic[8];
+  bool weights = id.size >= sizeof magic && mp_file_read_at(fd, magic, sizeof magic, 0) &&
+                 memcmp(magic, MP_WEIGHTS_MAGIC, sizeof magic) == 0;
+  close(fd);
+  return weights;
+}
+
+/* A weight file's signatures sign its content digest: when one by a trusted key holds, the
+ * arrays must match their digests too for the file to be the one signed. */
+static mp_status_t check_weight_file_signatures(const char* path, const mp_trusted_key_t* keys,
+                                                uint64_t num_keys, mp_signature_info_t* infos,
+                                                uint64_t capacity, uint64_t* out_count) {
+  mp_weight_file_t* file;
+  MP_RETURN_IF_ERROR(mp_weight_file_open(path, &file));
+  bool trusted;
+  mp_status_t status =
+      mp_weight_file_signatures(file, keys, num_keys, infos, capacity, out_count, &trusted);
+  if (status == MP_OK && trusted) status = mp_weight_file_check(file, MP_WEIGHTS_CHECK_DIGESTS);
+  mp_weight_file_release(file);
   return status;
 }
 
@@ -163,6 +287,9 @@ mp_status_t mp_signatures_check_file(const char* path, const mp_trusted_key_t* k
                                      uint64_t capacity, uint64_t* out_count) {
   if (!path || !out_count || (num_keys > 0 && !keys))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_signatures_check_file: NULL argument");
+  *out_count = 0;
+  if (is_weight_file(path))
+    return check_weight_file_signatures(path, keys, num_keys, out_infos, capacity, out_count);
   return mp_verified_library_check(path, keys, num_keys, out_infos, capacity, out_count);
 }
 
@@ -198,13 +325,14 @@ mp_status_t mp_module_load_system_lib(const mp_system_lib_t* lib, mp_module_t** 
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_system_lib: NULL out_module");
   *out_module = NULL;
   MP_RETURN_IF_ERROR(check_system_lib(lib));
-  mp_kinds_register_builtin();
+  register_kinds();
   mp_library_lock();
   mp_library_t* library;
   bool existing;
+  mp_load_settings_t settings = {0};
   mp_status_t status = mp_library_open_system(lib, &library, &existing);
   if (status == MP_OK) {
-    status = tree_of(library, existing, 0, NULL, out_module);
+    status = tree_of(library, existing, &settings, NULL, out_module);
     mp_library_release(library); /* the modules hold it now (or it goes, on failure) */
   }
   mp_library_unlock();
@@ -213,21 +341,42 @@ mp_status_t mp_module_load_system_lib(const mp_system_lib_t* lib, mp_module_t** 
 
 mp_status_t mp_module_load_from_memory(const void* data, uint64_t size, uint32_t flags,
                                        mp_module_t** out_module) {
+  mp_load_options_t options = {.struct_size = sizeof options, .flags = flags};
+  return mp_module_load_memory(data, size, &options, out_module);
+}
+
+mp_status_t mp_module_load_memory(const void* data, uint64_t size, const mp_load_options_t* options,
+                                  mp_module_t** out_module) {
+  if (!out_module)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_memory: NULL out_module");
   *out_module = NULL;
   if (!data && size > 0)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_from_memory: NULL data");
+  mp_load_settings_t settings;
+  MP_RETURN_IF_ERROR(mp_load_settings_copy(options, 0, &settings));
+  if (settings.num_keys > 0) {
+    mp_load_settings_free(&settings);
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "signed loads read a file: write the library to a file and load that with "
+                     "trusted keys");
+  }
   int fd;
   mp_file_id_t id;
-  MP_RETURN_IF_ERROR(mp_file_from_memory(data, size, &fd, &id));
+  mp_status_t copied = mp_file_from_memory(data, size, &fd, &id);
+  if (copied != MP_OK) {
+    mp_load_settings_free(&settings);
+    return copied;
+  }
   /* The name messages and mp_library_path give it: no path, so the size and the copy's inode
    * (which tells two loads of the same bytes apart). */
   char name[64];
   snprintf(name, sizeof name, "<library in memory: %" PRIu64 " bytes, copy %" PRIu64 ">", size,
            id.inode);
-  mp_kinds_register_builtin();
+  register_kinds();
   mp_library_lock();
-  mp_status_t status = load_fd(fd, id, name, flags, NULL, out_module);
+  mp_status_t status = load_fd(fd, id, name, &settings, NULL, out_module);
   mp_library_unlock();
+  mp_load_settings_free(&settings);
   return status;
 }
 
@@ -236,7 +385,7 @@ mp_status_t mp_module_load_from_payload(const char* type_key, mp_const_byte_span
   *out_module = NULL;
   if (!type_key)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_from_payload: NULL type key");
-  mp_kinds_register_builtin();
+  register_kinds();
   mp_loader_fn_t loader;
   void* user_data;
   MP_RETURN_IF_ERROR(mp_registry_find_loader(type_key, &loader, &user_data));
@@ -253,23 +402,40 @@ mp_status_t mp_module_load_from_payload(const char* type_key, mp_const_byte_span
 /* ---- the loader registry's public face ----------------------------------------------------- */
 
 mp_status_t mp_loader_register(const char* type_key, mp_loader_fn_t fn, void* user_data) {
-  mp_kinds_register_builtin(); /* so a user's key cannot take a built-in kind's */
+  register_kinds(); /* so a user's key cannot take a built-in kind's, or "weights" */
   return mp_registry_add_loader(type_key, fn, user_data);
 }
 
 mp_status_t mp_loader_unregister(const char* type_key) {
-  mp_kinds_register_builtin();
+  register_kinds();
   return mp_registry_remove_loader(type_key);
 }
 
 uint64_t mp_loader_list(char* buffer, uint64_t capacity) {
-  mp_kinds_register_builtin();
+  register_kinds();
   return mp_registry_list_loaders(buffer, capacity);
 }
 
 const char* mp_kind_launch_tag(const char* type_key, uint32_t index) {
   if (!type_key) return NULL;
-  mp_kinds_register_builtin();
+  register_kinds();
   const mp_kind_t* kind = mp_registry_find_kind(type_key);
   return kind && index < kind->launch_tag_count ? kind->launch_tags[index] : NULL;
+}
+
+/* ---- weight files on their own ------------------------------------------------------------ */
+
+mp_status_t mp_weights_load(const char* path, const mp_load_options_t* options,
+                            mp_module_t** out_module) {
+  if (!out_module) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_weights_load: NULL out_module");
+  *out_module = NULL;
+  if (!path) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_weights_load: NULL path");
+  char resolved[PATH_MAX];
+  MP_RETURN_IF_ERROR(resolve(path, resolved));
+  mp_load_settings_t settings;
+  MP_RETURN_IF_ERROR(mp_load_settings_copy(options, 0, &settings));
+  register_kinds();
+  mp_status_t status = mp_weights_module_open(resolved, &settings, out_module);
+  mp_load_settings_free(&settings);
+  return status;
 }

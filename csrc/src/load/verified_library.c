@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "kinds/const/const_payload.h"
 #include "modpack/kinds/const.h"
+#include "load/blob_index.h"
 #include "load/library.h"
 #include "files/seal.h"
 #include "files/signatures.h"
@@ -26,7 +27,7 @@ enum {
   CHUNK = 1 << 20,
   /* Smaller stretches of weights are copied: a window costs a mapping and a system call. */
   MIN_WINDOW = 1 << 20,
-  /* The blob index read to plan windows; a larger one is simply copied. */
+  /* Const metadata read to plan windows; a larger one is simply copied. */
   MAX_INDEX = 64 << 20,
 };
 
@@ -81,18 +82,10 @@ static void plan_windows(int fd, uint64_t file_size, const char* path, mp_verifi
     mp_error_clear();
     return;
   }
-  uint8_t header[MP_FORMAT_HEADER_SIZE];
-  if (seal.blob_size < sizeof header ||
-      !mp_file_read_at(fd, header, sizeof header, seal.blob_offset))
-    return;
-  uint64_t index_size = mp_load_le64(header + offsetof(mp_format_header_v1_t, index_size));
-  if (index_size < sizeof header || index_size > seal.blob_size || index_size > MAX_INDEX) return;
-  uint8_t* index = read_part(fd, seal.blob_offset, index_size);
+  uint8_t* index = NULL;
   mp_blob_t* blob = NULL;
-  if (!index || mp_blob_parse_index((mp_const_byte_span_t){index, index_size}, seal.blob_size,
-                                    &blob) != MP_OK) {
+  if (mp_blob_index_read(fd, &seal, path, &index, &blob) != MP_OK) {
     mp_error_clear();
-    free(index);
     return;
   }
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);

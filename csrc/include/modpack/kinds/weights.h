@@ -50,6 +50,9 @@ typedef struct {
 } mp_weights_ref_record_v1_t;
 /* MP_API_END */
 
+/* The kind's type key. */
+#define MP_WEIGHTS_KIND "weights"
+
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_weights_ref_header_v1_t) == 64, "weights reference header");
 _Static_assert(sizeof(mp_weights_ref_record_v1_t) == 32, "weights reference record");

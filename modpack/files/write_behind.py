@@ -19,7 +19,9 @@ import os
 import sys
 from typing import Any, BinaryIO
 
-__all__ = ["WriteBehind"]
+__all__ = ["WRITE_BEHIND_FROM", "WriteBehind"]
+
+WRITE_BEHIND_FROM = 64 << 20  # files from this size go to disk as they stream
 
 _WAIT_BEFORE, _WRITE, _WAIT_AFTER = 1, 2, 4  # SYNC_FILE_RANGE_* (linux/fs.h)
 

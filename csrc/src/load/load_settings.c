@@ -1,0 +1,79 @@
+/* Load settings (load/load_settings.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* strdup */
+#endif
+#include "load/load_settings.h"
+
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+enum { MAX_WEIGHT_LOCATIONS = 4096 };
+
+void mp_load_settings_free(mp_load_settings_t* s) {
+  for (uint64_t i = 0; i < s->num_weights; ++i) {
+    free((char*)s->weights[i].file_name);
+    free((char*)s->weights[i].path);
+  }
+  free(s->weights);
+  free(s->weights_folder);
+
+  memset(s, 0, sizeof *s);
+}
+
+mp_status_t mp_load_settings_copy(const mp_load_options_t* options, uint32_t flags,
+                                  mp_load_settings_t* out) {
+  memset(out, 0, sizeof *out);
+  out->flags = flags;
+  if (!options) return MP_OK;
+  if (options->struct_size < offsetof(mp_load_options_t, weights))
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "mp_load_options_t.struct_size is %u: set it to sizeof(mp_load_options_t)",
+                     options->struct_size);
+  out->flags |= options->flags;
+  bool has_weights = options->struct_size >= offsetof(mp_load_options_t, weights_folder);
+  bool has_folder = options->struct_size >= sizeof(mp_load_options_t);
+  uint64_t num_weights = has_weights ? options->num_weights : 0;
+  if (options->num_trusted_keys > MP_MAX_TRUSTED_KEYS ||
+      (options->num_trusted_keys > 0 && !options->trusted_keys))
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "at most %d trusted keys, not %" PRIu64,
+                     MP_MAX_TRUSTED_KEYS, options->num_trusted_keys);
+  if (num_weights > MAX_WEIGHT_LOCATIONS || (num_weights > 0 && !options->weights))
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_load_options_t: %" PRIu64
+                     " weight locations without an array (at most %d)",
+                     num_weights, MAX_WEIGHT_LOCATIONS);
+  out->num_keys = options->num_trusted_keys;
+  if (out->num_keys) memcpy(out->keys, options->trusted_keys, out->num_keys * sizeof *out->keys);
+  if (has_folder && options->weights_folder && !(out->weights_folder = strdup(options->weights_folder)))
+    return mp_out_of_memory("load settings");
+  if (num_weights == 0) return MP_OK;
+  out->weights = calloc(num_weights, sizeof *out->weights);
+  if (!out->weights) return mp_out_of_memory("load settings");
+  for (uint64_t i = 0; i < num_weights; ++i, ++out->num_weights) {
+    const mp_weights_location_t* w = &options->weights[i];
+    if (!w->path) {
+      mp_load_settings_free(out);
+      return mp_errorf(MP_ERR_INVALID_ARGUMENT, "weight location %" PRIu64 " has no path", i);
+    }
+    out->weights[i].path = strdup(w->path);
+    out->weights[i].file_name = w->file_name ? strdup(w->file_name) : NULL;
+    if (!out->weights[i].path || (w->file_name && !out->weights[i].file_name)) {
+      ++out->num_weights;
+      mp_load_settings_free(out);
+      return mp_out_of_memory("load settings");
+    }
+  }
+  return MP_OK;
+}
+
+const char* mp_load_settings_weights_path(const mp_load_settings_t* s, const char* file_name) {
+  const char* any = NULL;
+  for (uint64_t i = 0; i < s->num_weights; ++i) {
+    if (!s->weights[i].file_name) any = s->weights[i].path;
+    else if (strcmp(s->weights[i].file_name, file_name) == 0) return s->weights[i].path;
+  }
+  return any;
+}

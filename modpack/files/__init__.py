@@ -1,0 +1,3 @@
+"""Writing files safely, for exports and weight files alike: an anonymous file beside the
+output that appears whole or not at all (:mod:`.scratch`), large files handed to the disk as
+they are written (:mod:`.write_behind`), and a full disk named as such (:mod:`.disk_full`)."""

@@ -1,0 +1,202 @@
+"""Weight files read through the runtime: :func:`load_weights` (a file on its own), the arrays
+of a loaded tree's ``weights`` modules, and the load options that say where weight files are
+and how they are checked.
+
+The C runtime is the one reader (``csrc/src/weights/``); this module turns what it hands out
+into read-only numpy views. A view holds the *version* of the weights it was made from (the
+weight file the module read then), so it stays valid after ``swap_weights`` replaces them,
+and the old file is unmapped once its last view is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError, MissingFileError
+from .binding import check, ffi, lib, string
+from .trust import TrustedKey, trusted_keys_array
+from .views import view_of
+
+__all__ = ["WeightArrays", "WeightFile", "WeightsLocation", "describe_module", "load_options",
+           "load_weights"]
+
+WeightsLocation = str | os.PathLike | Mapping[str, str | os.PathLike]
+"""Where a library's weight files are: one file's path (the library's only weight file), a
+folder (each found there by its name), or the path of each by the name the library records
+for it (``modpack inspect`` shows it)."""
+
+
+def load_options(flags: int, trusted_keys: Iterable[TrustedKey] | None = None,
+                 weights: WeightsLocation | None = None) -> Any:
+    """The runtime's ``mp_load_options_t`` (kept alive by the returned object)."""
+    keep: list[Any] = []
+    options = ffi.new("mp_load_options_t*")
+    options.struct_size = ffi.sizeof("mp_load_options_t")
+    options.flags = flags
+    if trusted_keys is not None:
+        keys = trusted_keys_array(trusted_keys)
+        keep.append(keys)
+        options.trusted_keys = keys
+        options.num_trusted_keys = len(keys)
+    if isinstance(weights, (str, os.PathLike)) and os.path.isdir(weights):
+        keep.append(ffi.new("char[]", os.fsencode(weights)))
+        options.weights_folder = keep[-1]
+    elif weights is not None:
+        pairs = _locations(weights)
+        array = ffi.new("mp_weights_location_t[]", len(pairs))
+        for i, (name, path) in enumerate(pairs):
+            if name is not None:
+                keep.append(ffi.new("char[]", name.encode()))
+                array[i].file_name = keep[-1]
+            keep.append(ffi.new("char[]", os.fsencode(path)))
+            array[i].path = keep[-1]
+        keep.append(array)
+        options.weights = array
+        options.num_weights = len(pairs)
+    return _Kept(options, keep)
+
+
+def _locations(weights: WeightsLocation) -> list[tuple[str | None, str | os.PathLike]]:
+    if isinstance(weights, (str, os.PathLike)):
+        return [(None, weights)]
+    if isinstance(weights, Mapping):
+        for name, path in weights.items():
+            if not isinstance(name, str) or not isinstance(path, (str, os.PathLike)):
+                raise ArgumentError("weights= maps each weight file's name, as the library "
+                                    "records it, to its path: {'model.mpw': '/data/model.mpw'}")
+        return list(weights.items())
+    raise ArgumentError(f"weights= is a weight file's path or a mapping of file name -> path, "
+                        f"not {type(weights).__name__}")
+
+
+class _Kept:
+    """A cdata pointer and what it points into."""
+
+    def __init__(self, pointer: Any, keep: list[Any]) -> None:
+        self.pointer = pointer
+        self._keep = keep
+
+
+def describe_module(handle: Any) -> dict[str, Any]:
+    """The runtime's JSON description of a module (``mp_module_describe``)."""
+    length = ffi.new("uint64_t*")
+    check(lib.mp_module_describe(handle, ffi.NULL, 0, length))
+    buffer = ffi.new("char[]", length[0] + 1)
+    check(lib.mp_module_describe(handle, buffer, length[0] + 1, length))
+    return json.loads(string(buffer))
+
+
+class WeightArrays(Mapping[str, np.ndarray]):
+    """The arrays of a ``weights`` module as one version of its weights holds them: read-only
+    numpy views into the weight file's mapping, made on first access (so an array checked on
+    first use is checked when it is first read), each keeping that version mapped."""
+
+    def __init__(self, handle: Any, version: Any) -> None:
+        self._handle = handle  # the module (kept alive by the owner of this mapping)
+        self._version = version  # mp_weight_file_t*, released when collected
+        # The names from the module's description: asking the runtime for an array would
+        # check it, when the tree verifies arrays on first use.
+        self._names: list[str] = [a["name"] for a in describe_module(handle)["arrays"]]
+        self._index = {n: i for i, n in enumerate(self._names)}
+        self._views: dict[str, np.ndarray] = {}
+
+    @property
+    def version(self) -> int:
+        """The address of the weight file these arrays come from (changes with each swap)."""
+        return int(ffi.cast("uintptr_t", self._version))
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        view = self._views.get(key)
+        if view is None:
+            index = self._index[key]  # KeyError for a name the module does not have
+            name = ffi.new("char**")
+            tensor = ffi.new("DLTensor**")
+            check(lib.mp_weights_array_in(self._handle, self._version, index, name, tensor))
+            view = self._views[key] = view_of(tensor[0], self._version)
+        return view
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"<modpack weights: {', '.join(self._names[:8])}{'...' if len(self) > 8 else ''}>"
+
+
+def current_arrays(handle: Any) -> WeightArrays:
+    """The arrays of the weights module |handle| as its current version holds them."""
+    out = ffi.new("mp_weight_file_t**")
+    check(lib.mp_weights_current(handle, out))
+    version = ffi.gc(out[0], lib.mp_weight_file_release)
+    return WeightArrays(handle, version)
+
+
+def current_version(handle: Any) -> int:
+    """The address of the weight file the weights module |handle| reads now."""
+    out = ffi.new("mp_weight_file_t**")
+    check(lib.mp_weights_current(handle, out))
+    address = int(ffi.cast("uintptr_t", out[0]))
+    lib.mp_weight_file_release(out[0])
+    return address
+
+
+class WeightFile(Mapping[str, np.ndarray]):
+    """A weight file loaded on its own (:func:`load_weights`): a read-only mapping of its
+    arrays' names to zero-copy numpy views of the file's mapping, in the file's order. Views
+    stay valid after the mapping object is dropped."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle  # the runtime module (released when collected)
+        self._arrays = current_arrays(handle)
+        info = describe_module(handle)
+        self.digest: str = info["weight_file"]["digest"]
+        """The content digest, ``sha256:<hex>``: what a library that refers to the file binds."""
+        self.path = Path(info["weight_file"]["path"])
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self._arrays[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def __repr__(self) -> str:
+        return f"<modpack.WeightFile {str(self.path)!r} arrays={len(self)} {self.digest[:19]}...>"
+
+
+def load_weights(path: str | os.PathLike, *, verify_checksums: bool = True,
+                 trusted_keys: Iterable[TrustedKey] | None = None,
+                 verify_on_first_use: bool = False) -> WeightFile:
+    """The weight file at |path| (made by :func:`modpack.save_weights` or
+    ``export_library(weights=...)``) as a read-only mapping of zero-copy arrays.
+
+    The file is mapped once per process, whoever opens it (libraries that refer to it too),
+    and validated before any array is handed out: its header, index and seal, and each array's
+    XXH3 checksum (``verify_checksums=False`` skips those). With ``trusted_keys``, a signature
+    by one of them (``modpack sign``) must hold over the file's content digest, and every array
+    is checked against its SHA-256 digest, at load or, with ``verify_on_first_use=True``, when
+    it is first read (a mismatch raises :class:`~modpack.SignatureError` naming the array).
+    """
+    shown = Path(path)
+    if not shown.exists():
+        raise MissingFileError(f"no such weight file: {shown}")
+    flags = 0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS
+    if verify_on_first_use:
+        if trusted_keys is None:
+            raise ArgumentError("verify_on_first_use=True is for signed loads: give "
+                                "trusted_keys too")
+        flags |= lib.MP_LOAD_VERIFY_ON_FIRST_USE
+    options = load_options(flags, trusted_keys)
+    out = ffi.new("mp_module_t**")
+    check(lib.mp_weights_load(os.fsencode(shown), options.pointer, out))
+    return WeightFile(ffi.gc(out[0], lib.mp_module_release))
