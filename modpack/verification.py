@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .errors import MissingFileError, ModpackError
-from .format.signatures import read_signatures
+from .format.signatures import signature_checks
 from .runtime.trust import TrustedKey, trusted_keys_array
 from .weight_reports import is_weight_file, verify_weight_file
 
@@ -63,20 +63,7 @@ def verify_library(path: str | os.PathLike,
         else:
             add("payloads", True, None if report["blob"] else "no blob: host code only")
     keys = trusted_keys_array(trusted_keys) if trusted_keys else None
-    try:
-        signatures = read_signatures(shown, keys, len(keys) if keys is not None else 0)
-    except ModpackError as exc:
-        signatures = []
-        add("signature", False, str(exc))
-    for sig in signatures:
-        if keys is None:
-            add("signature", None, "not checked: no trusted key given", key_id=sig["key_id"])
-        elif sig["trusted"]:
-            add("signature", sig["valid"], None if sig["valid"] else
-                "does not match the file's bytes: changed after it was signed",
-                key_id=sig["key_id"])
-    if keys is not None and not any(s["trusted"] and s["valid"] for s in signatures):
-        add("signature", False, "no signature by a trusted key" if signatures
-            else "the library is not signed")
+    rows, signatures = signature_checks(shown, keys, "library", _COVERS["signature"])
+    checks.extend(rows)
     ok = all(c["ok"] is not False for c in checks)
     return {"path": shown, "ok": ok, "checks": checks, "signatures": signatures}

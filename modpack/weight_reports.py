@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ModpackError
-from .format.signatures import is_weight_file, read_signatures
+from .format.signatures import is_weight_file, read_signatures, signature_checks
 from .runtime.binding import check, ffi, lib
 from .runtime.trust import TrustedKey, trusted_keys_array
 from .runtime.weight_files import describe_module, load_options, load_weights
@@ -94,21 +94,8 @@ def verify_weight_file(path: str | os.PathLike,
         except ModpackError as exc:
             add(name, False, str(exc))
     keys = trusted_keys_array(trusted_keys) if trusted_keys else None
-    try:
-        signatures = read_signatures(shown, keys, len(keys) if keys is not None else 0)
-    except ModpackError as exc:
-        signatures = []
-        add("signature", False, str(exc))
-    for sig in signatures:
-        if keys is None:
-            add("signature", None, "not checked: no trusted key given", key_id=sig["key_id"])
-        elif sig["trusted"]:
-            add("signature", sig["valid"], None if sig["valid"] else
-                "does not match the file's content: changed after it was signed",
-                key_id=sig["key_id"])
-    if keys is not None and not any(s["trusted"] and s["valid"] for s in signatures):
-        add("signature", False, "no signature by a trusted key" if signatures
-            else "the weight file is not signed")
+    rows, signatures = signature_checks(shown, keys, "weight file", COVERS["signature"])
+    checks.extend(rows)
     ok = all(c["ok"] is not False for c in checks)
     return {"path": shown, "ok": ok, "checks": checks, "signatures": signatures}
 

@@ -51,10 +51,12 @@ def add_verify(subparsers: Any) -> None:
         help="check a library's or weight file's seal, payloads and signatures (without "
              "loading it)",
         description=(
-            "Check everything about a library that can be checked without running it: its "
-            "seal, every payload's checksum and, with --key, that a signature by one of the "
-            "keys holds. Each failure is printed with what it covers. The exit status is 0 only "
-            "when every check holds."
+            "Check everything about a library or weight file that can be checked without "
+            "running it: its seal, every payload's checksum and, with --key, that a signature by "
+            "one of the keys holds. The seal and checksums detect damage, not tampering: anyone "
+            "who edits the file can recompute them, so only --key tells an altered file from a "
+            "good one (without it the report says 'NOT authenticated'). Each failure is printed "
+            "with what it covers. The exit status is 0 only when every check made holds."
         ),
     )
     p.add_argument("library", help="the library (e.g. deploy.so) or weight file to check")
@@ -85,8 +87,12 @@ def format_verification(report: dict[str, Any]) -> str:
         if c["message"] and (c["ok"] is not True or c["check"] == "blob"):
             out.append(f"    {c['message']}")
     not_made = sum(c["ok"] is None for c in report["checks"])
+    unsigned = any(c["check"] == "signature" and c["ok"] is None for c in report["checks"])
     if not report["ok"]:
         out.append("NOT verified")
+    elif unsigned:
+        out.append("intact, NOT authenticated: every check made holds, but without --key "
+                   "nothing tells a tampered file from a good one")
     elif not_made:
         out.append(f"verified: every check made holds ({not_made} could not be made, above)")
     else:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModpackError, ModpackWarning
+from ..files.destination import check_destination
 from ..format import ALIGNMENT
 from ..format.image import PLACEABLE_MACHINES
 from ..format.section import machine_name
@@ -96,8 +97,7 @@ def plan_export(
     """Check the arguments of ``export_library`` and decide what it does, before any work
     (raising ``ModpackError`` or ``ValueError`` for a wrong argument; warning of kernels
     that shadow others)."""
-    output = Path(path).resolve()
-    _check_destination(output)
+    output = check_destination(path, "export", "deploy.so")
     if target is not None:  # the one choice: every later step asks cc what it builds for
         cc, cxx = compilers_for_target(target, cc, cxx)
     if system_lib is not None:
@@ -125,20 +125,6 @@ def plan_export(
         system_lib=system_lib, cc=cc, cxx=cxx, options=tuple(options or ()), packer=packer,
         fpack_imports=fpack_imports, alignment=alignment, has_blob=has_blob, placed=placed,
         weights=weights_export)
-
-
-def _check_destination(output: Path) -> None:
-    """Fail before any work for a destination that cannot be written."""
-    if output.is_dir():
-        raise ModpackError(f"cannot export to {output}: it is a directory; give a file path, "
-                           f"e.g. {output / 'deploy.so'}")
-    if not output.parent.is_dir():
-        raise ModpackError(f"cannot export to {output}: the folder {output.parent} does not exist")
-    if not os.access(output.parent, os.W_OK | os.X_OK):
-        raise ModpackError(f"cannot export to {output}: the folder {output.parent} is not "
-                           "writable by this user")
-    if output.exists() and not output.is_file():
-        raise ModpackError(f"cannot export to {output}: it exists and is not a regular file")
 
 
 def _check_suffix(output: Path) -> None:

@@ -17,11 +17,12 @@ import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..errors import ArgumentError, FormatError
+from ..errors import ArgumentError, FormatError, ModpackError
 from ..runtime.binding import check, ffi, lib
 from .layout import check_struct
 
-__all__ = ["RECORD", "TRAILER", "key_id", "read_signatures", "sign_library", "signature_block"]
+__all__ = ["RECORD", "TRAILER", "key_id", "read_signatures", "sign_library", "signature_block",
+           "signature_checks"]
 
 RECORD = check_struct(struct.Struct("<8sII32s64s16s"), "mp_signature_v1_t")
 TRAILER = check_struct(struct.Struct("<QQII8s"), "mp_signatures_trailer_v1_t")
@@ -44,6 +45,40 @@ def read_signatures(path: str | os.PathLike, keys: Any = None,
     return [{"key_id": bytes(ffi.buffer(infos[i].key_id, 32)).hex(),
              "trusted": bool(infos[i].trusted), "valid": bool(infos[i].valid)}
             for i in range(found[0])]
+
+
+def signature_checks(path: str | os.PathLike, keys: Any, what: str,
+                     covers: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The signature rows of a ``verify`` report for the file at |path| (|what|: "library",
+    "weight file"), checked against |keys| (an ``mp_trusted_key_t[]`` or None), each with what
+    a signature |covers|; and the signatures themselves. Without keys the row says that nothing
+    tells a tampered file from a good one: the seal and checksums catch damage, not edits."""
+    rows: list[dict[str, Any]] = []
+
+    def add(ok: bool | None, message: str | None, **extra: Any) -> None:
+        rows.append({"check": "signature", "ok": ok, "covers": covers, "message": message,
+                     **extra})
+
+    try:
+        signatures = read_signatures(path, keys, len(keys) if keys is not None else 0)
+    except ModpackError as exc:
+        add(False, str(exc))
+        return rows, []
+    if keys is None:
+        add(None, f"not checked (no --key): the seal and checksums detect damage, not "
+                  f"tampering; only a signature by a key you trust tells an altered {what} "
+                  f"from a good one ({len(signatures)} signature"
+                  f"{'' if len(signatures) == 1 else 's'} present)",
+            key_ids=[s["key_id"] for s in signatures])
+        return rows, signatures
+    for sig in signatures:
+        if sig["trusted"]:
+            add(sig["valid"], None if sig["valid"] else
+                f"does not match the {what}'s content: changed after it was signed",
+                key_id=sig["key_id"])
+    if not any(s["trusted"] and s["valid"] for s in signatures):
+        add(False, "no signature by a trusted key" if signatures else f"the {what} is not signed")
+    return rows, signatures
 
 
 def key_id(public_key: bytes) -> bytes:

@@ -40,6 +40,7 @@ import numpy as np
 import xxhash
 
 from ..errors import ArgumentError, ModpackError
+from ..files.destination import check_destination
 from ..files.disk_full import full_disk_reported
 from ..files.scratch import AnonymousOutput
 from ..files.write_behind import WRITE_BEHIND_FROM, WriteBehind
@@ -144,7 +145,7 @@ def prepare_weight_file(items: Sequence[tuple[str, np.ndarray]], path: str | os.
     """Write the weight file of |items| as :func:`write_weight_file` does, but leave it to the
     caller to :meth:`~PendingWeights.publish` (or discard) it."""
     _check_alignment(alignment)
-    output = _check_output(path)
+    output = check_destination(path, "save", "weights.mpw")
     arrays = _prepare(items)
     layout = _Layout.plan(arrays, alignment)
     with full_disk_reported(output, output.parent, "save"):
@@ -249,25 +250,6 @@ def _same_bytes(a: _Array, b: _Array) -> bool:
         return True
     return all(np.array_equal(x[at : at + _COMPARE_CHUNK], y[at : at + _COMPARE_CHUNK])
                for at in range(0, len(x), _COMPARE_CHUNK))
-
-
-def _check_output(path: Any) -> Path:
-    """The resolved output path, refused (before anything is written) where no file can go."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise ArgumentError(f"the weight file's path must be a str or a path, not "
-                            f"{type(path).__name__}")
-    output = Path(path).resolve()
-    if output.is_dir():
-        raise ArgumentError(f"cannot save to {output}: it is a directory; give a file path, "
-                            f"e.g. {output / 'weights.mpw'}")
-    if not output.parent.is_dir():
-        raise ArgumentError(f"cannot save to {output}: the folder {output.parent} does not exist")
-    if not os.access(output.parent, os.W_OK | os.X_OK):
-        raise ModpackError(f"cannot save to {output}: the folder {output.parent} is not "
-                           "writable")
-    if output.exists() and not output.is_file():
-        raise ArgumentError(f"cannot save to {output}: it exists and is not a regular file")
-    return output
 
 
 def _align(value: int, alignment: int) -> int:
