@@ -59,7 +59,8 @@ class NotFoundError(ModpackError, KeyError):
 
 
 class MissingFileError(NotFoundError, FileNotFoundError):
-    """The library file to load or inspect does not exist."""
+    """A file modpack was asked to read does not exist: a library to load or inspect, a
+    source or object file to build from."""
 
 
 class ResourceExhaustedError(ModpackError, MemoryError):

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import xxhash
 
-from .errors import ModpackError
+from .errors import ArgumentError, ModpackError
 from .format import (
     LIB_TYPE_KEY,
     MAX_TYPE_KEY,
@@ -121,7 +121,7 @@ class ModuleSerializer:
         and bytes) is dropped and its entry points at the first copy.
         """
         if alignment < ALIGNMENT or alignment & (alignment - 1):
-            raise ValueError(f"payload_alignment must be a power of two >= {ALIGNMENT}")
+            raise ArgumentError(f"payload_alignment must be a power of two >= {ALIGNMENT}")
         plan = self.plan
         entries = [EntryRecord(k) for k in plan.type_keys]
         layout = IndexLayout.plan(plan.type_keys, len(plan.child_indices))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import VADD_C, consts
+from conftest import VADD_C, consts, run_python
 
 import modpack
 
@@ -172,3 +172,57 @@ MP_EXPORT_FUNC(count, int64_t, int64_t)
     assert root["count"](0) == 2
     with pytest.raises(modpack.ArgumentError, match="answer: expected 0 arguments, got 1"):
         root["answer"](1)
+
+
+def test_arrays_past_the_dimension_limit_are_named(tmp_path):
+    """numpy 2 makes arrays of up to 64 dimensions; calls pass up to 32 (calls.c). Past that,
+    the argument and the limit are named (it was "normalize() returned an unusable tuple")."""
+    host = modpack.csource_module(r"""
+#include "modpack/backend.h"
+static int64_t ndim_of(const DLTensor* x) { return x->ndim; }
+MP_EXPORT_FUNC(ndim_of, int64_t, const DLTensor*)
+""")
+    ndim_of = modpack.load_module(host.export_library(tmp_path / "nd.so"))["ndim_of"]
+    assert modpack.runtime.values.MAX_NDIM == 32
+    assert ndim_of(np.zeros((1,) * 32, np.float32)) == 32
+    for ndim in (33, 64):
+        strided = np.zeros((1,) * (ndim - 1) + (2,), np.float16)[..., ::-1]
+        for array in (np.zeros((1,) * ndim, np.float32), strided):
+            with pytest.raises(modpack.ArgumentError,
+                               match=rf"argument 0: the array has {ndim} dimensions, but modpack "
+                                     r"passes arrays of at most 32: reshape it"):
+                ndim_of(array)
+
+
+def test_dtype_names_need_no_earlier_import_of_ml_dtypes():
+    """numpy knows "bfloat16" only once ml_dtypes is imported; modpack imports it when a name
+    needs it (a fresh interpreter, where nothing else has)."""
+    out = run_python(
+        "import sys, modpack\n"
+        "assert 'ml_dtypes' not in sys.modules\n"
+        "from modpack.modules.kernel_info import KernelArg\n"
+        "print(KernelArg.parse('bfloat16*'), modpack.empty(2, 'bfloat16').dtype)\n")
+    assert out.split() == ["bfloat16*", "bfloat16"]
+    out = run_python(
+        "import sys; sys.modules['ml_dtypes'] = None\n"  # as if it were not installed
+        "import modpack\n"
+        "try:\n    modpack.empty(2, 'float8_e4m3fn')\n"
+        "except modpack.ArgumentError as e:\n    print(e)\n")
+    assert "float8_e4m3fn needs the ml_dtypes package: pip install ml_dtypes" in out
+    with pytest.raises(modpack.ArgumentError, match="'float128x' is not a dtype"):
+        modpack.empty(2, "float128x")
+
+
+def test_dlpack_copy_gives_a_copy():
+    a = modpack.array(np.arange(4, dtype=np.float32))
+
+    class Copied:  # hands numpy the capsule of __dlpack__(copy=True)
+        def __dlpack__(self, **kwargs):
+            return a.__dlpack__(copy=True)
+
+        def __dlpack_device__(self):
+            return a.__dlpack_device__()
+
+    copied = np.from_dlpack(Copied())
+    a.copy_from(np.zeros(4, np.float32))
+    assert np.array_equal(copied, np.arange(4, dtype=np.float32))  # not the zeros

@@ -6,6 +6,7 @@ reads const weights, under qemu-user."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -85,6 +86,37 @@ def test_an_llvm_module_follows_the_target(tmp_path):
     assert machine_of(path) == "EM_AARCH64"
     with pytest.raises(modpack.CompileError, match="LLVM cannot build for target 'nonsense'"):
         modpack.llvm_module(ir, triple="nonsense").export_library(tmp_path / "bad.so")
+
+
+def test_what_llvm_cannot_assemble_for_the_target_is_refused_not_aborted(tmp_path):
+    """llvmlite has the assembler of this machine's target only, and LLVM aborts the process
+    (exit 134) on assembly for another: refused first, saying what to use. In a child
+    process, so that a regression kills the child and not the test session."""
+    code = f"""
+import modpack, numpy as np
+host = modpack.csource_module("int x;")
+host.import_module(modpack.const_module({{"w": np.arange(4, dtype=np.float32)}}))
+try:
+    host.export_library({str(tmp_path / "arm.so")!r}, target={TARGET!r}, packer="llvm")
+except modpack.ArgumentError as e:
+    print("packer:", e)
+ir = 'define void @f() {{\\n  call void asm sideeffect "nop", ""()\\n  ret void\\n}}\\n'
+try:
+    modpack.llvm_module(ir).export_library({str(tmp_path / "ir.so")!r}, target={TARGET!r})
+except modpack.CompileError as e:
+    print("ir:", e)
+"""
+    out = run(sys.executable, "-c", code)
+    assert re.search(r"packer: packer='llvm' cannot make objects for aarch64-linux-gnu: llvmlite "
+                     r"assembles for this machine's target only \(.*\); use packer='elf'", out)
+    assert re.search(r"ir: an llvm module's IR holds assembly .* not for aarch64.*object_module",
+                     out)
+    assert not (tmp_path / "arm.so").exists() and not (tmp_path / "ir.so").exists()
+    # For this machine, both still work.
+    host = modpack.csource_module("int x;")
+    host.import_module(modpack.const_module({"w": np.arange(4, dtype=np.float32)}))
+    lib = modpack.load_module(host.export_library(tmp_path / "here.so", packer="llvm"))
+    assert lib.imported_modules[0].arrays["w"].tolist() == [0, 1, 2, 3]
 
 
 def test_a_wrong_compiler_for_the_target_is_refused(tmp_path):

@@ -544,6 +544,54 @@ def test_missing_nvrtc_names_the_extra():
     assert "pip install modpack[cuda]" in proc.stdout and "compiler='nvcc'" in proc.stdout
 
 
+BF16 = r"""
+#include <cuda_bf16.h>
+extern "C" __global__ void scale(__nv_bfloat16* x, float s, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = __float2bfloat16(__bfloat162float(x[i]) * s);
+}
+"""
+
+
+def test_bf16_kernels_take_ml_dtypes_without_an_earlier_import():
+    """As llm.c's kernels: __nv_bfloat16* is a bfloat16 buffer. numpy knows "bfloat16" only
+    once ml_dtypes is imported, which nothing had done (it was "needs the ml_dtypes
+    package" with ml_dtypes installed); and the cuda extra installs it."""
+    proc = child(
+        "import sys\n"
+        "from modpack.modules.cuda import parse_cuda_signatures\n"
+        "assert 'ml_dtypes' not in sys.modules\n"
+        f"print(parse_cuda_signatures({BF16!r})[0].signature())\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "scale(bfloat16*, float32, int32)"
+    proc = child("import sys; sys.modules['ml_dtypes'] = None\n"  # as if it were not installed
+                 "import modpack\n"
+                 f"try:\n    modpack.modules.cuda.parse_cuda_signatures({BF16!r})\n"
+                 "except modpack.ArgumentError as e:\n    print(e)\n")
+    assert "needs the ml_dtypes package for its dtype: pip install ml_dtypes" in proc.stdout
+    tomllib = pytest.importorskip("tomllib")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert any(re.match(r"ml_dtypes\b", r) for r in extras["cuda"])
+
+
+@needs_nvrtc
+def test_nvrtc_says_host_code_in_an_included_header_needs_nvcc(tmp):
+    (tmp / "include").mkdir()
+    (tmp / "include" / "launch.cuh").write_text(
+        'extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2; }\n'
+        "inline void run(float* x) { twice<<<1, 32>>>(x); }\n")
+    with pytest.raises(modpack.CompileError,
+                       match=r"\(the header .*launch\.cuh included by the source holds host code, "
+                             r"which NVRTC does not compile: pass compiler='nvcc'"):
+        modpack.cuda_module('#include "launch.cuh"\n', targets=["sm_80"],
+                            options=[f"-I{tmp / 'include'}"])
+    (tmp / "main.cu").write_text('#include "launch.cuh"\n')  # the file's folder is searched too
+    (tmp / "launch.cuh").write_text((tmp / "include" / "launch.cuh").read_text())
+    with pytest.raises(modpack.CompileError, match=r"launch\.cuh included by the source"):
+        modpack.cuda_module(tmp / "main.cu", targets=["sm_80"])
+
+
 def test_bad_targets_and_launch_tags():
     with pytest.raises(ValueError, match="not a CUDA architecture"):
         modpack.cuda_module("", targets=["sm_8"], compiler="nvcc")

@@ -180,6 +180,28 @@ def test_named_modules_share_kernel_names(tmp_path: Path, capsys: pytest.Capture
     assert "module 2 (opencl, named 'x3')" in capsys.readouterr().out
 
 
+@needs_opencl
+def test_a_qualified_name_is_found_from_the_root(tmp_path: Path) -> None:
+    """lib["x3/mul"] on the root, without query_imports, as host code finds it: the module
+    name says where to look (it was NotFoundError from Python only)."""
+    mod = modpack.load_module(_two_builds("x2", "x3").export_library(tmp_path / "two.so"))
+    n = 8
+    x = np.arange(n, dtype=np.float32)
+    for qualified, factor in (("x2/mul", 2), ("x3/mul", 3)):
+        xd = modpack.array(x, device="opencl:0")
+        mod[qualified](xd, n, n, 1, 1, 0, 0, 0)
+        np.testing.assert_array_equal(xd.numpy(), factor * x, err_msg=qualified)
+        assert mod.get_function(qualified) is mod[qualified]
+    with pytest.raises(modpack.NotFoundError, match="no function named 'x4/mul'"):
+        mod["x4/mul"]
+    with pytest.raises(modpack.NotFoundError, match="no function named 'mul' in the library"):
+        mod["mul"]  # a plain name on the root is still the root's own
+    x2 = mod.imported_modules[0]
+    assert x2["x2/mul"] is not None
+    with pytest.raises(modpack.NotFoundError, match="x3/mul"):
+        x2["x3/mul"]  # only the tree below the module it is asked of
+
+
 def test_shadowed_kernels_warn_and_shared_names_fail(tmp_path: Path) -> None:
     with pytest.warns(modpack.ModpackWarning, match=r"\['mul'\] are defined by more than one"):
         _two_builds(None, "x3").export_library(tmp_path / "shadowed.so")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
 import threading
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -111,6 +113,49 @@ def test_argument_errors_are_clear(kernels):
         vadd(a, a, a, 1.5, *launch(n))
     with pytest.raises(modpack.ArgumentError, match="local sizes must be all 0"):
         vadd(a, a, a, n, n, 1, 1, 4, 0, 0)
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("__kernel void k(__global my_t* x, int n) {}",
+     r"kernel k: parameter '__global my_t\* x' has type my_t, which the OpenCL source does not "
+     r"declare \(after preprocessing with build options '-DN=1'\): declare it .*, or declare "
+     r"the kernel's arguments with functions= instead: functions=\{'k': \[\.\.\.\]\}, one "
+     r"spec per parameter: 'float32\*' for a buffer"),
+    ("typedef float real;\n__kernel void a(__global real* x) {}\n"
+     "__kernel void k(__global float* x,\n const foo_vec v, int n) {}",
+     r"kernel k: parameter 'const foo_vec v' has type foo_vec, which"),
+    ("typedef mystery_t elem;\n__kernel void k(__global elem* x) {}",
+     r"uses type mystery_t without declaring it .*, in 'typedef mystery_t elem;'"),
+])
+def test_unknown_types_are_named_with_what_to_do(source, expected):
+    """Not the parser's line and column (which counted modpack's own prelude): the type, the
+    kernel and parameter, and how to declare the arguments instead."""
+    with pytest.raises(modpack.ArgumentError, match=expected) as caught:
+        modpack.opencl_module(source, build_options="-DN=1")
+    assert "<opencl source>" not in str(caught.value)
+    assert not re.search(r":\d+:\d+", str(caught.value))
+
+
+def test_build_check_fails_the_export_not_the_first_launch(tmp_path):
+    broken = "__kernel void f(__global float* x, int n) { x[0] = undefined_name; }"
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(modpack.opencl_module(broken, name="f32", build_check=True))
+    with pytest.raises(modpack.CompileError,
+                       match=r"(?s)opencl module 'f32' does not build, checked at export "
+                             r"\(build_check=True\): OpenCL program failed to build.*"
+                             r"undefined_name"):
+        host.export_library(tmp_path / "broken.so")
+    assert list(tmp_path.iterdir()) == []  # before any work
+    good = modpack.csource_module("int placeholder;")
+    good.import_module(modpack.opencl_module(VADD, build_check=True))
+    assert good.export_library(tmp_path / "good.so").exists()
+    with mock.patch("modpack.modules.opencl.build_check.device_count", return_value=0), \
+            pytest.warns(modpack.ModpackWarning, match="no OpenCL device, so the source was not "
+                                                      "built") as warned:
+        good.export_library(tmp_path / "here.so")
+    assert warned[0].filename == __file__  # the export_library call
+    with pytest.raises(modpack.ArgumentError, match="build_check must be True or False"):
+        modpack.opencl_module(VADD, build_check="yes")
 
 
 def test_compile_errors_carry_the_build_log(tmp_path):

@@ -8,8 +8,10 @@ import subprocess
 import numpy as np
 import pytest
 from conftest import VADD_C, consts, run_python
+from elftools.elf.elffile import ELFFile
 
 import modpack
+from modpack.inspection import inspect_library
 
 
 def tags(module: modpack.Module) -> list[int]:
@@ -276,6 +278,43 @@ def test_custom_fcompile(host, tmp):
     host.import_module(consts(3))
     root = modpack.load_module(host.export_library(tmp / "fc.so", fcompile=fcompile))
     assert len(seen["objects"]) == 2 and tags(root.imported_modules[0]) == [3]
+
+
+def test_an_fcompile_making_an_object_gets_the_blob_linked_in(host, tmp):
+    """``ld -r`` as fcompile (README: any suffix works with an explicit fcompile): the blob goes
+    through the link as an object instead of being placed into a shared library after it (it
+    was "needs a 64-bit little-endian shared library (got ELF64, ET_REL)"). The object is kept
+    as made, unsealed; a library linked from it later loads."""
+    host.import_module(consts(7))
+
+    def ld_r(output, objects, options):
+        subprocess.run(["ld", "-r", "-o", output, *objects], check=True)
+
+    made = host.export_library(tmp / "deploy.o", fcompile=ld_r)
+    with open(made, "rb") as f:
+        assert f.read(4) == b"\x7fELF" and ELFFile(f)["e_type"] == "ET_REL"
+    linked = tmp / "linked.so"
+    subprocess.run(["cc", "-shared", "-o", linked, made], check=True)
+    root = modpack.load_module(linked, allow_unsealed=True)
+    assert root["add_int"](2, 3) == 5 and tags(root.imported_modules[0]) == [7]
+
+
+def test_an_fcompile_that_says_so_gets_the_blob_placed(host, tmp):
+    """fcompile.output_format = "so" (TVM's convention): the blob is written into the linked
+    library after the link; an fcompile that does not say so links it as an object."""
+    from modpack.toolchain import create_shared
+
+    def shared(output, objects, options):
+        create_shared(output, objects, options)
+
+    host.import_module(consts(4))
+    linked = host.export_library(tmp / "linked.so", fcompile=shared)
+    shared.output_format = "so"
+    placed = host.export_library(tmp / "placed.so", fcompile=shared)
+    for path, section in ((linked, ".lrodata.__dev_mblob"), (placed, ".modpack.blob")):
+        report = inspect_library(path)
+        assert report["blob"]["section"] == section and report["seal"]["state"] == "valid"
+        assert tags(modpack.load_module(path).imported_modules[0]) == [4]
 
 
 def test_an_object_file_is_not_loaded_as_a_library(tmp):

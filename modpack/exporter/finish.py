@@ -34,6 +34,7 @@ from .system_lib import write_system_lib
 __all__ = ["LARGE_BLOB", "finish_linked", "finish_placed", "finish_system_lib", "finish_tar"]
 
 LARGE_BLOB = 1 << 30  # from here on, a linked blob is linked with GNU ld (see _link)
+_ET_DYN = 3  # an ELF shared library's e_type
 
 
 def finish_placed(plan: ExportPlan, objects: list[Path], linker: str | None,
@@ -53,9 +54,13 @@ def finish_placed(plan: ExportPlan, objects: list[Path], linker: str | None,
 def finish_linked(plan: ExportPlan, objects: list[Path], linker: str | None,
                   workspace: Path) -> None:
     """A ``.so`` (or the caller's fcompile's output) linked with the whole blob as an object,
-    its seal saying where the linker put the blob."""
+    its seal saying where the linker put the blob. What an fcompile makes that is not a
+    shared library (a relocatable object from ``ld -r``, an archive) has no place the blob
+    is loaded at to seal: it is kept as made, for a later link into one."""
 
     def seal(library: Path) -> None:
+        if not _is_shared_library(library):
+            return
         seal_library(library, find_blob(library, plan.alignment) if plan.has_blob else None)
 
     _link_beside_output(plan, objects, linker, workspace, seal, 0o755)
@@ -108,6 +113,15 @@ def _link_beside_output(plan: ExportPlan, objects: list[Path], linker: str | Non
         os.replace(tmp, plan.output)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _is_shared_library(path: Path) -> bool:
+    """Whether |path| is an ELF shared library (e_type ET_DYN), by its header."""
+    with open(path, "rb") as f:
+        head = f.read(18)
+    if len(head) < 18 or head[:4] != b"\x7fELF" or head[5] not in (1, 2):
+        return False
+    return int.from_bytes(head[16:18], "little" if head[5] == 1 else "big") == _ET_DYN
 
 
 def _publish_weights(plan: ExportPlan) -> None:

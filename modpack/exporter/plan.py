@@ -17,12 +17,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModpackError, ModpackWarning
+from ..errors import ArgumentError, ModpackError, ModpackWarning
 from ..files.destination import check_destination
 from ..format import ALIGNMENT
 from ..format.image import PLACEABLE_MACHINES
 from ..format.section import machine_name
-from ..modules.tree import HostNode, Node, shadowed_kernels
+from ..modules.tree import HostNode, Node, check_before_export, shadowed_kernels
+from ..packers.llvm import check_llvm_packer
 from ..serializer import ModuleSerializer
 from ..toolchain.cc import (
     Toolchain,
@@ -103,10 +104,12 @@ def plan_export(
     if system_lib is not None:
         check_system_lib(system_lib, output, fcompile)
     if packer not in _PACKERS:
-        raise ValueError(f"packer must be one of {sorted(_PACKERS)}, not {packer!r}")
+        raise ArgumentError(f"packer must be one of {sorted(_PACKERS)}, not {packer!r}")
+    if packer == "llvm":  # before LLVM is asked: it aborts the process for a target it lacks
+        check_llvm_packer(cc)
     alignment = payload_alignment or ALIGNMENT
     if alignment < ALIGNMENT or alignment & (alignment - 1):
-        raise ValueError(f"payload_alignment must be a power of two >= {ALIGNMENT}")
+        raise ArgumentError(f"payload_alignment must be a power of two >= {ALIGNMENT}")
     if fcompile is None and system_lib is None:
         _check_suffix(output)
     as_tar = output.suffix == ".tar" if fcompile is None else fcompile is create_tar
@@ -115,8 +118,10 @@ def plan_export(
     serializer = ModuleSerializer(root)  # validates the tree before any work
     nodes = serializer.plan.nodes
     _warn_of_shadowed_kernels(nodes)
+    check_before_export(nodes)  # the modules' own (an opencl module's build_check)
     has_blob = len(nodes) > 1 or nodes[0] is not None
     placed = (has_blob and not as_tar and fpack_imports is None and system_lib is None
+              and _makes_shared_library(fcompile)
               and machine_name(target_machine(cc)) in PLACEABLE_MACHINES)
     weights_export = (plan_weights(weights, nodes, output, system_lib) if weights is not None
                       else None)
@@ -125,6 +130,14 @@ def plan_export(
         system_lib=system_lib, cc=cc, cxx=cxx, options=tuple(options or ()), packer=packer,
         fpack_imports=fpack_imports, alignment=alignment, has_blob=has_blob, placed=placed,
         weights=weights_export)
+
+
+def _makes_shared_library(fcompile: Callable[..., Any]) -> bool:
+    """Whether |fcompile| is known to link a shared library, into which the blob can be placed
+    after the link: the default one, or one that says so as TVM's do (``output_format =
+    "so"``). Any other links the whole blob object, so its output may be anything (a
+    relocatable object from ``ld -r``, an archive)."""
+    return fcompile is create_shared or getattr(fcompile, "output_format", None) == "so"
 
 
 def _check_suffix(output: Path) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModpackError
+from ..errors import ArgumentError, ModpackError
 from ..toolchain.cc import Toolchain
 from .tree import walk
 
@@ -40,7 +40,8 @@ class Module:
     def import_module(self, module: Module) -> None:
         """Import |module|; refuses an import that would make the tree cyclic."""
         if not isinstance(module, Module):
-            raise TypeError(f"import_module expects a modpack.Module, got {type(module).__name__}")
+            raise ArgumentError(
+                f"import_module expects a modpack.Module, got {type(module).__name__}")
         if module is self or any(m is self for m in walk(module)):
             raise ModpackError(
                 f"importing this {module.type_key} module into the {self.type_key} module "
@@ -71,7 +72,7 @@ class Module:
 
     def __getitem__(self, name: str) -> Callable[..., Any]:
         if not isinstance(name, str):
-            raise TypeError(f"function names are str, not {type(name).__name__}")
+            raise ArgumentError(f"function names are str, not {type(name).__name__}")
         return self.get_function(name)
 
     # ---- serialization -------------------------------------------------------------------
@@ -110,9 +111,13 @@ class Module:
             linking into a program, described by ``modpack_system_lib_NAME()`` and loaded
             with ``mp_module_load_system_lib`` (Python: :func:`modpack.load_system_lib`);
             its other symbols are prefixed with ``NAME_``, so several link into one program.
-        fcompile : ``fcompile(output, objects, options)`` links the compiled objects into
-            the output (another linker or file format); the default runs the C compiler with
-            ``-shared``. It does not choose the target: that is ``cc``/``target`` below.
+        fcompile : ``fcompile(output, objects, options)`` links the compiled objects, the
+            blob's object among them, into the output (another linker or file format); the
+            default runs the C compiler with ``-shared``. A shared library it makes is sealed;
+            anything else (``ld -r``'s relocatable object, an archive) is kept as made, for a
+            later link. With ``fcompile.output_format = "so"`` the blob is written into its
+            shared library after the link instead (faster for large blobs). It does not
+            choose the target: that is ``cc``/``target`` below.
         workspace_dir : keep the intermediate files (sources, objects, blob) here.
         options : ``options`` (extra compiler flags), ``cc`` and ``cxx`` (the C and C++
             compilers; default ``$CC``/``cc`` and ``$CXX``/``c++``), ``target`` (a target

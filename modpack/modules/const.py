@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from ..errors import ModpackError
+from ..errors import ArgumentError, ModpackError
 from ..format.layout import check_struct
 from ..runtime.binding import lib
 from ..runtime.dtypes import dtype_to_dl
@@ -48,7 +48,7 @@ class ConstModule(BinaryModule):
     def __init__(self, arrays: Mapping[str, Any]) -> None:
         super().__init__()
         if not isinstance(arrays, Mapping):
-            raise TypeError("const_module expects a mapping of name -> numpy array")
+            raise ArgumentError("const_module expects a mapping of name -> numpy array")
         self._arrays: dict[str, np.ndarray] = {}
         self._digests: dict[str, int] = {}
         for name, value in arrays.items():
@@ -58,8 +58,8 @@ class ConstModule(BinaryModule):
                 array = array.copy(order="C")
             dtype_to_dl(array.dtype)  # raises for dtypes DLPack cannot describe
             if array.ndim > _MAX_NDIM:
-                raise ValueError(f"array {name!r} has {array.ndim} dimensions; the runtime "
-                                 f"reads up to {_MAX_NDIM}: reshape it")
+                raise ArgumentError(f"array {name!r} has {array.ndim} dimensions; the runtime "
+                                    f"reads up to {_MAX_NDIM}: reshape it")
             self._arrays[name] = array
             self._digests[name] = xxhash.xxh3_64_intdigest(_bytes_of(array))
         self._layout = self._plan()
@@ -131,8 +131,8 @@ def _check_name(name: Any) -> None:
     except UnicodeEncodeError:  # a lone surrogate
         size = 0
     if not 1 <= size <= _MAX_NAME or "\0" in name:
-        raise ValueError(f"array name {name!r} must be a str of 1 to {_MAX_NAME} bytes of "
-                         "UTF-8 without NUL")
+        raise ArgumentError(f"array name {name!r} must be a str of 1 to {_MAX_NAME} bytes of "
+                            "UTF-8 without NUL")
 
 
 def _bytes_of(array: np.ndarray) -> memoryview:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..errors import ArgumentError
 from ..toolchain.cc import Toolchain, compile_c, compile_cxx
 from .base import HostModule
 
@@ -24,9 +25,9 @@ class CSourceModule(HostModule):
                  language: str = "c") -> None:
         super().__init__()
         if not isinstance(code, str):
-            raise TypeError("csource_module expects source code as a str")
+            raise ArgumentError("csource_module expects source code as a str")
         if language not in _LANGUAGES:
-            raise ValueError(f"language must be one of {sorted(_LANGUAGES)}, not {language!r}")
+            raise ArgumentError(f"language must be one of {sorted(_LANGUAGES)}, not {language!r}")
         self.code = code
         self.options = list(options)
         self.name = name

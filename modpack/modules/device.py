@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+from ..errors import ArgumentError
 from ..runtime.binding import lib
 from .base import BinaryModule
 from .kernel_info import KernelInfo
@@ -24,11 +25,11 @@ def check_module_name(name: str | None) -> str | None:
     if name is None:
         return None
     if not isinstance(name, str):
-        raise TypeError(f"a module name must be a str, not {type(name).__name__}")
+        raise ArgumentError(f"a module name must be a str, not {type(name).__name__}")
     size = len(name.encode())
     if not 0 < size <= MAX_MODULE_NAME_BYTES or "/" in name or "\0" in name:
-        raise ValueError(f"module name {name!r}: 1 to {MAX_MODULE_NAME_BYTES} bytes without "
-                         "'/' (which separates it from a kernel name in lookups) or NUL")
+        raise ArgumentError(f"module name {name!r}: 1 to {MAX_MODULE_NAME_BYTES} bytes without "
+                            "'/' (which separates it from a kernel name in lookups) or NUL")
     return name
 
 

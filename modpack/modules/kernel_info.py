@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ArgumentError
 from ..runtime.binding import ffi, lib
-from ..runtime.dtypes import dtype_to_dl
+from ..runtime.dtypes import ML_DTYPE_NAMES, as_dtype, dtype_to_dl
 
 __all__ = ["BUFFER", "LOCAL", "NULL", "SCALAR", "UNTYPED_POINTER", "KernelArg", "KernelInfo",
            "kernel_infos", "launch_tags"]
@@ -69,7 +70,7 @@ class KernelArg:
         if isinstance(spec, KernelArg):
             return spec
         if not isinstance(spec, str):
-            raise TypeError(f"argument spec must be a str such as 'float32*', got {spec!r}")
+            raise ArgumentError(f"argument spec must be a str such as 'float32*', got {spec!r}")
         text = " ".join(spec.replace("*", " * ").split())
         prefix, _, rest = text.partition(" ")
         kind = _POINTER_PREFIXES.get(prefix) if text.endswith("*") else None
@@ -83,10 +84,12 @@ class KernelArg:
         if kind == SCALAR and vector:
             base, lanes = vector[1], int(vector[2])
         try:
-            dtype = np.dtype(base)
+            dtype = as_dtype(base)
             dtype_to_dl(dtype)
-        except TypeError:
-            raise ValueError(
+        except TypeError as exc:
+            if base in ML_DTYPE_NAMES:  # a dtype name, but ml_dtypes is missing
+                raise ArgumentError(f"argument spec {spec!r}: {exc}") from None
+            raise ArgumentError(
                 f"argument spec {spec!r}: use a numpy dtype name, with '*' for a buffer "
                 "(e.g. 'float32*', 'int64', 'void*', 'float32x4', 'local float32*', "
                 "'null void*')"
@@ -122,48 +125,48 @@ class KernelInfo:
         """Enforce the limits of the C reader here, so a bad record fails when it is made
         rather than when a library carrying it is loaded."""
         if not isinstance(self.name, str):
-            raise TypeError(f"kernel name must be a str, got {type(self.name).__name__}")
+            raise ArgumentError(f"kernel name must be a str, got {type(self.name).__name__}")
         _check_string(self.name, "kernel name", MAX_NAME_BYTES, "")
         shown = self.name if len(self.name) <= 64 else self.name[:64] + "..."
         if isinstance(self.launch_tags, str):
-            raise TypeError(f"kernel {shown}: launch tags must be a sequence of str")
+            raise ArgumentError(f"kernel {shown}: launch tags must be a sequence of str")
         object.__setattr__(self, "args", tuple(KernelArg.parse(a) for a in self.args))
         object.__setattr__(self, "launch_tags", tuple(self.launch_tags))
         if len(self.args) > MAX_ARGS:
-            raise ValueError(
+            raise ArgumentError(
                 f"kernel {shown}: {len(self.args)} arguments exceed the limit of {MAX_ARGS}"
             )
         if len(self.launch_tags) > MAX_LAUNCH_TAGS:
-            raise ValueError(
+            raise ArgumentError(
                 f"kernel {shown}: {len(self.launch_tags)} launch tags exceed the limit of "
                 f"{MAX_LAUNCH_TAGS}"
             )
         for tag in self.launch_tags:
             if not isinstance(tag, str):
-                raise TypeError(f"kernel {shown}: launch tag {tag!r} is not a str")
+                raise ArgumentError(f"kernel {shown}: launch tag {tag!r} is not a str")
             _check_string(tag, "launch tag", MAX_LAUNCH_TAG_BYTES, f"kernel {shown}: ")
         if self.symbol is not None:
             if not isinstance(self.symbol, str):
-                raise TypeError(f"kernel {shown}: symbol must be a str")
+                raise ArgumentError(f"kernel {shown}: symbol must be a str")
             _check_string(self.symbol, "symbol", MAX_NAME_BYTES, f"kernel {shown}: ")
             if self.symbol == self.name:
                 object.__setattr__(self, "symbol", None)
         if not isinstance(self.fixed, Mapping):
-            raise TypeError(f"kernel {shown}: fixed must map launch tags to ints, "
-                            f"e.g. {{'threadIdx.x': 128}}")
+            raise ArgumentError(f"kernel {shown}: fixed must map launch tags to ints, "
+                                f"e.g. {{'threadIdx.x': 128}}")
         fixed = dict(self.fixed)
         for tag, value in fixed.items():
             if not isinstance(tag, str):
-                raise TypeError(f"kernel {shown}: fixed launch tag {tag!r} is not a str")
+                raise ArgumentError(f"kernel {shown}: fixed launch tag {tag!r} is not a str")
             _check_string(tag, "launch tag", MAX_LAUNCH_TAG_BYTES, f"kernel {shown}: ")
             if isinstance(value, bool) or not isinstance(value, int | np.integer) or not (
                     0 <= value < 2**64):
-                raise ValueError(f"kernel {shown}: fixed {tag} must be a non-negative int, "
-                                 f"got {value!r}")
+                raise ArgumentError(f"kernel {shown}: fixed {tag} must be a non-negative int, "
+                                    f"got {value!r}")
             fixed[tag] = int(value)
         if len(self.launch_tags) + len(fixed) > MAX_LAUNCH_TAGS:
-            raise ValueError(f"kernel {shown}: {len(self.launch_tags) + len(fixed)} passed and "
-                             f"fixed launch tags exceed the limit of {MAX_LAUNCH_TAGS}")
+            raise ArgumentError(f"kernel {shown}: {len(self.launch_tags) + len(fixed)} passed and "
+                                f"fixed launch tags exceed the limit of {MAX_LAUNCH_TAGS}")
         object.__setattr__(self, "fixed", fixed)
 
     def __hash__(self) -> int:
@@ -182,18 +185,18 @@ class KernelInfo:
         tags = [*self.launch_tags, *self.fixed]
         bad = [t for t in tags if t not in kind_tags]
         if bad:
-            raise ValueError(f"kernel {self.name}: unknown launch tags {bad}; use "
-                             f"{list(kind_tags)}")
+            raise ArgumentError(f"kernel {self.name}: unknown launch tags {bad}; use "
+                                f"{list(kind_tags)}")
         twice = sorted({t for t in tags if tags.count(t) > 1})
         if twice:
-            raise ValueError(f"kernel {self.name}: launch tags {twice} are given twice (a "
-                             "tag is either passed by calls or fixed, not both)")
+            raise ArgumentError(f"kernel {self.name}: launch tags {twice} are given twice (a "
+                                "tag is either passed by calls or fixed, not both)")
 
     def encode(self, record_version: int = 1) -> bytes:
         """The record in layout |record_version| (the payload's choice: at least
         :attr:`record_version`)."""
         if record_version < self.record_version:
-            raise ValueError(f"kernel {self.name} needs record version {self.record_version}")
+            raise ArgumentError(f"kernel {self.name} needs record version {self.record_version}")
         name = self.name.encode()
         parts = [struct.pack("<I", len(name)), name, struct.pack("<I", len(self.args))]
         for arg in self.args:
@@ -231,17 +234,18 @@ def kernel_infos(
         if isinstance(spec, Mapping):
             unknown = set(spec) - {"args", "launch", "fixed", "symbol"}
             if unknown:
-                raise ValueError(f"kernel {name}: unknown keys {sorted(unknown)} (a kernel "
-                                 "spec has 'args', 'launch', 'fixed' and 'symbol')")
+                raise ArgumentError(f"kernel {name}: unknown keys {sorted(unknown)} (a kernel "
+                                    "spec has 'args', 'launch', 'fixed' and 'symbol')")
             extra = {"fixed": spec.get("fixed", {}), "symbol": spec.get("symbol")}
             launch = spec.get("launch", [t for t in default_launch_tags
                                          if t not in extra["fixed"]])
             if isinstance(launch, str):
-                raise TypeError(f"kernel {name}: 'launch' must be a list of tags, got {launch!r}")
+                raise ArgumentError(
+                    f"kernel {name}: 'launch' must be a list of tags, got {launch!r}")
             spec = spec.get("args", [])
         if isinstance(spec, str):
-            raise TypeError(f"kernel {name}: the argument specs must be a list such as "
-                            f"['float32*', 'int32'], got {spec!r}")
+            raise ArgumentError(f"kernel {name}: the argument specs must be a list such as "
+                                f"['float32*', 'int32'], got {spec!r}")
         out.append(KernelInfo(name, tuple(KernelArg.parse(a) for a in spec), tuple(launch),
                               **extra))
     return out
@@ -255,12 +259,12 @@ def _string(text: str) -> bytes:
 def _check_string(text: str, what: str, max_bytes: int, where: str) -> None:
     size = len(text.encode())
     if size == 0:
-        raise ValueError(f"{where}{what} is empty")
+        raise ArgumentError(f"{where}{what} is empty")
     if size > max_bytes:
-        raise ValueError(f"{where}{what} of {size} bytes exceeds the limit of {max_bytes}")
+        raise ArgumentError(f"{where}{what} of {size} bytes exceeds the limit of {max_bytes}")
     if "\0" in text:
-        raise ValueError(f"{where}{what} {text!r} contains a NUL character")
+        raise ArgumentError(f"{where}{what} {text!r} contains a NUL character")
 
 
 def _bad(value: Any) -> KernelInfo:
-    raise TypeError(f"functions must map kernel names to argument specs, got {value!r}")
+    raise ArgumentError(f"functions must map kernel names to argument specs, got {value!r}")

@@ -12,10 +12,10 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import CompileError
+from ..errors import ArgumentError, CompileError
 from ..toolchain.cc import Toolchain, compile_c, is_cross
 from ..toolchain.cc import target_machine as cc_target
-from ..toolchain.llvm import llvm, target_machine
+from ..toolchain.llvm import emit_object, llvm, target_machine
 from .base import HostModule
 
 __all__ = ["LLVMModule", "llvm_module"]
@@ -28,14 +28,14 @@ def _shim_source(signatures: Mapping[str, str]) -> str:
     for name, signature in signatures.items():
         m = _SIGNATURE.match(signature)
         if not m or not name.isidentifier():
-            raise ValueError(
+            raise ArgumentError(
                 f"signature for {name!r} must look like 'double(DLTensor*, int64_t)', got "
                 f"{signature!r}"
             )
         ret = m["ret"]
         args = [a.strip() for a in m["args"].split(",") if a.strip() and a.strip() != "void"]
         if not 1 <= len(args) <= 8:
-            raise ValueError(f"{name}: exported plain functions take 1 to 8 parameters")
+            raise ArgumentError(f"{name}: exported plain functions take 1 to 8 parameters")
         lines.append(f"extern {ret} {name}({', '.join(args)});")
         if ret == "void":
             lines.append(f"MP_EXPORT_VOID_FUNC({name}, {', '.join(args)})")
@@ -53,7 +53,7 @@ class LLVMModule(HostModule):
                  triple: str | None = None) -> None:
         super().__init__()
         if not isinstance(ir, str):
-            raise TypeError("llvm_module expects LLVM IR text as a str")
+            raise ArgumentError("llvm_module expects LLVM IR text as a str")
         self.ir = ir
         self.signatures = dict(signatures or {})
         self.triple = triple
@@ -74,7 +74,7 @@ class LLVMModule(HostModule):
         module.triple = machine.triple
         module.data_layout = str(machine.target_data)
         obj = workspace / f"{stem}.o"
-        obj.write_bytes(machine.emit_object(module))
+        obj.write_bytes(emit_object(machine, module, "an llvm module's IR"))
         objects = [obj]
         if self.signatures:
             shim = workspace / f"{stem}_exports.c"

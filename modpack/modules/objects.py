@@ -10,6 +10,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..errors import ArgumentError, MissingFileError
 from ..toolchain.cc import Toolchain, run_tool
 from .base import HostModule
 
@@ -30,12 +31,12 @@ def _kind(path: Path) -> str:
         e_type = int.from_bytes(head[16:18], "little" if head[5] == 1 else "big")
         if e_type == _ET_REL:
             return "object"
-        raise ValueError(
+        raise ArgumentError(
             f"{path} is an ELF file of type {e_type}, not a relocatable object (.o): link "
             "host code from its objects, or load a shared library with modpack.load_module"
         )
-    raise ValueError(f"{path} is neither an ELF relocatable object (.o) nor a static archive "
-                     "(.a)")
+    raise ArgumentError(f"{path} is neither an ELF relocatable object (.o) nor a static archive "
+                        "(.a)")
 
 
 class ObjectModule(HostModule):
@@ -49,9 +50,9 @@ class ObjectModule(HostModule):
         super().__init__()
         self.path = Path(path)
         if not self.path.is_file():
-            raise FileNotFoundError(f"object_module: no such file: {self.path}")
+            raise MissingFileError(f"object_module: no such file: {self.path}")
         if language not in ("c", "c++"):
-            raise ValueError(f"language must be 'c' or 'c++', not {language!r}")
+            raise ArgumentError(f"language must be 'c' or 'c++', not {language!r}")
         self.kind = _kind(self.path)
         self.language = language
 

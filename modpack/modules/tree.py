@@ -13,7 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ModpackError
 
-__all__ = ["ArraysNode", "DeviceNode", "HostNode", "Node", "shadowed_kernels", "walk"]
+__all__ = ["ArraysNode", "DeviceNode", "HostNode", "Node", "check_before_export",
+           "shadowed_kernels", "walk"]
 
 
 @runtime_checkable
@@ -87,6 +88,16 @@ def shadowed_kernels(nodes: Iterable[Any]) -> list[str]:
         for kernel in dict.fromkeys(node.kernel_names):
             owners.setdefault(kernel, []).append(node)
     return sorted(k for k, ns in owners.items() if len(ns) > 1 and any(n.name is None for n in ns))
+
+
+def check_before_export(nodes: Iterable[Any]) -> None:
+    """Each module's own checks before an export does any work, for kinds that have some
+    (``check_before_export()``: an ``opencl`` module with ``build_check=True`` builds its
+    source here)."""
+    for node in nodes:
+        check = getattr(node, "check_before_export", None)
+        if check is not None:
+            check()
 
 
 def walk(root: Node) -> Iterator[Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import ArgumentError
 from ..format import ALIGNMENT, BLOB_SYMBOL
 from ..format.section import ANCHOR, blob_section
 
@@ -19,7 +20,7 @@ def blob_directives(blob_path: Path, machine: str | None = None,
     ``.note.GNU-stack`` keeps the stack non-executable (glibc refuses to dlopen libraries that
     ask for one)."""
     if alignment < ALIGNMENT or alignment & (alignment - 1):
-        raise ValueError(f"blob alignment must be a power of two >= {ALIGNMENT}")
+        raise ArgumentError(f"blob alignment must be a power of two >= {ALIGNMENT}")
     path = str(Path(blob_path).resolve()).replace("\\", "\\\\").replace('"', '\\"')
     section = ANCHOR if anchor else blob_section(machine)
     flags = "al" if section.large else "a"

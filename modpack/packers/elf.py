@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from ..errors import ArgumentError
 from ..format import BLOB_SYMBOL
 from ..format.section import ANCHOR, blob_section, machine_name
 from ..toolchain.cc import target_machine
@@ -41,7 +42,8 @@ def pack_elf_object(write_blob: BlobWriter, workspace: Path, cc: str | None,
     machine = target_machine(cc) or ""
     arch = machine_name(machine or None)
     if arch not in ELF_MACHINES:
-        raise ValueError(f"the ELF packer does not support {machine or arch!r}; use packer='asm'")
+        raise ArgumentError(
+            f"the ELF packer does not support {machine or arch!r}; use packer='asm'")
     placement = ANCHOR if anchor else blob_section(arch)
     large, section = placement.large, placement.name
     names_list = [section, ".note.GNU-stack", ".symtab", ".strtab", ".shstrtab"]

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import ArgumentError
 from . import _calls
 from .binding import check, error_from_status, ffi, lib, string
-from .dtypes import dtype_to_dl
+from .dtypes import as_dtype, dtype_to_dl
 
 __all__ = ["Array", "array", "device_type_name", "empty", "parse_device"]
 
@@ -32,7 +32,12 @@ def parse_device(device: str | tuple[int, int]) -> tuple[int, int]:
     """``"opencl:0"`` → (DLPack device type, id). Also accepts a (type, id) tuple. The device
     types are the runtime's: the CPU and each built-in kind's device."""
     if isinstance(device, tuple):
-        return int(device[0]), int(device[1])
+        try:
+            device_type, device_id = (int(v) for v in device)
+        except (TypeError, ValueError):
+            raise ArgumentError(f"unknown device {device!r}: a tuple is (DLPack device type, "
+                                "id), e.g. (4, 0) for 'opencl:0'") from None
+        return device_type, device_id
     m = _DEVICE.match(device.strip().lower()) if isinstance(device, str) else None
     if not m:
         raise ArgumentError(f"unknown device {device!r}: use 'cpu', 'opencl:N' or 'cuda:N'")
@@ -49,7 +54,7 @@ class Array:
     __slots__ = ("__weakref__", "_address", "_dtype", "_tensor")
 
     def __init__(self) -> None:
-        raise TypeError("create arrays with modpack.array() or modpack.empty()")
+        raise ArgumentError("create arrays with modpack.array() or modpack.empty()")
 
     @classmethod
     def _adopt(cls, tensor: Any, dtype: np.dtype) -> Array:
@@ -109,11 +114,21 @@ class Array:
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
                    dl_device: Any = None, copy: bool | None = None) -> Any:
-        if copy:
-            raise BufferError("modpack arrays export without copying (copy=True unsupported)")
+        """The array as a DLPack capsule, without a copy; with ``copy=True``, of a new copy
+        on the same device."""
+        source = self._copy() if copy else self
         managed = ffi.new("DLManagedTensor**")
-        check(lib.mp_array_to_dlpack(self._tensor, managed))
+        check(lib.mp_array_to_dlpack(source._tensor, managed))
         return _calls.dlpack_capsule(int(ffi.cast("uintptr_t", managed[0])))
+
+    def _copy(self) -> Array:
+        """A new array on the same device with the same contents."""
+        t = self._tensor
+        copied = empty(self.shape, self._dtype, self.__dlpack_device__())
+        c = copied._tensor
+        check(lib.mp_device_copy(t.data, t.byte_offset, t.device, c.data, c.byte_offset, c.device,
+                                 self.nbytes))
+        return copied
 
     def __repr__(self) -> str:
         return f"<modpack.Array shape={self.shape} dtype={self._dtype} device={self.device}>"
@@ -132,7 +147,7 @@ def empty(shape: int | tuple[int, ...], dtype: Any = "float32",
           device: str | tuple[int, int] = "cpu") -> Array:
     """An uninitialised array of |shape| and |dtype| on |device| (``"opencl:0"``, ...)."""
     shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
-    dtype = np.dtype(dtype)
+    dtype = as_dtype(dtype)
     code, bits, lanes = dtype_to_dl(dtype)
     device_type, device_id = parse_device(device)
     dl_dtype = ffi.new("DLDataType*", {"code": code, "bits": bits, "lanes": lanes})
@@ -145,6 +160,7 @@ def empty(shape: int | tuple[int, ...], dtype: Any = "float32",
 
 def array(data: Any, device: str | tuple[int, int] = "cpu", dtype: Any = None) -> Array:
     """A copy of |data| (a numpy array or anything numpy accepts) on |device|."""
+    dtype = None if dtype is None else as_dtype(dtype)
     host = np.ascontiguousarray(data, dtype=dtype)
     if host.ndim == 0 and np.ndim(data) == 0:
         host = np.asarray(data, dtype=dtype)

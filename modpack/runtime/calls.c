@@ -7,9 +7,12 @@
  * handed once to the Python `normalize(value, index)` given to init(), which either returns a
  * form this file takes (an int, a float, a DLPack capsule, or (array view, (code, bits,
  * lanes))) or raises the error that names the argument. dtypes come from one table
- * (modpack/runtime/dtypes.py), given to init() as buffer format -> (code, bits, lanes). */
+ * (modpack/runtime/dtypes.py), given to init() as buffer format -> (code, bits, lanes).
+ * Errors raised here are modpack's own (modpack/errors.py): ArgumentError for what a caller
+ * passed, InternalError for what only a bug in modpack reaches. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdarg.h>
 #include <string.h>
 
 #include "calls_api.h"
@@ -26,6 +29,7 @@ static PyObject* normalize;      /* normalize(value, index) -> a form convert() 
 static PyObject* make_function;  /* make_function(address) -> Function (a new reference) */
 static PyObject* make_error;     /* make_error(status) -> the exception for a failed call */
 static PyObject* argument_error; /* modpack.ArgumentError */
+static PyObject* internal_error; /* modpack.InternalError */
 static PyObject* address_name;
 
 /* An array argument described in place: the DLTensor and what keeps it valid. */
@@ -36,6 +40,29 @@ typedef struct {
   int64_t shape[MAX_NDIM];
   int64_t strides[MAX_NDIM];
 } arg_array_t;
+
+/* Raise modpack.InternalError (a bug in modpack, not in the caller's arguments), also before
+ * init() has run. Returns NULL. */
+static PyObject* internal(const char* format, ...) {
+  PyObject* type = internal_error ? Py_NewRef(internal_error) : NULL;
+  if (!type) {
+    PyObject* errors = PyImport_ImportModule("modpack.errors");
+    if (!errors) return NULL;
+    type = PyObject_GetAttrString(errors, "InternalError");
+    Py_DECREF(errors);
+    if (!type) return NULL;
+  }
+  va_list args;
+  va_start(args, format);
+  PyObject* message = PyUnicode_FromFormatV(format, args);
+  va_end(args);
+  if (message) {
+    PyErr_SetObject(type, message);
+    Py_DECREF(message);
+  }
+  Py_DECREF(type);
+  return NULL;
+}
 
 static int address_of(PyObject* obj, void** out) {
   PyObject* address = PyObject_GetAttr(obj, address_name);
@@ -143,9 +170,8 @@ static int convert(PyObject* obj, int index, mp_value_t* out, arg_array_t* array
     int done = buffer_tensor(PyTuple_GET_ITEM(obj, 0), PyTuple_GET_ITEM(obj, 1), out, array);
     if (done != 0) return done > 0 ? 0 : -1;
   }
-  if (normalised) {
-    PyErr_Format(PyExc_TypeError, "argument %d: normalize() returned an unusable %s", index,
-                 type->tp_name);
+  if (normalised) { /* normalize() raises for whatever it cannot turn into a usable form */
+    internal("argument %d: normalize() returned an unusable %s", index, type->tp_name);
     return -1;
   }
   PyObject* replacement = PyObject_CallFunction(normalize, "Oi", obj, index);
@@ -170,8 +196,8 @@ static PyObject* result_of(const mp_value_t* ret) {
       api->function_retain(ret->v_handle);
       return PyObject_CallFunction(make_function, "N", PyLong_FromVoidPtr(ret->v_handle));
     default:
-      return PyErr_Format(PyExc_TypeError, "a function returned an unsupported value type %d",
-                          (int)ret->type_code);
+      return internal("a function returned a value of unknown type code %d",
+                      (int)ret->type_code);
   }
 }
 
@@ -186,11 +212,12 @@ static PyObject* raise_status(mp_status_t status) {
 /* call(function_address, *args) -> the function's result */
 static PyObject* calls_call(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   (void)module;
-  if (!api) return PyErr_Format(PyExc_RuntimeError, "modpack.runtime._calls is not initialised");
-  if (nargs < 1) return PyErr_Format(PyExc_TypeError, "call() needs a function");
-  if (nargs - 1 > INT32_MAX / 2) return PyErr_Format(PyExc_OverflowError, "too many arguments");
+  if (!api) return internal("modpack.runtime._calls is not initialised");
+  if (nargs < 1) return internal("call() needs a function");
+  if (nargs - 1 > INT32_MAX / 2)
+    return PyErr_Format(argument_error, "%zd arguments: at most %d", nargs - 1, INT32_MAX / 2);
   mp_function_t* function = PyLong_AsVoidPtr(args[0]);
-  if (!function) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "NULL function");
+  if (!function) return PyErr_Occurred() ? NULL : internal("call() of a NULL function");
   int32_t n = (int32_t)(nargs - 1);
   mp_value_t stack_values[STACK_ARGS + 1];
   arg_array_t stack_arrays[STACK_ARGS];
@@ -235,8 +262,8 @@ done:
 /* lookup(module_address, name, query_imports) -> the address of a new function reference */
 static PyObject* calls_lookup(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   (void)module;
-  if (!api) return PyErr_Format(PyExc_RuntimeError, "modpack.runtime._calls is not initialised");
-  if (nargs != 3) return PyErr_Format(PyExc_TypeError, "lookup() takes 3 arguments");
+  if (!api) return internal("modpack.runtime._calls is not initialised");
+  if (nargs != 3) return internal("lookup() takes 3 arguments");
   mp_module_t* owner = PyLong_AsVoidPtr(args[0]);
   if (!PyUnicode_Check(args[1]))
     return PyErr_Format(argument_error, "function names are str, not %s",
@@ -269,21 +296,22 @@ static void capsule_destructor(PyObject* capsule) {
 static PyObject* calls_dlpack_capsule(PyObject* module, PyObject* address) {
   (void)module;
   void* managed = PyLong_AsVoidPtr(address);
-  if (!managed) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "NULL tensor");
+  if (!managed) return PyErr_Occurred() ? NULL : internal("dlpack_capsule() of a NULL tensor");
   return PyCapsule_New(managed, "dltensor", capsule_destructor);
 }
 
 /* init(api_address, Array, Function, LocalMemory, ndarray, buffer_formats, normalize,
- *      make_function, make_error, ArgumentError); kept for the life of the process. */
+ *      make_function, make_error, ArgumentError, InternalError); kept for the life of the
+ * process. */
 static PyObject* calls_init(PyObject* module, PyObject* args) {
   (void)module;
   PyObject* address;
-  PyObject *a, *f, *local, *nd, *formats, *norm, *make_fn, *make_err, *arg_err;
-  if (!PyArg_ParseTuple(args, "OOOOOO!OOOO", &address, &a, &f, &local, &nd, &PyDict_Type, &formats,
-                        &norm, &make_fn, &make_err, &arg_err))
+  PyObject *a, *f, *local, *nd, *formats, *norm, *make_fn, *make_err, *arg_err, *int_err;
+  if (!PyArg_ParseTuple(args, "OOOOOO!OOOOO", &address, &a, &f, &local, &nd, &PyDict_Type,
+                        &formats, &norm, &make_fn, &make_err, &arg_err, &int_err))
     return NULL;
   const modpack_calls_api_t* table = PyLong_AsVoidPtr(address);
-  if (!table) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "NULL table");
+  if (!table) return PyErr_Occurred() ? NULL : internal("init() with a NULL table");
   if (table->size != sizeof *table)
     return PyErr_Format(PyExc_ImportError,
                         "modpack.runtime._calls and modpack._rt were built from different "
@@ -298,6 +326,7 @@ static PyObject* calls_init(PyObject* module, PyObject* args) {
   make_function = Py_NewRef(make_fn);
   make_error = Py_NewRef(make_err);
   argument_error = Py_NewRef(arg_err);
+  internal_error = Py_NewRef(int_err);
   address_name = PyUnicode_InternFromString("_address");
   if (!address_name) return NULL;
   api = table;
@@ -328,5 +357,8 @@ static struct PyModuleDef calls_module = {
 };
 
 PyMODINIT_FUNC PyInit__calls(void) {
-  return PyModule_Create(&calls_module);
+  PyObject* module = PyModule_Create(&calls_module);
+  /* The most dimensions an array passed by a call may have (values.py names the limit). */
+  if (module && PyModule_AddIntConstant(module, "MAX_NDIM", MAX_NDIM) != 0) Py_CLEAR(module);
+  return module;
 }

@@ -1,7 +1,9 @@
 """numpy dtype <-> DLPack DLDataType (code, bits, lanes): the one table.
 
 bfloat16 and the float8 formats come from ``ml_dtypes`` where it is installed; they use their
-own DLPack type codes (4, and 7-14), so every one of them round-trips exactly. The call path
+own DLPack type codes (4, and 7-14), so every one of them round-trips exactly. numpy knows
+their names ("bfloat16") only once ml_dtypes is imported, so names go through
+:func:`as_dtype`, which imports it when a name needs it. The call path
 in C (``calls.c``) reads numpy arrays through the buffer protocol: :data:`BUFFER_FORMATS`, the
 buffer format of every standard dtype, is derived from this table by asking numpy, so the two
 cannot disagree.
@@ -10,10 +12,14 @@ cannot disagree.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 
-__all__ = ["BUFFER_FORMATS", "dtype_from_dl", "dtype_to_dl"]
+from ..errors import ArgumentError
+
+__all__ = ["BUFFER_FORMATS", "ML_DTYPES_HINT", "ML_DTYPE_NAMES", "as_dtype", "dtype_from_dl",
+           "dtype_to_dl"]
 
 _KIND_TO_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _CODE_TO_KIND = {0: "i", 1: "u", 2: "f", 5: "c"}
@@ -30,15 +36,38 @@ _ML_DTYPES = {
     "float8_e8m0fnu": 14,
 }
 _CODE_TO_ML = {code: name for name, code in _ML_DTYPES.items()}
+ML_DTYPE_NAMES = frozenset(_ML_DTYPES)  # the dtypes that need ml_dtypes
 # The dtypes numpy itself describes through the buffer protocol.
 _STANDARD = ("bool", "int8", "int16", "int32", "int64", "longlong", "uint8", "uint16", "uint32",
              "uint64", "ulonglong", "float16", "float32", "float64", "complex64", "complex128")
 _cache: dict[np.dtype, tuple[int, int, int]] = {}
+ML_DTYPES_HINT = "pip install ml_dtypes (modpack[cuda] installs it)"
 
 
-def dtype_to_dl(dtype: np.dtype) -> tuple[int, int, int]:
-    """(code, bits, lanes) for a numpy dtype (or an ml_dtypes one)."""
-    dtype = np.dtype(dtype)
+def _ml_dtypes(name: str) -> Any:
+    """The ml_dtypes package, imported; ArgumentError saying how to install it for |name|."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise ArgumentError(f"{name} needs the ml_dtypes package: {ML_DTYPES_HINT}") from None
+    return ml_dtypes
+
+
+def as_dtype(dtype: Any) -> np.dtype:
+    """``np.dtype(dtype)``, also for the names of the ml_dtypes types (``"bfloat16"``,
+    ``"float8_e4m3fn"``) whether or not anything imported ml_dtypes yet. ArgumentError (a
+    TypeError) for what is not a dtype, or an ml_dtypes name without ml_dtypes installed."""
+    if isinstance(dtype, str) and dtype in _ML_DTYPES:
+        return np.dtype(getattr(_ml_dtypes(dtype), dtype))
+    try:
+        return np.dtype(dtype)
+    except TypeError as exc:
+        raise ArgumentError(f"{dtype!r} is not a dtype: {exc}") from None
+
+
+def dtype_to_dl(dtype: Any) -> tuple[int, int, int]:
+    """(code, bits, lanes) for a numpy dtype (or an ml_dtypes one, or the name of one)."""
+    dtype = as_dtype(dtype)
     found = _cache.get(dtype)
     if found is None:
         found = _cache[dtype] = _dtype_to_dl(dtype)
@@ -50,7 +79,7 @@ def _dtype_to_dl(dtype: np.dtype) -> tuple[int, int, int]:
         return (_ML_DTYPES[dtype.name], dtype.itemsize * 8, 1)
     code = _KIND_TO_CODE.get(dtype.kind)
     if code is None or dtype.byteorder == ">":
-        raise TypeError(
+        raise ArgumentError(
             f"dtype {dtype} has no DLPack equivalent; use a native-endian bool, integer, "
             "float or complex dtype (or bfloat16/float8 from ml_dtypes)"
         )
@@ -60,19 +89,15 @@ def _dtype_to_dl(dtype: np.dtype) -> tuple[int, int, int]:
 def dtype_from_dl(code: int, bits: int, lanes: int) -> np.dtype:
     """The numpy dtype for a DLPack type."""
     if lanes != 1:
-        raise TypeError(f"vector dtypes (lanes={lanes}) have no numpy equivalent")
+        raise ArgumentError(f"vector dtypes (lanes={lanes}) have no numpy equivalent")
     if code == 6 and bits == 8:
         return np.dtype(np.bool_)
     if code in _CODE_TO_ML:
         name = _CODE_TO_ML[code]
-        try:
-            import ml_dtypes
-        except ImportError as exc:
-            raise TypeError(f"{name} arrays need the ml_dtypes package") from exc
-        return np.dtype(getattr(ml_dtypes, name))
+        return np.dtype(getattr(_ml_dtypes(f"{name} arrays"), name))
     kind = _CODE_TO_KIND.get(code)
     if kind is None:
-        raise TypeError(f"DLPack type code {code} has no numpy equivalent")
+        raise ArgumentError(f"DLPack type code {code} has no numpy equivalent")
     return np.dtype(f"{kind}{bits // 8}")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, InternalError
 from . import _calls
 from .array import Array
 from .binding import error_from_status, ffi, lib
@@ -33,7 +33,7 @@ class Function:
     __slots__ = ("__weakref__", "_address", "name")
 
     def __init__(self) -> None:
-        raise TypeError("Function objects come from Module.get_function()")
+        raise ArgumentError("Function objects come from Module.get_function()")
 
     @classmethod
     def _from_address(cls, address: int, name: str = "<returned>") -> Function:
@@ -62,9 +62,16 @@ class Function:
 
 def lookup(module_address: int, name: str, query_imports: bool) -> Function:
     """The function |name| of the runtime module at |module_address| (and, if
-    |query_imports|, its imports); NotFoundError naming it when absent."""
+    |query_imports|, its imports); NotFoundError naming it when absent.
+
+    A qualified name, ``"module/kernel"``, names the module it is in: only the module of
+    that name answers, wherever it is in the tree below, so its imports are searched even
+    without |query_imports| — as host code finds it (``mp_backend_get_function``), and as
+    ``lib["f32/Xgemm"]`` on a library's root expects."""
+    if isinstance(name, str) and "/" in name:
+        query_imports = True
     return Function._from_address(_calls.lookup(module_address, name, query_imports), name)
 
 
 _calls.init(lib.modpack_calls_api(), Array, Function, LocalMemory, np.ndarray, BUFFER_FORMATS,
-            normalize, Function._from_address, error_from_status, ArgumentError)
+            normalize, Function._from_address, error_from_status, ArgumentError, InternalError)

@@ -15,12 +15,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError
+from . import _calls
 from .binding import ffi, lib
 from .dtypes import dtype_from_dl, dtype_to_dl
 
 __all__ = ["LocalMemory", "local_memory", "normalize", "value_to_python"]
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+MAX_NDIM: int = _calls.MAX_NDIM  # the most dimensions an array argument may have (calls.c)
 
 
 class LocalMemory:
@@ -77,6 +79,11 @@ def normalize(value: Any, index: int) -> Any:
 
 
 def _array(array: np.ndarray, index: int) -> tuple[np.ndarray, tuple[int, int, int]]:
+    if array.ndim > MAX_NDIM:  # numpy 2 allows 64
+        raise ArgumentError(
+            f"argument {index}: the array has {array.ndim} dimensions, but modpack passes "
+            f"arrays of at most {MAX_NDIM}: reshape it (e.g. merge adjacent dimensions)"
+        )
     try:
         dl = dtype_to_dl(array.dtype)
     except TypeError as exc:
@@ -113,7 +120,7 @@ def _tensor_to_numpy(value: Any) -> np.ndarray:
     """A numpy view of a CPU array argument, valid while the call lasts (no copy)."""
     tensor = value.v_tensor
     if tensor.device.device_type != lib.kDLCPU:
-        raise TypeError(
+        raise ArgumentError(
             f"a Python function received an array on device type {tensor.device.device_type}; "
             "only CPU arrays can be viewed from Python"
         )
@@ -142,4 +149,4 @@ def value_to_python(value: Any, wrap_function: Callable[[int], Any]) -> Any:
         return int(ffi.cast("uintptr_t", value.v_handle))
     if code == lib.MP_TYPE_DLTENSOR and value.v_tensor != ffi.NULL:
         return _tensor_to_numpy(value)
-    raise TypeError(f"unsupported value type {code}")
+    raise ArgumentError(f"unsupported value type {code}")

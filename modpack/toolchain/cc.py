@@ -18,10 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import CompileError
+from ..errors import CompileError, MissingFileError
 
 __all__ = [
     "Toolchain",
+    "architecture",
     "binutil",
     "c_compiler",
     "compile_c",
@@ -44,7 +45,7 @@ def include_dir() -> Path:
     for candidate in (_PACKAGE / "include", _PACKAGE.parent / "csrc" / "include"):
         if (candidate / "modpack" / "backend.h").exists():
             return candidate
-    raise FileNotFoundError("modpack's C headers are missing; reinstall modpack")
+    raise MissingFileError("modpack's C headers are missing; reinstall modpack")
 
 
 def c_compiler(cc: str | None = None) -> list[str]:
@@ -92,6 +93,12 @@ _ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "i686": "i386", "i586": 
 
 def _arch(name: str) -> str:
     return _ARCH_ALIASES.get(name, name)
+
+
+def architecture(triple: str) -> str:
+    """The architecture of a target triple (``aarch64-unknown-linux-gnu`` -> ``aarch64``), its
+    aliases normalised (``arm64`` -> ``aarch64``, ``amd64`` -> ``x86_64``)."""
+    return _arch(triple.split("-")[0])
 
 
 def is_cross(cc: str | None = None) -> bool:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from ...errors import ArgumentError
+
 __all__ = ["ARCH", "DEFAULT_TARGETS", "check_arch"]
 
 # SASS for the common data-center and desktop GPUs, plus PTX that every GPU since Turing can
@@ -17,7 +19,7 @@ ARCH = re.compile(r"^(?P<kind>sm|compute)_(?P<number>\d{2,3})(?P<suffix>[af]?)$"
 def check_arch(name: str, what: str) -> re.Match:
     m = ARCH.match(name) if isinstance(name, str) else None
     if m is None or int(m["number"]) < 10:
-        raise ValueError(
+        raise ArgumentError(
             f"{what}: {name!r} is not a CUDA architecture; use sm_XY (SASS, e.g. 'sm_80', "
             "'sm_90a') or compute_XY (PTX, e.g. 'compute_80')"
         )

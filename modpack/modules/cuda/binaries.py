@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import struct
 
+from ...errors import ArgumentError
+
 __all__ = ["cubin_arch", "detect_kind", "fatbin_arches"]
 
 _ELF_MAGIC = b"\x7fELF"
@@ -21,7 +23,7 @@ def detect_kind(data: bytes) -> str:
     head = data[:4096].lstrip()
     if head.startswith((b"//", b".version", b"/*")) and b".target" in data[:65536]:
         return "ptx"
-    raise ValueError(
+    raise ArgumentError(
         f"not a CUDA binary: starts with {data[:8].hex(' ')}; expected a cubin (ELF, 7f 45 4c "
         "46), a fatbin (50 ed 55 ba) or PTX text (.version / .target)"
     )
@@ -30,10 +32,10 @@ def detect_kind(data: bytes) -> str:
 def cubin_arch(data: bytes) -> int:
     """The SM number a cubin was built for (80 for sm_80), from its ELF header."""
     if len(data) < 52 or data[:4] != _ELF_MAGIC or data[4] != 2:
-        raise ValueError("not a 64-bit ELF cubin")
+        raise ArgumentError("not a 64-bit ELF cubin")
     (machine,) = struct.unpack_from("<H", data, 18)
     if machine != _EM_CUDA:
-        raise ValueError(f"ELF file for machine {machine}, not a CUDA cubin (EM_CUDA = 190)")
+        raise ArgumentError(f"ELF file for machine {machine}, not a CUDA cubin (EM_CUDA = 190)")
     (flags,) = struct.unpack_from("<I", data, 48)
     return (flags >> 8) & 0xFF if data[8] >= 8 else flags & 0xFF
 
@@ -47,23 +49,23 @@ def fatbin_arches(data: bytes) -> list[str]:
     byte 28 and flags at byte 40 (0x100000: an 'a' target, 0x200000: an 'f' target).
     """
     if len(data) < 16 or data[:4] != _FATBIN_MAGIC:
-        raise ValueError("not a fatbin (no 50 ed 55 ba magic)")
+        raise ArgumentError("not a fatbin (no 50 ed 55 ba magic)")
     _, _, header_size, size = struct.unpack_from("<IHHQ", data, 0)
     end = header_size + size
     if header_size < 16 or end > len(data):
-        raise ValueError(f"fatbin header claims {end} bytes but the data has {len(data)}")
+        raise ArgumentError(f"fatbin header claims {end} bytes but the data has {len(data)}")
     arches, pos = [], header_size
     while pos < end:
         if pos + 48 > end:
-            raise ValueError(f"fatbin entry at byte {pos} is truncated")
+            raise ArgumentError(f"fatbin entry at byte {pos} is truncated")
         kind, _, entry_header, entry_size = struct.unpack_from("<HHIQ", data, pos)
         (sm,) = struct.unpack_from("<I", data, pos + 28)
         (flags,) = struct.unpack_from("<Q", data, pos + 40)
         if kind not in (1, 2) or entry_header < 48 or sm < 10:
-            raise ValueError(f"fatbin entry at byte {pos} is not PTX or ELF (kind {kind})")
+            raise ArgumentError(f"fatbin entry at byte {pos} is not PTX or ELF (kind {kind})")
         suffix = "a" if flags & 0x100000 else "f" if flags & 0x200000 else ""
         arches.append(f"{'compute' if kind == 1 else 'sm'}_{sm}{suffix}")
         pos += entry_header + entry_size
     if pos != end or not arches:
-        raise ValueError("fatbin entries do not add up to its declared size")
+        raise ArgumentError("fatbin entries do not add up to its declared size")
     return arches

@@ -20,6 +20,13 @@ __all__ = ["INSTALL_HINT", "find_nvcc", "nvcc_compile", "nvrtc_compile"]
 INSTALL_HINT = "pip install modpack[cuda]"
 # Signs of host code in a .cu file: a kernel launch, main, runtime API calls.
 _HOST_CODE = re.compile(r"<<<|\bint\s+main\s*\(|\bcuda(Malloc|Memcpy|Free)\b")
+# ... and in NVRTC's log, which names the file: "dir/launch.cuh(7): error: ...".
+_HOST_CODE_IN_LOG = re.compile(
+    r'^(?P<file>[^\n]+?)\(\d+\): error: (?:[^\n]*host functions are not allowed in JIT mode|'
+    r'identifier "cuda[A-Z]\w*" is undefined)', re.M)
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+_PROGRAM_NAME = "module.cu"  # what NVRTC calls the source in its log
+_MAX_HEADERS = 64  # headers read looking for host code, at most
 
 
 def _nvrtc() -> Any:
@@ -72,7 +79,7 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str],
             raise CompileError(f"NVRTC {what} failed: {err.name}")
         return values[0] if len(values) == 1 else values
 
-    program = check(nvrtc.nvrtcCreateProgram(source.encode(), b"module.cu", 0, [], []),
+    program = check(nvrtc.nvrtcCreateProgram(source.encode(), _PROGRAM_NAME.encode(), 0, [], []),
                     "nvrtcCreateProgram")
     try:
         for expr in name_expressions:
@@ -88,9 +95,10 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str],
         check(nvrtc.nvrtcGetProgramLog(program, log), "nvrtcGetProgramLog")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             text = log.rstrip(b"\0").decode("utf-8", "replace").strip()
+            where = _host_code_in(source, options, text)
             hint = ""
-            if _HOST_CODE.search(source):
-                hint = ("\n(the source holds host code, which NVRTC does not compile: pass "
+            if where is not None:
+                hint = (f"\n({where} holds host code, which NVRTC does not compile: pass "
                         "compiler='nvcc', or keep only the kernels)")
             raise CompileError(f"NVRTC failed to compile the CUDA source for {target} "
                                f"({err.name}):\n{text}{hint}")
@@ -110,6 +118,50 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str],
         return (ptx if ptx.endswith(b"\0") else ptx + b"\0"), cubin, lowered
     finally:
         nvrtc.nvrtcDestroyProgram(program)
+
+
+def _include_dirs(options: Sequence[str]) -> list[Path]:
+    """The include folders of compiler |options| (``-Idir``, ``-I dir``, ``--include-path=``)."""
+    dirs, options = [], list(options)
+    for i, option in enumerate(options):
+        for flag in ("-I", "--include-path=", "--include-path"):
+            if option == flag.rstrip("=") and i + 1 < len(options):
+                dirs.append(Path(options[i + 1]))
+            elif option.startswith(flag) and len(option) > len(flag):
+                dirs.append(Path(option[len(flag):].lstrip("=")))
+    return dirs
+
+
+def _host_code_in(source: str, options: Sequence[str], log: str) -> str | None:
+    """Where host code is that NVRTC cannot compile: ``"the source"``, or the header (among
+    those the source includes, found in the |options|' include folders, or one NVRTC's |log|
+    names) that holds it; None when nothing says so."""
+    if _HOST_CODE.search(source):
+        return "the source"
+    dirs = _include_dirs(options)
+    queue: list[tuple[str, Path | None]] = [(source, None)]
+    seen: set[Path] = set()
+    while queue and len(seen) < _MAX_HEADERS:
+        text, folder = queue.pop(0)
+        for quote, name in _INCLUDE.findall(text):
+            candidates = ([folder] if quote == '"' and folder else []) + dirs
+            header = next((d / name for d in candidates if (d / name).is_file()), None)
+            if header is None or header.resolve() in seen:
+                continue
+            seen.add(header.resolve())
+            try:
+                content = header.read_text(errors="replace")
+            except OSError:
+                continue
+            if _HOST_CODE.search(content):
+                return f"the header {header} included by the source"
+            queue.append((content, header.parent))
+    found = _HOST_CODE_IN_LOG.search(log)
+    if found is None:
+        return None
+    if found["file"].strip() == _PROGRAM_NAME:
+        return "the source"
+    return f"the header {found['file'].strip()} included by the source"
 
 
 def find_nvcc() -> str:

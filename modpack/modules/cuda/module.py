@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...errors import MissingFileError, ModpackError
+from ...errors import ArgumentError, MissingFileError, ModpackError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
 from ..device import DeviceModule
@@ -58,7 +58,7 @@ class CUDAModule(DeviceModule):
                  compiler: str | None = None, name: str | None = None) -> None:
         super().__init__(name)
         if not variants:
-            raise ValueError("a CUDA module needs at least one binary variant")
+            raise ArgumentError("a CUDA module needs at least one binary variant")
         self.variants = list(variants)
         self.functions = list(functions)
         self.source = source
@@ -185,10 +185,10 @@ def cuda_module(
     """
     expressions = check_name_expressions(name_expressions)
     if (source is None) == (binaries is None):
-        raise TypeError("cuda_module takes CUDA source or binaries=, exactly one of them")
+        raise ArgumentError("cuda_module takes CUDA source or binaries=, exactly one of them")
     if binaries is not None:
         if targets is not None:
-            raise TypeError("targets= is for compiling source; binaries are used as given")
+            raise ArgumentError("targets= is for compiling source; binaries are used as given")
         return _from_binaries(binaries, functions, name, expressions)
     if isinstance(source, os.PathLike):
         path = Path(source)
@@ -197,18 +197,18 @@ def cuda_module(
         source = path.read_text()
         options = [*options, f"-I{path.resolve().parent}"]
     if not isinstance(source, str):
-        raise TypeError("cuda_module expects CUDA C++ source as a str or a path to a .cu file")
+        raise ArgumentError("cuda_module expects CUDA C++ source as a str or a path to a .cu file")
     if compiler not in ("nvrtc", "nvcc"):
-        raise ValueError(f"compiler must be 'nvrtc' or 'nvcc', not {compiler!r}")
+        raise ArgumentError(f"compiler must be 'nvrtc' or 'nvcc', not {compiler!r}")
     if isinstance(targets, str | bytes):
-        raise TypeError("targets must be a list such as ['sm_80', 'compute_80'], not a str")
+        raise ArgumentError("targets must be a list such as ['sm_80', 'compute_80'], not a str")
     targets = list(DEFAULT_TARGETS if targets is None else targets)
     if not targets:
-        raise ValueError("targets must be a non-empty list such as ['sm_80', 'compute_80']")
+        raise ArgumentError("targets must be a non-empty list such as ['sm_80', 'compute_80']")
     for t in targets:
         check_arch(t, "targets")
     if len(set(targets)) != len(targets):
-        raise ValueError(f"targets has duplicates: {targets}")
+        raise ArgumentError(f"targets has duplicates: {targets}")
     return _from_source(source, targets, functions, compiler, list(options), name, expressions)
 
 
@@ -273,7 +273,7 @@ def _with_symbols(infos: list[KernelInfo], lowered: Mapping[str, str]) -> list[K
 def _from_binaries(binaries: Mapping[str, Any], functions: Any, name: str | None,
                    expressions: list[str]) -> CUDAModule:
     if not isinstance(binaries, Mapping) or not binaries:
-        raise ValueError("binaries must map keys ('sm_80', 'ptx', 'fatbin', ...) to bytes")
+        raise ArgumentError("binaries must map keys ('sm_80', 'ptx', 'fatbin', ...) to bytes")
     variants = [variant_from_bytes(str(key), data) for key, data in binaries.items()]
     ptx = [v for v in variants if v.kind == "ptx"]
     if expressions and not ptx:

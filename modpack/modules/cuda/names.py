@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from ...errors import ModpackError
+from ...errors import ArgumentError, ModpackError
 from ...toolchain.demangle import demangle
 from ..kernel_info import KernelInfo
 from .records import LAUNCH_TAGS
@@ -26,17 +26,17 @@ __all__ = ["check_name_expressions", "instantiation_source", "lower_from_ptx",
 def check_name_expressions(expressions: Iterable[str]) -> list[str]:
     """The expressions, stripped, each a non-empty str and given once."""
     if isinstance(expressions, str | bytes):
-        raise TypeError("name_expressions must be a list such as ['gemm<float, 128>'], not a "
-                        "str")
+        raise ArgumentError("name_expressions must be a list such as ['gemm<float, 128>'], not a "
+                            "str")
     out = []
     for expr in expressions:
         if not isinstance(expr, str) or not expr.strip():
-            raise ValueError(f"name_expressions: {expr!r} is not a C++ name expression such as "
-                             "'gemm<float, 128>'")
+            raise ArgumentError(f"name_expressions: {expr!r} is not a C++ name expression such as "
+                                "'gemm<float, 128>'")
         out.append(expr.strip().removeprefix("&").strip())
     twice = sorted({e for e in out if out.count(e) > 1})
     if twice:
-        raise ValueError(f"name_expressions has duplicates: {twice}")
+        raise ArgumentError(f"name_expressions has duplicates: {twice}")
     return out
 
 
@@ -53,7 +53,7 @@ def split_signature(demangled: str) -> tuple[str, list[str]]:
     """``"void ns::k<float, 2>(float*, int)"`` -> ``("ns::k<float, 2>", ["float*", "int"])``."""
     text = demangled.strip()
     if not text.endswith(")"):
-        raise ValueError(f"{demangled!r} is not a function signature")
+        raise ArgumentError(f"{demangled!r} is not a function signature")
     depth, start = 0, -1
     for i in range(len(text) - 1, -1, -1):
         depth += {")": 1, "(": -1}.get(text[i], 0)
@@ -61,7 +61,7 @@ def split_signature(demangled: str) -> tuple[str, list[str]]:
             start = i
             break
     if start <= 0:
-        raise ValueError(f"{demangled!r} is not a function signature")
+        raise ArgumentError(f"{demangled!r} is not a function signature")
     name, params = text[:start].strip(), _split_top_level(text[start + 1:-1])
     # Template functions demangle with their return type; kernels return void.
     if "<" in name and name.startswith("void "):

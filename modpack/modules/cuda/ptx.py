@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import ModpackError
+from ...errors import ArgumentError, ModpackError
 from ..kernel_info import BUFFER, NULL, SCALAR, UNTYPED_POINTER, KernelArg, KernelInfo
 from .records import LAUNCH_TAGS
 
@@ -42,7 +42,7 @@ def ptx_target(ptx: bytes | str) -> str:
     """The PTX's architecture as a ``compute_XY`` name, from its ``.target sm_XY``."""
     m = _PTX_TARGET.search(ptx_text(ptx))
     if m is None:
-        raise ValueError("PTX text without a .target directive")
+        raise ArgumentError("PTX text without a .target directive")
     return "compute_" + m["sm"][3:]
 
 
@@ -57,7 +57,7 @@ def ptx_entries(ptx: bytes | str) -> dict[str, list[PTXParam]]:
                 continue
             p = _PTX_PARAM.match(text)
             if p is None:
-                raise ValueError(f"PTX entry {m['name']}: cannot read parameter {text!r}")
+                raise ArgumentError(f"PTX entry {m['name']}: cannot read parameter {text!r}")
             count = int(p["count"]) if p["count"] else 1
             params.append(PTXParam(p["type"] + p["bits"], int(p["bits"]) // 8 * count,
                                    p["count"] is not None))
@@ -81,7 +81,7 @@ def infos_from_ptx(ptx: bytes | str, where: str) -> list[KernelInfo]:
         args: list[KernelArg] = []
         for i, p in enumerate(params):
             if p.array:
-                raise ValueError(
+                raise ArgumentError(
                     f"{where}: kernel {name} parameter {i} is passed by value as {p.size} bytes "
                     "(a struct or half), which cannot be derived from PTX; pass functions="
                 )
@@ -90,8 +90,8 @@ def infos_from_ptx(ptx: bytes | str, where: str) -> list[KernelInfo]:
             elif p.type in _PTX_SCALARS:
                 args.append(KernelArg(SCALAR, np.dtype(_PTX_SCALARS[p.type])))
             else:
-                raise ValueError(f"{where}: kernel {name} parameter {i} has PTX type .{p.type}; "
-                                 "pass functions=")
+                raise ArgumentError(f"{where}: kernel {name} parameter {i} has PTX type .{p.type}; "
+                                    "pass functions=")
         infos.append(KernelInfo(name, tuple(args), LAUNCH_TAGS))
     return infos
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ...errors import ArgumentError
 from ..kernel_info import KernelInfo, kernel_infos, launch_tags
 
 __all__ = ["KIND_LAUNCH_TAGS", "LAUNCH_TAGS", "SHARED_MEMORY_TAG", "check_launch_tags",
@@ -31,4 +32,5 @@ def check_launch_tags(info: KernelInfo) -> None:
     info.check_tags(KIND_LAUNCH_TAGS)
     tags = list(info.launch_tags)
     if SHARED_MEMORY_TAG in tags and tags[-1] != SHARED_MEMORY_TAG:
-        raise ValueError(f"kernel {info.name}: {SHARED_MEMORY_TAG!r} must be the last launch tag")
+        raise ArgumentError(
+            f"kernel {info.name}: {SHARED_MEMORY_TAG!r} must be the last launch tag")

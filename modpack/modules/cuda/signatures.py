@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
+from ...errors import ArgumentError
+from ...runtime.dtypes import ML_DTYPES_HINT, as_dtype
 from ..kernel_info import BUFFER, SCALAR, UNTYPED_POINTER, KernelArg, KernelInfo
 from .records import LAUNCH_TAGS
 
@@ -50,8 +50,8 @@ def parse_cuda_signatures(source: str) -> list[KernelInfo]:
         if earlier is None:
             infos.append(info)
         elif earlier != info:  # a declaration and its definition must agree
-            raise ValueError(f"kernel {info.name} is declared as {earlier.signature()} and as "
-                             f"{info.signature()}")
+            raise ArgumentError(f"kernel {info.name} is declared as {earlier.signature()} and as "
+                                f"{info.signature()}")
     return infos
 
 
@@ -61,26 +61,26 @@ def parse_cuda_param(kernel: str, param: str, named: bool = True) -> KernelArg:
     text = re.sub(r"=.*$", "", param)  # default arguments
     tokens = text.replace("*", " * ").replace("&", " & ").split()
     if "&" in tokens:
-        raise ValueError(f"kernel {kernel}: parameter {param!r} is a reference; kernels take "
-                         "pointers and numbers")
+        raise ArgumentError(f"kernel {kernel}: parameter {param!r} is a reference; kernels take "
+                            "pointers and numbers")
     stars = tokens.count("*")
     words = [t for t in tokens if t not in _CUDA_QUALIFIERS and t != "*"]
     words = [w.removeprefix("std::") for w in words]
     type_words = words[:-1] if named and len(words) > 1 else words
     base = " ".join(type_words)
     if stars > 1:
-        raise ValueError(f"kernel {kernel}: parameter {param!r} is a pointer to a pointer, "
-                         "which modpack cannot pass; pass functions= or change the kernel")
+        raise ArgumentError(f"kernel {kernel}: parameter {param!r} is a pointer to a pointer, "
+                            "which modpack cannot pass; pass functions= or change the kernel")
     if stars == 1 and base == "void":
         return UNTYPED_POINTER
     if base not in _CUDA_TYPES:
-        raise ValueError(
+        raise ArgumentError(
             f"kernel {kernel}: cannot map parameter {param!r} (type {base!r}) to a dtype; "
             "pass functions= with explicit argument specs (e.g. 'float32*', 'int32', 'void*')"
         )
     try:
-        dtype = np.dtype(_CUDA_TYPES[base])
+        dtype = as_dtype(_CUDA_TYPES[base])
     except TypeError:
-        raise ValueError(f"kernel {kernel}: parameter {param!r} needs the ml_dtypes package "
-                         "for its dtype") from None
+        raise ArgumentError(f"kernel {kernel}: parameter {param!r} needs the ml_dtypes package "
+                            f"for its dtype: {ML_DTYPES_HINT}") from None
     return KernelArg(BUFFER if stars else SCALAR, dtype)

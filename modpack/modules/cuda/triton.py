@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ...errors import ModpackError
+from ...errors import ArgumentError, ModpackError
 from ..kernel_info import UNTYPED_POINTER, KernelArg, KernelInfo
 from .module import CUDAModule, PTXCheck
 from .ptx import infos_from_ptx, ptx_entries, ptx_target
@@ -86,7 +86,7 @@ def from_triton(kernels: Any, *, name: str | None = None, ptx: bool = True) -> C
         else:
             checks.append((f"{record_name} {cubin_key} PTX", ptx_text.encode(), (record_name,)))
     if not records:
-        raise ValueError("from_triton needs at least one compiled kernel")
+        raise ArgumentError("from_triton needs at least one compiled kernel")
     return CUDAModule(variants, list(records.values()), checks, name=name)
 
 
@@ -95,7 +95,7 @@ def _named(kernels: Any) -> Iterable[tuple[str | None, Any]]:
     if isinstance(kernels, Mapping):
         for key, value in kernels.items():
             if not isinstance(key, str):
-                raise TypeError(f"from_triton: kernel names must be str, got {key!r}")
+                raise ArgumentError(f"from_triton: kernel names must be str, got {key!r}")
             for compiled in _many(value):
                 yield key, compiled
         return
@@ -112,8 +112,8 @@ def _many(value: Any) -> list[Any]:
         if not bad:
             return items
         value = bad[0]
-    raise TypeError(f"from_triton takes compiled Triton kernels (what triton.compile returns), "
-                    f"got {type(value).__name__}")
+    raise ArgumentError(f"from_triton takes compiled Triton kernels (what triton.compile returns), "
+                        f"got {type(value).__name__}")
 
 
 def _read(given_name: str | None, compiled: Any) -> tuple[KernelInfo, str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...errors import ArgumentError
 from .arch import ARCH, check_arch
 from .binaries import cubin_arch, detect_kind, fatbin_arches
 from .ptx import ptx_target
@@ -36,40 +37,40 @@ def variant_from_bytes(key: str, data: Any) -> CUDAVariant:
     try:
         data = bytes(memoryview(data).cast("B"))
     except TypeError:
-        raise TypeError(f"{where} must be bytes (a cubin, fatbin or PTX) or PTX text, not "
-                        f"{type(data).__name__}") from None
+        raise ArgumentError(f"{where} must be bytes (a cubin, fatbin or PTX) or PTX text, not "
+                            f"{type(data).__name__}") from None
     try:
         kind = detect_kind(data)
     except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+        raise ArgumentError(f"{where}: {exc}") from None
     key_arch = ARCH.match(key)
     if kind == "cubin":
         m = check_arch(key, f"{where} (a cubin is keyed by its SASS architecture)")
         if m["kind"] != "sm":
-            raise ValueError(f"{where} is a cubin (SASS); key it by its architecture, "
-                             f"e.g. 'sm_{m['number']}'")
+            raise ArgumentError(f"{where} is a cubin (SASS); key it by its architecture, "
+                                f"e.g. 'sm_{m['number']}'")
         try:
             built = cubin_arch(data)
         except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+            raise ArgumentError(f"{where}: {exc}") from None
         if built != int(m["number"]):
-            raise ValueError(f"{where} is a cubin built for sm_{built}, not {key}")
+            raise ArgumentError(f"{where} is a cubin built for sm_{built}, not {key}")
         return CUDAVariant("cubin", (key,), data)
     if kind == "ptx":
         try:
             arch = ptx_target(data)
         except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+            raise ArgumentError(f"{where}: {exc}") from None
         if key != "ptx" and key != arch:
-            raise ValueError(f"{where} is PTX for {arch} (.target sm_{arch[8:]}); key it "
-                             f"'ptx' or {arch!r}")
+            raise ArgumentError(f"{where} is PTX for {arch} (.target sm_{arch[8:]}); key it "
+                                f"'ptx' or {arch!r}")
         if b"\0" in data.rstrip(b"\0"):
-            raise ValueError(f"{where}: PTX text contains a NUL byte")
+            raise ArgumentError(f"{where}: PTX text contains a NUL byte")
         return CUDAVariant("ptx", (arch,), data if data.endswith(b"\0") else data + b"\0")
     try:
         arches = tuple(fatbin_arches(data))
     except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+        raise ArgumentError(f"{where}: {exc}") from None
     if key_arch and key not in arches:
-        raise ValueError(f"{where} is a fatbin holding {list(arches)}, not {key}")
+        raise ArgumentError(f"{where} is a fatbin holding {list(arches)}, not {key}")
     return CUDAVariant("fatbin", arches, data)

@@ -1,6 +1,7 @@
 """The ``opencl`` kind, by job: the module and its payload writer (:mod:`.module`), kernel
-records read from the source as the OpenCL compiler sees it (:mod:`.signatures`), and prebuilt
-program binaries (:mod:`.binaries`)."""
+records read from the source as the OpenCL compiler sees it (:mod:`.signatures`), prebuilt
+program binaries (:mod:`.binaries`), and the source built at export when asked
+(:mod:`.build_check`)."""
 
 from .binaries import opencl_binaries
 from .module import LAUNCH_TAGS, OpenCLModule, opencl_module

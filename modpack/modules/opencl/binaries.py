@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ...errors import ArgumentError
 from ...runtime.array import parse_device
 from ...runtime.binding import check, ffi, lib
 from ...runtime.devices import device_name
@@ -24,7 +25,7 @@ def opencl_binaries(source: str, devices: Iterable[str] = ("opencl:0",),
     for device in devices:
         device_type, device_id = parse_device(device)
         if device_type != lib.kDLOpenCL:
-            raise ValueError(f"{device!r} is not an OpenCL device")
+            raise ArgumentError(f"{device!r} is not an OpenCL device")
         size = ffi.new("uint64_t*")
         check(lib.mp_opencl_build_binary(code, len(code), options, device_id, ffi.NULL, 0, size))
         buffer = ffi.new("uint8_t[]", size[0])

@@ -14,10 +14,12 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ...errors import ArgumentError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
 from ..device import DeviceModule
 from ..kernel_info import KernelInfo, kernel_infos, launch_tags
+from .build_check import check_build
 from .signatures import parse_kernel_signatures
 
 __all__ = ["LAUNCH_TAGS", "OpenCLModule", "opencl_module"]
@@ -31,14 +33,14 @@ def check_build_options(build_options: str | None) -> str:
     if build_options is None:
         return ""
     if not isinstance(build_options, str):
-        raise TypeError(
+        raise ArgumentError(
             f"build_options must be a str such as '-DT=float -cl-mad-enable', not "
             f"{type(build_options).__name__}"
         )
     size = len(build_options.encode())
     if size > lib.MP_OPENCL_MAX_BUILD_OPTIONS or "\0" in build_options:
-        raise ValueError(f"build_options of {size} bytes: at most "
-                         f"{lib.MP_OPENCL_MAX_BUILD_OPTIONS}, with no NUL character")
+        raise ArgumentError(f"build_options of {size} bytes: at most "
+                            f"{lib.MP_OPENCL_MAX_BUILD_OPTIONS}, with no NUL character")
     return build_options
 
 
@@ -50,21 +52,33 @@ class OpenCLModule(DeviceModule):
 
     def __init__(self, source: str, functions: Mapping[str, Any] | Iterable[KernelInfo] | None,
                  binaries: Mapping[str, bytes] | None = None,
-                 build_options: str | None = None, name: str | None = None) -> None:
+                 build_options: str | None = None, name: str | None = None,
+                 build_check: bool = False) -> None:
         super().__init__(name)
         if not isinstance(source, str):
-            raise TypeError("opencl_module expects OpenCL C source as a str")
+            raise ArgumentError("opencl_module expects OpenCL C source as a str")
+        if not isinstance(build_check, bool):
+            raise ArgumentError(f"build_check must be True or False, not {build_check!r}")
         self.source = source
         self.build_options = check_build_options(build_options)
+        self.build_check = build_check
         if functions is None:
             self.functions = parse_kernel_signatures(source, self.build_options, LAUNCH_TAGS)
             if not self.functions:
-                raise ValueError("no __kernel functions found in the OpenCL source (after "
-                                 f"preprocessing with build options {self.build_options!r})")
+                raise ArgumentError("no __kernel functions found in the OpenCL source (after "
+                                    f"preprocessing with build options {self.build_options!r})")
         else:
             self.functions = kernel_infos(functions, LAUNCH_TAGS)
         self.check_records()
         self.binaries = dict(binaries or {})
+
+    def check_before_export(self) -> None:
+        """With ``build_check``: the source built here, on every OpenCL device, before the
+        export does any work (:mod:`.build_check`)."""
+        if self.build_check:
+            what = "opencl module" + (f" {self.name!r}" if self.name else "")
+            # stacklevel: check_build's caller is this, then the export's steps, then the user
+            check_build(self.source, self.build_options, what, stacklevel=6)
 
     def save_to_binary(self) -> bytes:
         source = self.source.encode()
@@ -84,7 +98,8 @@ class OpenCLModule(DeviceModule):
 
 def opencl_module(source: str, functions: Mapping[str, Any] | Iterable[KernelInfo] | None = None,
                   binaries: Mapping[str, bytes] | None = None,
-                  build_options: str | None = None, *, name: str | None = None) -> OpenCLModule:
+                  build_options: str | None = None, *, name: str | None = None,
+                  build_check: bool = False) -> OpenCLModule:
     """An OpenCL module. Each kernel is called with its arguments followed by six integers:
     global x, y, z and local x, y, z (local 0 lets the runtime choose).
 
@@ -101,5 +116,13 @@ def opencl_module(source: str, functions: Mapping[str, Any] | Iterable[KernelInf
     name : the module's name; its kernels are then also found as ``"name/kernel"``, so that
         two modules defining the same kernel names (one source built with two sets of build
         options, say) can share a library.
+    build_check : build the source, with |build_options|, on this machine's OpenCL devices at
+        ``export_library``, before any other work, through the runtime (the build the first
+        launch does): a source that does not build then fails the export with
+        ``CompileError`` and the device's build log, instead of failing at its first launch
+        where the library runs. Without an OpenCL device here it warns that nothing was
+        checked. Off by default: the exporting machine's driver is not the deployment's (a
+        build may fail or pass here and not there), exports would succeed or fail by which
+        drivers are installed where they run, and builds take time at every export.
     """
-    return OpenCLModule(source, functions, binaries, build_options, name)
+    return OpenCLModule(source, functions, binaries, build_options, name, build_check)

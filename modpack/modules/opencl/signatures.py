@@ -27,7 +27,7 @@ import numpy as np
 from pycparser import c_ast, c_parser
 from pycparser.c_parser import ParseError
 
-from ...errors import CompileError
+from ...errors import ArgumentError, CompileError
 from ...toolchain.cc import c_compiler
 from ..kernel_info import BUFFER, LOCAL, SCALAR, UNTYPED_POINTER, KernelArg, KernelInfo
 
@@ -67,6 +67,14 @@ _ACCESS = ("__read_only", "read_only", "__write_only", "write_only", "__read_wri
            "read_write")
 _KERNEL = re.compile(r"\b(?:__kernel|kernel)\b")
 _WORD = re.compile(r"[A-Za-z_]\w*")
+# C's own words that may stand before a declarator; any other word there must name a type.
+_C_WORDS = frozenset(
+    "void char short int long float double signed unsigned _Bool const volatile restrict static "
+    "extern inline typedef register auto struct union enum".split())
+_TAGS = ("struct", "union", "enum")
+_PRELUDE_TYPES = frozenset(re.findall(r"(\w+);\n", _PRELUDE))
+_SPECS_HINT = ("one spec per parameter: 'float32*' for a buffer of float, 'void*' for a buffer "
+               "of any dtype, 'int32' for a scalar, 'local float32*' for __local memory")
 
 
 def preprocess(source: str, build_options: str = "") -> str:
@@ -227,21 +235,96 @@ def _argument(kernel: str, text: str, decl: Any, typedefs: dict[str, Any]) -> Ke
     dtype, lanes, name = _scalar(base)
     if depth == 0:
         if dtype is None:
-            raise ValueError(
+            raise ArgumentError(
                 f"kernel {kernel}: parameter {text!r} has type {name}, which a kernel record "
-                "cannot describe (images, samplers, structs by value); pass functions= for "
-                "this module"
+                "cannot describe (images, samplers, structs by value); declare the kernels' "
+                f"arguments with functions= instead: functions={{{kernel!r}: [...]}}, "
+                f"{_SPECS_HINT}"
             )
         return KernelArg(SCALAR, np.dtype(dtype), lanes=lanes)
     if depth > 1:
-        raise ValueError(f"kernel {kernel}: parameter {text!r} is a pointer to a pointer, which "
-                         "kernels cannot take")
+        raise ArgumentError(f"kernel {kernel}: parameter {text!r} is a pointer to a pointer, which "
+                            "kernels cannot take")
     untyped = dtype is None or name in ("char", "void")
     if space == "local":
         return KernelArg(LOCAL, None if untyped else np.dtype(dtype), address_space="local")
     if untyped:
         return replace(UNTYPED_POINTER, address_space=space or "global")
     return KernelArg(BUFFER, np.dtype(dtype), address_space=space or "global")
+
+
+def _declared_types(items: list[str]) -> set[str]:
+    """The type names |items| (top-level declarations) define with ``typedef``, and OpenCL's."""
+    names = set(_PRELUDE_TYPES)
+    for item in items:
+        if not re.match(r"\s*typedef\b", item):
+            continue
+        declarators = item[item.rfind("}") + 1:] if "}" in item else item
+        for declarator in re.sub(r"\[[^]]*\]", " ", declarators).rstrip(";").split(","):
+            pointer = re.search(r"\(\s*\*\s*(\w+)\s*\)", declarator)  # (*name)(...)
+            words = _WORD.findall(declarator)
+            if pointer:
+                names.add(pointer[1])
+            elif words:
+                names.add(words[-1])
+    return names
+
+
+def _unknown_type(item: str, known: set[str]) -> str | None:
+    """The first word |item| uses as a type (before a declarator: another word or '*') that is
+    neither C's nor declared (|known|), or None."""
+    tokens = re.findall(r"[A-Za-z_]\w*|\S", item)
+    for i, token in enumerate(tokens[:-1]):
+        if (_WORD.fullmatch(token) and token not in _C_WORDS and token not in known
+                and (i == 0 or tokens[i - 1] not in _TAGS)
+                and (tokens[i + 1] == "*" or _WORD.fullmatch(tokens[i + 1]))):
+            return token
+    return None
+
+
+def _unreadable(exc: ParseError, items: list[str], kernels: dict[str, list[str]],
+                build_options: str) -> str:
+    """Why the declarations do not parse, for a person: the type the source uses without
+    declaring it (which kernel, which parameter) where that is the cause, else the
+    declaration the parser stopped in (pycparser's line and column count lines of modpack's
+    own prelude, meaningless to the reader); then how to declare the arguments instead."""
+    after = f"after preprocessing with build options {build_options!r}" if build_options \
+        else "after preprocessing"
+    instead = (f"or declare the kernels' arguments with functions= instead: "
+               f"functions={{{next(iter(kernels))!r}: [...]}}, {_SPECS_HINT}")
+    known = _declared_types(items)
+    for item in items:
+        unknown = _unknown_type(item, known)
+        if unknown is None:
+            continue
+        m = re.search(r"(\w+)\s*\(", item) if "(" in item else None
+        params = kernels.get(m[1], []) if m else []
+        param = next((p for p in params if unknown in _WORD.findall(p)), None)
+        if param is not None:
+            instead = (f"or declare the kernel's arguments with functions= instead: "
+                       f"functions={{{m[1]!r}: [...]}}, {_SPECS_HINT}")
+            return (f"kernel {m[1]}: parameter {param!r} has type {unknown}, which the OpenCL "
+                    f"source does not declare ({after}): declare it (a typedef before the "
+                    f"kernel, or its header with -I in build_options), {instead}")
+        shown = " ".join(item.split())
+        shown = shown if len(shown) <= 120 else shown[:117] + "..."
+        return (f"the OpenCL source uses type {unknown} without declaring it ({after}), in "
+                f"{shown!r}: declare it (a typedef, or its header with -I in build_options), "
+                f"{instead}")
+    message = str(exc)
+    coordinate = re.match(r"<opencl source>:(\d+):\d+: ", message)
+    if coordinate:  # the line is one of the prelude's or the items' (joined by newlines)
+        line = int(coordinate[1]) - _PRELUDE.count("\n")
+        for item in items:
+            line -= item.count("\n") + 1
+            if line <= 0:
+                shown = " ".join(item.split())
+                shown = shown if len(shown) <= 120 else shown[:117] + "..."
+                message = f"in {shown!r}: {message[coordinate.end():]}"
+                break
+    message = message.removeprefix("<opencl source>: ")
+    return (f"cannot read the OpenCL kernel signatures ({after}): {message}; fix the "
+            f"declaration, {instead}")
 
 
 def parse_kernel_signatures(source: str, build_options: str = "",
@@ -256,7 +339,7 @@ def parse_kernel_signatures(source: str, build_options: str = "",
         if _KERNEL.search(item):
             m = re.search(r"(\w+)\s*\((.*)\)\s*;$", item, re.S)
             if m is None:
-                raise ValueError(f"cannot read the kernel declaration {item[:200]!r}")
+                raise ArgumentError(f"cannot read the kernel declaration {item[:200]!r}")
             kernels.setdefault(m[1], _split_params(m[2]))
             item = _KERNEL.sub(" ", item)
         for word in (*_ADDRESS_SPACES, *_ACCESS, "__restrict", "__restrict__", "inline"):
@@ -267,10 +350,7 @@ def parse_kernel_signatures(source: str, build_options: str = "",
     try:
         ast = c_parser.CParser().parse(_PRELUDE + "\n".join(items), "<opencl source>")
     except ParseError as exc:
-        raise ValueError(
-            f"cannot read the OpenCL kernel signatures: {exc}; pass functions= with explicit "
-            "argument specs for this module"
-        ) from None
+        raise ArgumentError(_unreadable(exc, items, kernels, build_options)) from None
     typedefs: dict[str, Any] = {}
     declared: dict[str, KernelInfo] = {}
     for node in ast.ext:
@@ -287,7 +367,7 @@ def parse_kernel_signatures(source: str, build_options: str = "",
                                             and _scalar(_resolve(p.type, typedefs))[2] == "void")]
         texts = kernels[decl.name]
         if len(texts) != len(params):
-            raise ValueError(f"kernel {decl.name}: cannot match its parameters {texts}")
+            raise ArgumentError(f"kernel {decl.name}: cannot match its parameters {texts}")
         info = KernelInfo(decl.name, tuple(_argument(decl.name, t, p, typedefs)
                                            for t, p in zip(texts, params, strict=True)),
                           launch_tags)
@@ -295,6 +375,6 @@ def parse_kernel_signatures(source: str, build_options: str = "",
         if earlier is None:
             declared[info.name] = info
         elif earlier != info:
-            raise ValueError(f"kernel {info.name} is declared as {earlier.signature()} and as "
-                             f"{info.signature()}")
+            raise ArgumentError(f"kernel {info.name} is declared as {earlier.signature()} and as "
+                                f"{info.signature()}")
     return [declared[name] for name in kernels if name in declared]

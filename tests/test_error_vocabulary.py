@@ -1,0 +1,202 @@
+"""Every error modpack raises is a ModpackError (modpack/errors.py), read from the source.
+
+The package's ``raise`` statements are read with ``ast``: one that raises a built-in exception
+class (``ValueError``, ``TypeError``, ``KeyError``, ``RuntimeError``, ``OSError``, ...) fails
+the test, naming the file and line. For a wrong argument, raise ``ArgumentError``, which is
+also a ``ValueError`` and a ``TypeError``, so callers catching those keep working; a missing
+thing is ``NotFoundError`` (a ``KeyError``) or ``MissingFileError`` (a
+``FileNotFoundError``); see errors.py for the rest. Exception classes the package defines must
+derive from ModpackError too. The C call path (``runtime/calls.c``) is read the same way: it
+raises modpack's classes, handed to it at init.
+
+What stays allowed, and why:
+
+- re-raising: ``raise``, ``raise exc`` (an exception object caught or made elsewhere, such as
+  the one ``error_from_status`` returns), ``raise type(exc)(...)`` (the caught class, with more
+  context);
+- ``NotImplementedError`` in a method: a base class's method a subclass must implement;
+- ``ImportError`` when modpack itself cannot be imported (its C runtime is not built, or the
+  headers and the Python structs disagree): Python's import system and ``try: import ...
+  except ImportError`` expect that class, and no modpack class exists yet at that point;
+- ``runtime/build_ffi.py``: the build script setup.py runs before the package exists;
+- exceptions raised by user code that the runtime called (a Python loader, a Python function
+  host code calls) reach the caller as themselves, by design (errors.py,
+  runtime/callbacks.py): they are not raised by a ``raise`` of the package, so nothing here
+  sees them.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+from collections import Counter
+from pathlib import Path
+
+from conftest import ROOT
+
+import modpack.errors
+
+PACKAGE = ROOT / "modpack"
+BUILTIN_EXCEPTIONS = {name for name, value in vars(builtins).items()
+                      if isinstance(value, type) and issubclass(value, BaseException)}
+MODPACK_ERRORS = {name for name in modpack.errors.__all__
+                  if issubclass(getattr(modpack.errors, name), modpack.errors.ModpackError)}
+EXEMPT_FILES = {"modpack/runtime/build_ffi.py"}
+# Raises of built-in classes in files other engineers own, reported to them, by file and class.
+# When one is fixed, lower its count here (the test fails until then, so the list stays true).
+PENDING: Counter[tuple[str, str]] = Counter({
+    ("modpack/format/seal.py", "OSError"): 1,
+    ("modpack/runtime/module.py", "TypeError"): 1,
+    ("modpack/runtime/views.py", "TypeError"): 1,
+    ("modpack/weights/format.py", "ValueError"): 2,
+})
+
+
+def _raised_name(node: ast.expr) -> str | None:
+    """The name of the class a raise's expression names (``X`` in ``raise X`` and
+    ``raise X(...)``, ``mod.X``), or None when it is not a name (a call's result, ``type(e)``)."""
+    target = node.func if isinstance(node, ast.Call) else node
+    if isinstance(target, ast.Name):
+        return target.id
+    if isinstance(target, ast.Attribute):
+        return target.attr
+    return None
+
+
+class _Raises(ast.NodeVisitor):
+    """Every raise of a built-in exception class, with what encloses it."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.found: list[tuple[int, str, bool]] = []  # line, class, raised in a method
+        self._scopes: list[ast.AST] = []
+        self.visit(tree)
+
+    def _scoped(self, node: ast.AST) -> None:
+        self._scopes.append(node)
+        self.generic_visit(node)
+        self._scopes.pop()
+
+    visit_ClassDef = visit_FunctionDef = visit_AsyncFunctionDef = _scoped
+
+    def visit_Raise(self, node: ast.Raise) -> None:
+        name = None if node.exc is None else _raised_name(node.exc)
+        if name in BUILTIN_EXCEPTIONS:
+            in_method = len(self._scopes) >= 2 and isinstance(self._scopes[-2], ast.ClassDef)
+            self.found.append((node.lineno, name, in_method))
+        self.generic_visit(node)
+
+
+def _allowed(name: str, in_method: bool) -> bool:
+    return (name == "NotImplementedError" and in_method) or name == "ImportError"
+
+
+def bare_raises() -> list[tuple[str, int, str]]:
+    """(file, line, class) of every raise of a built-in exception class the rules refuse."""
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        shown = path.relative_to(ROOT).as_posix()
+        if shown in EXEMPT_FILES:
+            continue
+        for line, name, in_method in _Raises(ast.parse(path.read_text())).found:
+            if not _allowed(name, in_method):
+                out.append((shown, line, name))
+    return out
+
+
+def test_the_reader_finds_bare_raises():
+    source = (
+        "from .errors import ArgumentError\n"
+        "def f(x):\n"
+        "    if x: raise ValueError('no')\n"
+        "    raise ArgumentError('fine')\n"
+        "def g():\n"
+        "    try:\n"
+        "        pass\n"
+        "    except OSError as exc:\n"
+        "        raise exc\n"
+        "    raise KeyError\n"
+        "class Base:\n"
+        "    def todo(self):\n"
+        "        raise NotImplementedError('subclasses')\n"
+        "def h():\n"
+        "    raise NotImplementedError\n"
+    )
+    found = [(line, name) for line, name, in_method in _Raises(ast.parse(source)).found
+             if not _allowed(name, in_method)]
+    assert found == [(3, "ValueError"), (10, "KeyError"), (15, "NotImplementedError")]
+
+
+def test_every_raise_in_the_package_is_a_modpack_error():
+    found = Counter((path, name) for path, _, name in bare_raises())
+    new = [(path, line, name) for path, line, name in bare_raises()
+           if found[(path, name)] > PENDING[(path, name)]]
+    assert not new, (
+        "raise a modpack error (modpack/errors.py: ArgumentError for a wrong argument, it is "
+        f"also a ValueError and a TypeError) instead of a built-in one at: {new}")
+    fixed = {key: PENDING[key] - found[key] for key in PENDING if found[key] < PENDING[key]}
+    assert not fixed, f"fixed, so lower their counts in PENDING: {fixed}"
+
+
+def test_the_package_defines_no_exception_outside_the_hierarchy():
+    outside = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = {_raised_name(b) for b in node.bases}
+            warning = any(issubclass(getattr(builtins, b), Warning) for b in bases
+                          if b in BUILTIN_EXCEPTIONS)
+            if (bases & BUILTIN_EXCEPTIONS and not bases & MODPACK_ERRORS and not warning
+                    and node.name != "ModpackError"):
+                outside.append((path.relative_to(ROOT).as_posix(), node.name))
+    assert outside == []
+
+
+def test_the_c_call_path_raises_modpack_errors():
+    # PyErr_NoMemory (a MemoryError) and the ImportError of a broken build stay.
+    source = (PACKAGE / "runtime" / "calls.c").read_text()
+    builtin = sorted(set(re.findall(r"PyExc_(\w+)", source)) - {"ImportError"})
+    assert builtin == [], f"calls.c raises built-in {builtin}: use argument_error or internal()"
+
+
+def test_errors_keep_the_builtin_classes_callers_catch():
+    assert issubclass(modpack.ArgumentError, ValueError)
+    assert issubclass(modpack.ArgumentError, TypeError)
+    assert issubclass(modpack.NotFoundError, KeyError)
+    assert issubclass(modpack.MissingFileError, FileNotFoundError)
+    assert all(issubclass(getattr(modpack.errors, n), modpack.ModpackError)
+               for n in MODPACK_ERRORS)
+
+
+def test_exempt_and_pending_files_exist():
+    for path in [*EXEMPT_FILES, *(p for p, _ in PENDING)]:
+        assert (ROOT / path).is_file(), path
+
+
+def test_wrong_arguments_on_the_authoring_side_raise_modpack_errors(tmp_path: Path):
+    """Wrong arguments of each kind the audit found raising bare ValueError or TypeError: a
+    kernel argument spec, an export option, a device module's option, a dtype, an import,
+    device binaries."""
+    import numpy as np
+
+    import modpack
+    from modpack.modules.kernel_info import KernelArg
+
+    host = modpack.csource_module("int x;")
+    attempts = [
+        lambda: KernelArg.parse("float33*"),
+        lambda: host.export_library(tmp_path / "x.so", packer="gcc"),
+        lambda: modpack.opencl_module("__kernel void k(__global float* x) {}", build_options=3),
+        lambda: modpack.empty(3, "float128x"),
+        lambda: modpack.const_module({"a": np.zeros(2)}).import_module("not a module"),
+        lambda: modpack.cuda_module(binaries={"sm_80": b"garbage"}),
+    ]
+    for attempt in attempts:
+        try:
+            attempt()
+        except modpack.ModpackError:
+            continue
+        except Exception as exc:  # the point: which class it is
+            raise AssertionError(f"{type(exc).__name__} is not a ModpackError: {exc}") from exc
+        raise AssertionError("no error raised")
