@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tarfile
 import tempfile
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ArgumentError, FormatError
+from .files.names import safe_file_name
 from .interop.tvm import decode_device_payload
 from .runtime.binding import check, ffi, lib
 from .runtime.module import wrap_module
@@ -27,11 +27,6 @@ __all__ = ["extract_library"]
 
 _CODE_SUFFIXES = {"cl": ".cl", "ptx": ".ptx", "cubin": ".cubin", "fatbin": ".fatbin",
                   "cuda": ".cu", "spv": ".spv", "metal": ".metal", "hsaco": ".hsaco"}
-
-
-def _safe(text: str) -> str:
-    """|text| as a file name part: letters, digits, dot, dash and underscore only."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip(".") or "module"
 
 
 def _const_arrays(payload: bytes, folder: Path, index: int) -> list[dict[str, Any]]:
@@ -47,7 +42,7 @@ def _const_arrays(payload: bytes, folder: Path, index: int) -> list[dict[str, An
     lib.mp_module_release(out[0])
     saved = []
     for k, (name, array) in enumerate(module.arrays.items()):
-        file = folder / f"{index}-{k}-{_safe(name)}.npy"
+        file = folder / safe_file_name(f"{index}-{k}", name, ".npy")
         np.save(file, np.ascontiguousarray(array))
         saved.append({"name": name, "dtype": str(array.dtype), "shape": list(array.shape),
                       "file": file.relative_to(folder.parent).as_posix()})
@@ -55,10 +50,15 @@ def _const_arrays(payload: bytes, folder: Path, index: int) -> list[dict[str, An
     return saved
 
 
-def _extract_file(path: str, shown: str, out: Path) -> dict[str, Any]:
+def _extract_file(path: str, shown: str, out: Path, judged: bool = True) -> dict[str, Any]:
+    """|judged|: refuse what a load would refuse (False for a .tar's member, whose archive
+    was judged whole)."""
     from .inspection import inspect_library
 
     report = inspect_library(path)  # validates everything (payload checksums too), runs nothing
+    loads = report.get("loads")
+    if judged and loads is not None and not loads["ok"]:
+        raise FormatError(f"{shown} would not load, so nothing is extracted: {loads['message']}")
     blob = report["blob"]
     data = b""
     if blob is not None:
@@ -71,7 +71,7 @@ def _extract_file(path: str, shown: str, out: Path) -> dict[str, Any]:
         if not m["size"]:
             continue
         payload = data[m["offset"]:m["offset"] + m["size"]]
-        stem = f"{m['index']}-{_safe(m['type_key'])}"
+        stem = safe_file_name(str(m["index"]), m["type_key"], "")
         payload_file = out / "modules" / f"{stem}.bin"
         payload_file.write_bytes(payload)
         m["payload_file"] = payload_file.relative_to(out).as_posix()
@@ -83,8 +83,37 @@ def _extract_file(path: str, shown: str, out: Path) -> dict[str, Any]:
             m["code_file"] = code_file.relative_to(out).as_posix()
         if m["type_key"] == "const" and report.get("producer") == "modpack":
             m["arrays"] = _const_arrays(payload, out / "arrays", m["index"])
+        if report.get("producer") == "modpack":
+            files = _device_code(m, payload, out / "modules", stem)
+            if files:
+                m["code_files"] = [f.relative_to(out).as_posix() for f in files]
     report["path"] = shown
     return report
+
+
+def _device_code(module: dict[str, Any], payload: bytes, folder: Path, stem: str) -> list[Path]:
+    """The code of a modpack device module, as its kind's loader places it in the payload: an
+    OpenCL module's source (``.cl``) and prebuilt binaries; a CUDA module's PTX (``.ptx``),
+    cubins (``.cubin``) and fatbins (``.fatbin``), one file per variant."""
+    contents = module.get("contents") or {}
+    pieces: list[tuple[str, int, int]] = []  # (file name, offset, size)
+    if module["type_key"] == "opencl" and "source_offset" in contents:
+        pieces.append((f"{stem}.cl", contents["source_offset"], contents["source_bytes"]))
+        for k, binary in enumerate(contents.get("binaries", [])):
+            pieces.append((safe_file_name(f"{stem}-{k}", binary["device"], ".bin"),
+                           binary["offset"], binary["size"]))
+    elif module["type_key"] == "cuda":
+        for k, variant in enumerate(contents.get("variants", [])):
+            suffix = _CODE_SUFFIXES.get(variant["kind"], ".bin")
+            data_size = variant["size"] - (variant["kind"] == "ptx")  # PTX ends in a NUL
+            pieces.append((safe_file_name(f"{stem}-{k}", variant["arch"], suffix),
+                           variant["offset"], data_size))
+    written = []
+    for name, offset, size in pieces:
+        if 0 <= offset and offset + size <= len(payload):
+            (folder / name).write_bytes(payload[offset:offset + size])
+            written.append(folder / name)
+    return written
 
 
 def extract_library(path: str | os.PathLike, directory: str | os.PathLike) -> dict[str, Any]:
@@ -97,6 +126,7 @@ def extract_library(path: str | os.PathLike, directory: str | os.PathLike) -> di
                             "give a new folder")
     if not Path(shown).is_file():
         raise FormatError(f"{shown} is not a library file")
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
         if shown.endswith(".tar"):
@@ -107,7 +137,12 @@ def extract_library(path: str | os.PathLike, directory: str | os.PathLike) -> di
             manifest = _extract_file(shown, shown, out)
         (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     except BaseException:
-        shutil.rmtree(out, ignore_errors=True)  # nothing half-written left behind
+        # Nothing half-written left behind, and the caller's own (empty) folder kept.
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for child in out.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise
     return manifest
 
@@ -120,11 +155,16 @@ def _extract_tar(shown: str, out: Path) -> dict[str, Any]:
     check_tar_seal(shown)
     with tempfile.TemporaryDirectory(prefix="modpack-extract-") as scratch, \
             tarfile.open(shown) as tar:
-        tar.extractall(scratch, filter="data")
+        try:
+            tar.extractall(scratch, filter="data")
+        except (tarfile.TarError, OSError) as exc:  # a crafted member ("../x", a link)
+            raise FormatError(f"{shown}: cannot extract its members safely: {exc}") from None
         objects = sorted(Path(scratch).glob("*.o"))
+        if not objects:
+            raise FormatError(f"{shown} holds no object files; it is not a modpack .tar export")
         with_blob = [o for o in objects if inspect_library(o)["blob"] is not None]
         manifest = _extract_file(os.fspath(with_blob[0] if with_blob else objects[0]), shown,
-                                 out)
+                                 out, judged=False)
     tar_report = inspect_library(shown)
     manifest.update(functions=tar_report["functions"], signatures=tar_report["signatures"],
                     seal=tar_report["seal"], content_digest=tar_report["content_digest"])

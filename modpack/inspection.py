@@ -43,6 +43,7 @@ from .interop.tvm import BLOB_SYMBOLS as TVM_BLOB_SYMBOLS
 from .interop.tvm import read_tvm_blob
 from .runtime.binding import error_from_status, ffi, lib
 from .toolchain.demangle import demangle, is_mangled
+from .verdict import Verdict, check_file
 from .weight_reports import inspect_weight_file, is_weight_file
 
 __all__ = ["inspect_library"]
@@ -62,7 +63,9 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
     ``__dev_mblob`` (whose tree is then a single ``"library"`` module, and whose versions are
     ``None``); each module is ``{"index", "type_key", "offset", "size", "checksum",
     "children", "parents"}``, with checksums as 16 hex digits (``None`` for ``_lib``);
-    ``seal`` is ``{"state", "digest", "message"}`` (see :func:`_seal_report`).
+    ``seal`` is ``{"state", "digest", "message"}`` (see :func:`_seal_report`); ``loads`` is
+    ``{"ok", "stage", "message"}``: whether a load would take the file, and if not, where and
+    why (:func:`modpack.verdict.check_file`).
 
     A weight file gets :func:`~modpack.weight_reports.inspect_weight_file`'s report instead
     (``"kind": "weight file"``).
@@ -114,8 +117,6 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             ) from None
 
         seal_report, sealed_blob = _seal_report(shown)
-        f.seek(0)
-        digest = _content_digest(f)
         signers = [s["key_id"] for s in read_signatures(shown)]  # unchecked: verify --key
         result: dict[str, Any] = {
             "path": shown,
@@ -128,8 +129,9 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
             "functions": functions,
             "signatures": signatures,
             "seal": seal_report,
-            "content_digest": digest,
+            "content_digest": None,
             "signed_by": signers,
+            "loads": None,
         }
         if sealed_blob is not None:  # where the loader takes the blob from
             section = location[0] if location is not None else "(placed by the seal)"
@@ -141,7 +143,47 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
                               **result["blob"]}
         elif tvm is not None:
             result.update(tvm)
+        result["loads"] = _loads(shown, result, prefix, location)
+        if result["loads"] is None or result["loads"]["ok"]:  # a refused file is not hashed
+            f.seek(0)  # whole (a load would not read it all either)
+            result["content_digest"] = _content_digest(f)
         return result
+
+
+def _loads(shown: str, report: dict[str, Any], prefix: str,
+           location: tuple[str, int, int] | None) -> dict[str, Any] | None:
+    """What its own loader would say of the file (:mod:`modpack.verdict`): a shared library's
+    is ``load_module``'s, a system library's is ``load_system_lib``'s (its blob and payloads;
+    it has no seal), a TVM library's is none of modpack's (``None``)."""
+    if report["producer"] == "tvm":
+        return None
+    if prefix:  # a system library: the blob is checked as load_system_lib checks it
+        verdict = _payload_verdict(shown, location) if location is not None else Verdict(True)
+    else:
+        verdict = check_file(shown)
+    if verdict.stage in ("blob", "payloads") and verdict.error is not None:
+        raise verdict.error  # damage in what inspect reports: nothing to report
+    return {"ok": verdict.ok, "stage": verdict.stage, "message": verdict.message}
+
+
+def _payload_verdict(path: str, location: tuple[str, int, int]) -> Verdict:
+    """The blob at |location| of the file |path| parsed with its payload checksums."""
+    _, offset, size = location
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        base = ffi.from_buffer("uint8_t[]", mapped)
+        try:
+            span = ffi.new("mp_const_byte_span_t*")
+            span.data = base + offset
+            span.size = size
+            out = ffi.new("mp_blob_t**")
+            status = lib.mp_blob_parse(span[0], 0, out)
+            if status == 0:
+                lib.mp_blob_free(out[0])
+                return Verdict(True)
+            exc = error_from_status(status)
+            return Verdict(False, "payloads", type(exc)(f"{path}: {BLOB_SYMBOL}: {exc}"))
+        finally:
+            ffi.release(base)
 
 
 def _tvm_blob(elf: ELFFile, headers: list[Any], tables: list[SymbolTableSection], shown: str,
@@ -196,9 +238,17 @@ def _inspect_tar(shown: str) -> dict[str, Any]:
                 f"{shown}: cannot extract its object files: {exc or type(exc).__name__}"
             ) from None
         reports = [inspect_library(path) for path in paths]
-    with_blob = [r for r in reports if r["blob"] is not None]
+        with_blob = [r for r in reports if r["blob"] is not None]
+        verdict = check_file(shown)  # the seal: the members are the sealed ones
+        if verdict.ok and with_blob:  # and the blob's payloads, as a load checks them
+            blob = with_blob[0]["blob"]
+            verdict = _payload_verdict(paths[reports.index(with_blob[0])],
+                                       ("", blob["file_offset"], blob["size"]))
+            if verdict.error is not None:
+                raise verdict.error
     result = dict(with_blob[0] if with_blob else reports[0])
     result["path"] = shown
+    result["loads"] = {"ok": verdict.ok, "stage": verdict.stage, "message": verdict.message}
     result["functions"] = sorted({f for r in reports for f in r["functions"]})
     result["signatures"] = {k: v for r in reports for k, v in r["signatures"].items()}
     result["seal"] = _tar_seal_report(shown)
@@ -421,7 +471,9 @@ def _locate_blob(elf: ELFFile, headers: list[Any], sym: Any, shown: str,
 
 
 def _parse_blob(f: Any, offset: int, size: int, shown: str) -> dict[str, Any]:
-    """Run the C reader over the mapped blob bytes and copy out what it decoded."""
+    """Run the C reader over the mapped blob bytes and copy out what it decoded. The payload
+    checksums are the verdict's business (it checks them only where a load would, so a
+    damaged file costs no more here than it would a load)."""
     with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         base = ffi.from_buffer("uint8_t[]", mapped)
         try:
@@ -429,7 +481,7 @@ def _parse_blob(f: Any, offset: int, size: int, shown: str) -> dict[str, Any]:
             span.data = base + offset
             span.size = size
             out = ffi.new("mp_blob_t**")
-            status = lib.mp_blob_parse(span[0], 0, out)  # 0: verify payload checksums
+            status = lib.mp_blob_parse(span[0], lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS, out)
             if status != 0:
                 exc = error_from_status(status)
                 raise type(exc)(f"{shown}: {BLOB_SYMBOL}: {exc}") from None

@@ -17,7 +17,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import ArgumentError, FormatError, MissingFileError, NotFoundError
+from .errors import (
+    AlreadyExistsError,
+    ArgumentError,
+    FormatError,
+    MissingFileError,
+    NotFoundError,
+)
 from .files.scratch import new_workspace
 from .format.image import find_blob
 from .format.layout import ALIGNMENT
@@ -139,6 +145,11 @@ def load_module_from_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *,
         raise ArgumentError(f"load_module_from_bytes takes the library's bytes as one contiguous "
                             f"buffer (bytes, bytearray, memoryview, mmap), not "
                             f"{type(data).__name__}: {exc}") from None
+    if len(buffer) >= 263 and bytes(ffi.buffer(buffer)[257:262]) == b"ustar":
+        ffi.release(buffer)
+        raise ArgumentError("these are the bytes of a tar archive (a .tar export): "
+                            "load_module_from_bytes takes a shared library's bytes; write the "
+                            ".tar to a file and load it with load_module, which links it")
     options = load_options(_flags(verify_checksums, allow_unsealed), None, weights)
     out = ffi.new("mp_module_t**")
     try:
@@ -170,13 +181,45 @@ def load_system_lib(name: str) -> LoadedModule | Any:
             f"ctypes.CDLL(path, mode=os.RTLD_GLOBAL) first") from None
     describe.restype = ctypes.c_void_p
     describe.argtypes = []
+    _refuse_twins(symbol, ctypes.cast(describe, ctypes.c_void_p).value)
+    description = describe()
+    if description is None:
+        raise FormatError(f"{symbol}() returned NULL: the system library {name!r} is damaged "
+                          "(export it again)")
     out = ffi.new("mp_module_t**")
-    status = lib.mp_module_load_system_lib(ffi.cast("const mp_system_lib_t*", describe()), out)
+    status = lib.mp_module_load_system_lib(ffi.cast("const mp_system_lib_t*", description), out)
     if status != 0:
         raise error_from_status(status)
     root = wrap_module(out[0])
     lib.mp_module_release(out[0])  # wrap_module took its own reference
     return root
+
+
+def _refuse_twins(symbol: str, found: int | None) -> None:
+    """Two shared objects of this process that define |symbol| (two system libraries given
+    one NAME): the dynamic loader would silently hand out the first. Refused, naming both."""
+    holders: dict[int, str] = {}
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(None, 5)[5].strip() for line in maps
+                     if len(line.split(None, 5)) == 6 and ".so" in line}
+    except OSError:
+        return  # no /proc: nothing to compare
+    for path in sorted(paths):
+        try:
+            handle = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            address = ctypes.cast(getattr(handle, symbol), ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            continue
+        if address is not None:
+            holders.setdefault(address, path)
+    if len(holders) > 1:
+        first = holders.get(found or 0, sorted(holders.values())[0])
+        others = sorted(p for p in holders.values() if p != first)
+        raise AlreadyExistsError(
+            f"two system libraries in this process define {symbol}: {first} (which a lookup "
+            f"finds) and {', '.join(others)}; give each system library its own name "
+            "(export_library(..., system_lib=NAME))")
 
 
 def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool,
@@ -196,8 +239,8 @@ def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool,
         try:
             with tarfile.open(path) as tar:
                 tar.extractall(workspace, filter="data")
-        except tarfile.TarError as exc:
-            raise FormatError(f"{path} is not a readable tar archive: {exc}") from None
+        except (tarfile.TarError, OSError) as exc:  # a crafted member: "../x", a long name
+            raise FormatError(f"{path}: cannot extract its members safely: {exc}") from None
         objects = sorted(p for p in workspace.iterdir() if p.suffix == ".o")
         if not objects:
             raise FormatError(f"{path} holds no object files to link")

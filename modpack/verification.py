@@ -15,6 +15,7 @@ from typing import Any
 from .errors import MissingFileError, ModpackError
 from .format.signatures import signature_checks
 from .runtime.trust import TrustedKey, trusted_keys_array
+from .verdict import check_file
 from .weight_reports import is_weight_file, verify_weight_file
 
 __all__ = ["TrustedKey", "trusted_keys_array", "verify_library"]
@@ -23,6 +24,8 @@ _COVERS = {  # what each check vouches for, shown with its result
     "blob": "the blob's structure: its module table and import tree",
     "seal": "every byte but the payloads: code, headers, symbol tables, the blob's index",
     "payloads": "each module's payload bytes, by the checksums in the blob's index",
+    "weight files": "the weight files the library refers to: present, the very files it was "
+                    "exported with, and intact",
     "signature": "every byte of the sealed file (SHA-256), by the signer's Ed25519 key",
 }
 
@@ -33,7 +36,7 @@ def verify_library(path: str | os.PathLike,
     given, that a signature by one of them holds (and none of theirs fails). Returns
     ``{"path", "ok", "checks": [{"check", "ok", "covers", "message", ...}], "signatures"}``;
     ``ok`` is True only when every check holds."""
-    from .inspection import _seal_report, inspect_library
+    from .inspection import inspect_library
 
     shown = os.fspath(path)
     if not os.path.isfile(shown):
@@ -46,24 +49,37 @@ def verify_library(path: str | os.PathLike,
         checks.append({"check": name, "ok": ok, "covers": _COVERS[name], "message": message,
                        **extra})
 
+    verdict = check_file(shown)  # what a load would say: the checks below agree with it
     try:
-        report = inspect_library(shown)  # the blob reader, payload checksums included
-    except ModpackError as exc:
+        report: dict[str, Any] | None = inspect_library(shown)
+    except ModpackError:
         report = None
-        failure = str(exc)
-    seal, _ = _seal_report(shown)
     if report is not None and report.get("producer") == "tvm":  # nothing of ours to check
         add("blob", True, f"TVM's blob read: {len(report['modules'])} modules")
         add("seal", None, "TVM writes no seal: nothing covers this file's bytes")
         add("payloads", None, "TVM records no payload checksums")
-    else:
-        add("seal", seal["state"] == "valid", seal["message"])
-        if report is None:
-            add("payloads", False, failure)
-        else:
-            add("payloads", True, None if report["blob"] else "no blob: host code only")
+        return {"path": shown, "ok": True, "checks": checks, "signatures": []}
+    loads = (report or {}).get("loads") or {"ok": verdict.ok, "stage": verdict.stage,
+                                             "message": verdict.message}
+    stage = loads["stage"]
+
+    def failed_at(*stages: str) -> str | None:
+        return loads["message"] if not loads["ok"] and stage in stages else None
+
+    add("seal", not failed_at("file", "seal"), failed_at("file", "seal"))
+    later = "not checked: the seal does not hold" if failed_at("file", "seal") else None
+    add("payloads", None if later else not failed_at("blob", "payloads"),
+        later or failed_at("blob", "payloads") or (
+            None if report is None or report["blob"] else "no blob: host code only"))
+    if stage == "weight files" or _refers_to_weight_files(report):
+        add("weight files", None if later else not failed_at("weight files"),
+            later or failed_at("weight files"))
     keys = trusted_keys_array(trusted_keys) if trusted_keys else None
     rows, signatures = signature_checks(shown, keys, "library", _COVERS["signature"])
     checks.extend(rows)
     ok = all(c["ok"] is not False for c in checks)
     return {"path": shown, "ok": ok, "checks": checks, "signatures": signatures}
+
+
+def _refers_to_weight_files(report: dict[str, Any] | None) -> bool:
+    return bool(report) and any(m["type_key"] == "weights" for m in report["modules"])

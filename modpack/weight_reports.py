@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ModpackError
+from .files.names import safe_file_name
 from .format.signatures import is_weight_file, read_signatures, signature_checks
 from .runtime.binding import check, ffi, lib
 from .runtime.trust import TrustedKey, trusted_keys_array
@@ -106,13 +106,6 @@ def _message() -> str:
     return string(lib.mp_error_message())
 
 
-def _file_name(index: int, name: str) -> str:
-    """A file name for array |name|: its index, then as much of the name as is safe and
-    short (names may hold any character and run to 4 KiB)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip(".")[:120] or "array"
-    return f"{index}-{safe}.npy"
-
-
 def extract_weight_file(path: str | os.PathLike, out: Path) -> dict[str, Any]:
     """Every array of the weight file at |path| as ``.npy`` in |out|/arrays, and the manifest
     (the :func:`inspect_weight_file` report, each array with its file)."""
@@ -120,7 +113,7 @@ def extract_weight_file(path: str | os.PathLike, out: Path) -> dict[str, Any]:
     arrays = load_weights(path, verify_checksums=False)  # inspect checked them
     (out / "arrays").mkdir()
     for index, entry in enumerate(report["arrays"]):
-        file = out / "arrays" / _file_name(index, entry["name"])
+        file = out / "arrays" / safe_file_name(str(index), entry["name"], ".npy")
         np.save(file, np.ascontiguousarray(arrays[entry["name"]]))
         entry["file"] = file.relative_to(out).as_posix()
     (out / "manifest.json").write_text(json.dumps(report, indent=2) + "\n")

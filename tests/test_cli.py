@@ -19,7 +19,8 @@ from modpack.cli.main import format_inspection, main
 from modpack.inspection import inspect_library
 
 TOP_KEYS = ["path", "producer", "format_version", "writer_version", "blob", "modules",
-            "import_tree", "functions", "signatures", "seal", "content_digest", "signed_by"]
+            "import_tree", "functions", "signatures", "seal", "content_digest", "signed_by",
+            "loads"]
 BLOB_KEYS = ["symbol", "section", "file_offset", "size", "index_size", "index_checksum",
              "payload_checksums"]
 MODULE_KEYS = [
@@ -117,6 +118,7 @@ def test_library_without_blob(tmp):
     assert seal["state"] == "valid" and len(seal["digest"]) == 32  # host code is sealed too
     import hashlib
     assert report.pop("content_digest") == f"sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+    assert report.pop("loads") == {"ok": True, "stage": None, "message": None}
     assert report == {
         "path": str(path),
         "producer": "modpack",

@@ -33,14 +33,34 @@ HANG_SECONDS = 30  # no load of a small damaged file takes this long
 # Loads each file named on stdin in turn, one line per outcome, flushed before the next
 # file: the parent sees which file a crash or a hang happened on.
 WORKER = r"""
-import sys, modpack
+import shutil, sys, tempfile, modpack
+from modpack.extraction import extract_library
+from modpack.inspection import inspect_library
+
+def tool_verdicts(path):
+    # What inspect, verify and extract say of the file: each must refuse what a load refuses.
+    said = []
+    for name, run in (("inspect", lambda: (inspect_library(path)["loads"] or {}).get("ok")),
+                      ("verify", lambda: modpack.verify_library(path)["ok"]),
+                      ("extract", lambda: bool(extract_library(path, folder + "/out")))):
+        try:
+            ok = run()
+        except modpack.ModpackError:
+            ok = False
+        except Exception as exc:
+            ok = type(exc).__name__
+        said.append(f"{name}={'accepted' if ok is True else 'refused' if ok is False else ok}")
+        shutil.rmtree(folder + "/out", ignore_errors=True)
+    return ",".join(said)
+
+folder = tempfile.mkdtemp()
 for line in sys.stdin:
     index, path = line.rstrip("\n").split(" ", 1)
     print("begin", index, flush=True)
     try:
         root = modpack.load_module(path)
     except modpack.FormatError as exc:
-        print("refused", index, str(exc).splitlines()[0][:300], flush=True)
+        print("refused", index, tool_verdicts(path), str(exc).splitlines()[0][:300], flush=True)
     except Exception as exc:
         print("other", index, type(exc).__name__, str(exc).splitlines()[0][:300], flush=True)
     else:
@@ -196,8 +216,11 @@ def _feed(proc: subprocess.Popen, text: str) -> None:
 
 
 def assert_all_refused(outcomes: list[Outcome], expected: int) -> None:
+    """Every copy refused by the loader, and by inspect, verify and extract too (one verdict:
+    no tool calls a file fine that a load refuses)."""
     counts = Counter(o.result for o in outcomes)
-    bad = [o for o in outcomes if o.result != "refused"]
+    bad = [o for o in outcomes if o.result != "refused" or "accepted" in o.detail.split(" ")[0]
+           or "Error" in o.detail.split(" ")[0]]
     report = "\n".join(f"  {o.result}: {o.damage.original} {o.damage.region}: "
                        f"{o.damage.what} {o.detail}" for o in bad[:40])
     assert len(outcomes) == expected and not bad, (

@@ -229,3 +229,26 @@ int main(void) {
     assert lines[0].startswith("1 mp_module_load_system_lib: NULL library")
     assert lines[1].startswith("1 mp_module_load_system_lib: not a system library description")
     assert lines[2].startswith("4 system library description version 99")
+
+
+def test_two_system_libraries_of_one_name_are_refused(system_libs, tmp_path):
+    """Two shared objects each holding a system library named 'first': the dynamic loader
+    would hand out whichever it meets first; load_system_lib names both instead."""
+    holders = []
+    for k in range(2):
+        holders.append(tmp_path / f"twin{k}.so")
+        run("cc", "-shared", "-o", holders[-1], system_libs[0])
+        ctypes.CDLL(os.fspath(holders[-1]), mode=os.RTLD_GLOBAL)
+    with pytest.raises(modpack.AlreadyExistsError, match=r"two system libraries in this process "
+                       r"define modpack_system_lib_first: .*twin0\.so.*twin1\.so"):
+        modpack.load_system_lib("first")
+
+
+def test_a_null_description_is_a_clear_error(tmp_path):
+    source = tmp_path / "null.c"
+    source.write_text("void* modpack_system_lib_nulled(void) { return 0; }\n")
+    holder = tmp_path / "null.so"
+    run("cc", "-shared", "-fPIC", "-o", holder, source)
+    ctypes.CDLL(os.fspath(holder), mode=os.RTLD_GLOBAL)
+    with pytest.raises(modpack.FormatError, match=r"modpack_system_lib_nulled\(\) returned NULL"):
+        modpack.load_system_lib("nulled")

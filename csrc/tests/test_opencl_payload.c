@@ -109,7 +109,15 @@ int main(void) {
     CHECK(strstr(text, "{\"name\": \"scale\", \"args\": [\"float32*\", \"int32\"]") != NULL, "%s",
           text);
     CHECK(strstr(text, "\"args\": [\"void*\"]") != NULL, "untyped pointer: %s", text);
-    CHECK(strstr(text, "\"binaries\": [{\"device\": \"a/b/c\", \"size\": 4}]") != NULL, "%s", text);
+    CHECK(strstr(text, "\"source_offset\": 16,") != NULL, "the source after the header: %s", text);
+    /* The binary's offset says where its bytes are in the payload (tools write them out). */
+    static const char binary_key[] = "\"binaries\": [{\"device\": \"a/b/c\", \"offset\": ";
+    const char* binary = strstr(text, binary_key);
+    unsigned long long offset = 0;
+    CHECK(binary && sscanf(binary + strlen(binary_key), "%llu", &offset) == 1 &&
+              offset + 4 <= b.size && memcmp(b.data + offset, "\x01\x02\x03\x04", 4) == 0,
+          "%s", text);
+    CHECK(strstr(text, ", \"size\": 4}]") != NULL, "%s", text);
     mp_function_t* f = NULL;
     CHECK(mp_module_get_function(m, "scale", 0, &f) == MP_OK && f, "lookup");
     if (f) {

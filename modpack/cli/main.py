@@ -57,10 +57,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
     else:
         sys.stdout.write(format_inspection(report))
-    seal = report.get("seal") or {}
-    if seal.get("state") in ("damaged", "newer"):  # the loader refuses it: so does the exit
+    loads = report.get("loads")
+    if loads is not None and not loads["ok"]:  # one verdict: the loader refuses it, so inspect
         sys.stdout.flush()
-        return _fail(args.command, f"{args.library} would not load: {seal['message']}")
+        return _fail(args.command, f"{args.library} would not load: {loads['message']}")
     return 0
 
 
@@ -97,8 +97,11 @@ def format_inspection(report: dict[str, Any]) -> str:
                       f"{blob['section']} at file offset {blob['file_offset']} "
                       f"(0x{blob['file_offset']:x})")
         field("index", f"{blob['index_size']} bytes, checksum {blob['index_checksum']}")
+        loads = report.get("loads")
+        checked = "verified" if loads is None or loads["ok"] else "not verified: the file " \
+            "would not load"
         field("flags", "payload checksums: "
-                       + ("yes (verified)" if blob["payload_checksums"] else "no"))
+                       + (f"yes ({checked})" if blob["payload_checksums"] else "no"))
 
     seal = report.get("seal") or {"state": "absent", "message": None}
     if report.get("producer") == "tvm" and seal["state"] == "absent":
@@ -148,6 +151,11 @@ def _contents(contents: dict) -> list[str]:
     lines = []
     if "error" in contents:
         lines.append(f"cannot describe: {contents['error']}")
+    if "source_bytes" in contents:  # an OpenCL module: its source and how it is built
+        options = contents.get("build_options") or "(none)"
+        lines.append(f"source: {contents['source_bytes']} bytes, build options: {options}")
+    if "file" in contents:  # a weights module: the weight file it refers to
+        lines.append(f"weight file {contents['file']} ({contents.get('digest', '?')[:23]}...)")
     for a in contents.get("arrays", []):
         lines.append(f"array {a['name']}: {a['dtype']}{a['shape']}")
     for k in contents.get("kernels", []):

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 
 import xxhash
 
+from ..errors import ModpackOSError
 from ..runtime.binding import error_from_status, ffi, lib
 from .layout import check_struct
 
@@ -56,7 +57,7 @@ def write_seal(f: BinaryIO, blob_offset: int = 0, blob_vaddr: int = 0, blob_size
         while begin < end:
             chunk = f.read(min(_CHUNK, end - begin))
             if not chunk:
-                raise OSError(f"the library ended at byte {begin} while sealing it")
+                raise ModpackOSError(f"the library ended at byte {begin} while sealing it")
             digest.update(chunk)
             begin += len(chunk)
     trailer = bytearray(_pack(seal, 0))

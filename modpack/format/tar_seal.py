@@ -74,13 +74,22 @@ def check_tar_seal(path: str | os.PathLike) -> list[str]:
             seal = members[-1]
             text = tar.extractfile(seal).read().decode("utf-8", "replace")
             expected, archive = _parse(text, path)
-            found = {m.name: m for m in members[:-1]}
-            if len(found) != len(members) - 1 or set(found) != set(expected):
+            found: dict[str, tarfile.TarInfo] = {}
+            for member in members[:-1]:
+                if member.name in found:
+                    raise FormatError(f"{path} is damaged: member {member.name} appears twice; "
+                                      "a modpack .tar holds each object once")
+                if not member.isfile():
+                    raise FormatError(f"{path} is damaged: member {member.name} is "
+                                      f"{_kind_of(member)}, not a regular file; a modpack .tar "
+                                      "holds only object files")
+                found[member.name] = member
+            if set(found) != set(expected):
                 raise FormatError(f"{path} is damaged: its members {sorted(found)} are not the "
                                   f"sealed ones {sorted(expected)}")
             for name, member in found.items():
                 size, digest = expected[name]
-                if not member.isfile() or member.size != size:
+                if member.size != size:
                     raise FormatError(f"{path} is damaged: member {name} has {member.size} "
                                       f"bytes, sealed with {size}")
                 if _digest(tar.extractfile(member)) != digest:
@@ -93,6 +102,16 @@ def check_tar_seal(path: str | os.PathLike) -> list[str]:
         if isinstance(exc, FileNotFoundError):
             raise
         raise FormatError(f"{path} is not a readable tar archive: {exc}") from None
+
+
+def _kind_of(member: tarfile.TarInfo) -> str:
+    if member.isdir():
+        return "a directory"
+    if member.issym() or member.islnk():
+        return f"a link to {member.linkname!r}"
+    if member.isdev():
+        return "a device or FIFO"
+    return "not a regular file"
 
 
 def has_tar_seal(path: str | os.PathLike) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import MissingFileError
+from ..errors import ArgumentError, MissingFileError
 from .binding import check, ffi, lib, string
 from .function import Function, lookup
 from .views import view_of
@@ -64,7 +64,7 @@ class LoadedModule:
                  "_imports_cache")
 
     def __init__(self) -> None:
-        raise TypeError("loaded modules come from modpack.load_module()")
+        raise ArgumentError("loaded modules come from modpack.load_module()")
 
     @classmethod
     def _adopt(cls, handle: Any) -> LoadedModule:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InternalError
 from .binding import ffi, lib
 from .dtypes import dtype_from_dl
 
@@ -17,7 +18,7 @@ def view_of(tensor: Any, reference: Any) -> np.ndarray:
     """A read-only numpy view of |tensor|'s bytes, whose base holds |reference|."""
     dtype = dtype_from_dl(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
     if dtype.itemsize * 8 != tensor.dtype.bits * tensor.dtype.lanes:
-        raise TypeError(f"dtype {dtype} does not match the {tensor.dtype.bits}-bit record")
+        raise InternalError(f"dtype {dtype} does not match the {tensor.dtype.bits}-bit record")
     shape = tuple(tensor.shape[d] for d in range(tensor.ndim))
     nbytes = int(lib.mp_array_nbytes(tensor))  # the size the runtime checked
     holder = _ArrayHolder(reference, int(ffi.cast("uintptr_t", tensor.data)), nbytes)

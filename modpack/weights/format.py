@@ -14,6 +14,7 @@ import hashlib
 import struct
 from typing import Any
 
+from ..errors import ArgumentError
 from ..format.layout import check_struct
 from ..runtime.binding import ffi, lib
 
@@ -89,12 +90,12 @@ def content_digest(index_bytes: Any) -> bytes:
     signatures sign it."""
     view = _bytes_view(index_bytes)
     if len(view) < HEADER_SIZE or bytes(view[:8]) != MAGIC:
-        raise ValueError("content_digest needs the bytes of a weight file's index, from its "
+        raise ArgumentError("content_digest needs the bytes of a weight file's index, from its "
                          "magic on")
     index_size = struct.unpack_from("<Q", view, ffi.offsetof("mp_weights_header_v1_t",
                                                                "index_size"))[0]
     if index_size > len(view):
-        raise ValueError(f"the index is {index_size} bytes, but only {len(view)} were given")
+        raise ArgumentError(f"the index is {index_size} bytes, but only {len(view)} were given")
     return hashlib.sha256(view[:index_size]).digest()
 
 

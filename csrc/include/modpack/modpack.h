@@ -213,6 +213,24 @@ MP_API mp_status_t mp_signatures_check_file(const char* path, const mp_trusted_k
  * that tree. */
 MP_API mp_status_t mp_module_load_system_lib(const mp_system_lib_t* lib, mp_module_t** out_module);
 
+/* What a load of |path| with |options| (NULL: none) would say, short of running any of it: the
+ * file's kind and its seal, the blob as the seal places it, read from the file (every offset,
+ * the import tree, the payload checksums unless MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) with each
+ * payload given to its kind's loader (kinds without a loader registered in this process are
+ * passed over), then the weight files it refers to. MP_OK when a load would get that far;
+ * else the load's own error, and *out_stage (may be NULL) names the stage that failed (the
+ * stages in the order they are checked). A library loaded unsealed (MP_LOAD_ALLOW_UNSEALED) gets its extents checked only.
+ * modpack inspect, verify and extract use it, so that they and the loader agree on every file. */
+enum {
+  MP_CHECK_FILE = 1,         /* opening it */
+  MP_CHECK_SEAL = 2,         /* its kind, its seal (or its extents, unsealed) */
+  MP_CHECK_BLOB = 3,         /* the blob's index and tree */
+  MP_CHECK_PAYLOADS = 4,     /* payload checksums and each kind's loader */
+  MP_CHECK_WEIGHT_FILES = 5, /* the weight files it refers to */
+};
+MP_API mp_status_t mp_library_check_file(const char* path, const mp_load_options_t* options,
+                                         int32_t* out_stage);
+
 /* Check the seal of the library at |path| by reading the file (nothing is mapped or run):
  * MP_OK, with the seal in |*out_seal|, when it carries one and every byte outside the payloads
  * matches it; MP_ERR_NOT_FOUND when it carries none; MP_ERR_FORMAT, naming the damage, when it

@@ -162,3 +162,46 @@ mp_status_t mp_elf_check_fd(int fd, uint64_t file_size, const char* path) {
 done:
   return status;
 }
+
+/* Bounds for a symbol search on an untrusted file: it gives up rather than read without end. */
+enum { MAX_SYMBOLS = 1 << 20, MAX_NAME = 256 }; /* (e_shnum is 16 bits: at most 65535 sections) */
+
+/* Whether symbol |name| of the dynamic symbol table of the file (section |s|) is defined. */
+static bool dynsym_defines(int fd, uint64_t file_size, const ElfW(Shdr) * s,
+                           const ElfW(Shdr) * strtab, const char* name) {
+  size_t length = strlen(name);
+  if (s->sh_entsize != sizeof(ElfW(Sym)) || s->sh_offset > file_size ||
+      s->sh_size > file_size - s->sh_offset || length >= MAX_NAME)
+    return false;
+  uint64_t count = s->sh_size / sizeof(ElfW(Sym));
+  for (uint64_t i = 0; i < count && i < MAX_SYMBOLS; ++i) {
+    ElfW(Sym) sym;
+    char found[MAX_NAME];
+    if (!mp_file_read_at(fd, &sym, sizeof sym, s->sh_offset + i * sizeof sym)) return false;
+    if (sym.st_shndx == SHN_UNDEF || sym.st_name >= strtab->sh_size ||
+        strtab->sh_size - sym.st_name < length + 1 ||
+        strtab->sh_offset + sym.st_name + length + 1 > file_size)
+      continue;
+    if (!mp_file_read_at(fd, found, length + 1, strtab->sh_offset + sym.st_name)) return false;
+    if (memcmp(found, name, length + 1) == 0) return true;
+  }
+  return false;
+}
+
+bool mp_elf_defines_symbol(int fd, uint64_t file_size, const char* name) {
+  ElfW(Ehdr) eh;
+  if (file_size < sizeof eh || !mp_file_read_at(fd, &eh, sizeof eh, 0) ||
+      memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_shentsize != sizeof(ElfW(Shdr)) ||
+      eh.e_shnum == 0 || eh.e_shoff > file_size ||
+      (uint64_t)eh.e_shnum * sizeof(ElfW(Shdr)) > file_size - eh.e_shoff)
+    return false;
+  for (uint64_t i = 0; i < eh.e_shnum; ++i) {
+    ElfW(Shdr) s, strtab;
+    if (!mp_file_read_at(fd, &s, sizeof s, eh.e_shoff + i * sizeof s)) return false;
+    if (s.sh_type != SHT_DYNSYM || s.sh_link >= eh.e_shnum ||
+        !mp_file_read_at(fd, &strtab, sizeof strtab, eh.e_shoff + s.sh_link * sizeof strtab))
+      continue;
+    if (dynsym_defines(fd, file_size, &s, &strtab, name)) return true;
+  }
+  return false;
+}

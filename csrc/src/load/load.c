@@ -19,8 +19,9 @@
 #include "core/error.h"
 #include "core/registry.h"
 #include "kinds/builtin.h"
-#include "load/elf_check.h"
+#include "load/file_check.h"
 #include "files/file.h"
+#include "load/kinds.h"
 #include "load/library.h"
 #include "files/seal.h"
 #include "files/signatures.h"
@@ -86,27 +87,6 @@ static mp_status_t tree_of(mp_library_t* library, bool existing, mp_load_setting
   return MP_OK;
 }
 
-/* Before anything of the file is mapped: its seal, which covers every byte but the payloads;
- * for a library loaded unsealed (on request), its extents at least. */
-static mp_status_t check_file(int fd, const char* path, const mp_file_id_t* id, uint32_t flags,
-                              mp_seal_v1_t* seal, bool* sealed) {
-  *sealed = false;
-  MP_RETURN_IF_ERROR(mp_elf_check_kind(fd, id->size, path));
-  mp_status_t status = mp_seal_check_fd(fd, id->size, path, seal);
-  *sealed = status == MP_OK;
-  if (status != MP_ERR_NOT_FOUND) return status;
-  if (!(flags & MP_LOAD_ALLOW_UNSEALED)) {
-    char reason[512];
-    snprintf(reason, sizeof reason, "%s", mp_error_message());
-    return mp_errorf(MP_ERR_FORMAT,
-                     "%s; export it again, or load it without the check "
-                     "(load_module(path, allow_unsealed=True); C: MP_LOAD_ALLOW_UNSEALED), "
-                     "which leaves its code, headers and blob index unchecked before dlopen",
-                     reason);
-  }
-  return mp_elf_check_fd(fd, id->size, path);
-}
-
 /* Load the library open as |fd| (the caller's until this returns; kept while loaded), known
  * in messages as |path|; for a signed library, |verified| holds the windows its copy leaves to
  * the file (NULL otherwise). Under the library lock. */
@@ -116,7 +96,7 @@ static mp_status_t load_fd(int fd, mp_file_id_t id, const char* path,
   double clock = mp_trace_now_ms();
   mp_seal_v1_t seal;
   bool sealed;
-  mp_status_t checked = check_file(fd, path, &id, settings->flags, &seal, &sealed);
+  mp_status_t checked = mp_file_check_before_dlopen(fd, path, &id, settings->flags, &seal, &sealed);
   if (checked != MP_OK) {
     close(fd);
     return checked;
@@ -161,8 +141,7 @@ static void register_all_kinds(void) {
   (void)mp_registry_add_kind(&mp_weights_kind); /* the load layer's own kind */
 }
 
-/* Every kind registered: the built-in ones and the load layer's weights kind. */
-static void register_kinds(void) {
+void mp_load_register_kinds(void) {
   pthread_once(&kinds_registered, register_all_kinds);
 }
 
@@ -187,7 +166,7 @@ mp_status_t mp_module_load(const char* path, const mp_load_options_t* options,
   mp_load_settings_t settings;
   MP_RETURN_IF_ERROR(mp_load_settings_copy(options, 0, &settings));
   if (settings.num_keys > 0) return load_signed(resolved, &settings, out_module);
-  register_kinds();
+  mp_load_register_kinds();
   mp_library_lock();
   int fd;
   mp_file_id_t id;
@@ -243,7 +222,7 @@ static mp_status_t load_signed(const char* resolved, mp_load_settings_t* setting
   }
   /* The signature covered every byte, payloads included: their checksums would add nothing. */
   settings->flags |= MP_LOAD_SKIP_PAYLOAD_CHECKSUMS;
-  register_kinds();
+  mp_load_register_kinds();
   mp_library_lock();
   status = load_fd(verified.fd, verified.id, resolved, settings, &verified, out_module);
   mp_library_unlock();
@@ -325,7 +304,7 @@ mp_status_t mp_module_load_system_lib(const mp_system_lib_t* lib, mp_module_t** 
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_system_lib: NULL out_module");
   *out_module = NULL;
   MP_RETURN_IF_ERROR(check_system_lib(lib));
-  register_kinds();
+  mp_load_register_kinds();
   mp_library_lock();
   mp_library_t* library;
   bool existing;
@@ -372,7 +351,7 @@ mp_status_t mp_module_load_memory(const void* data, uint64_t size, const mp_load
   char name[64];
   snprintf(name, sizeof name, "<library in memory: %" PRIu64 " bytes, copy %" PRIu64 ">", size,
            id.inode);
-  register_kinds();
+  mp_load_register_kinds();
   mp_library_lock();
   mp_status_t status = load_fd(fd, id, name, &settings, NULL, out_module);
   mp_library_unlock();
@@ -385,7 +364,7 @@ mp_status_t mp_module_load_from_payload(const char* type_key, mp_const_byte_span
   *out_module = NULL;
   if (!type_key)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_from_payload: NULL type key");
-  register_kinds();
+  mp_load_register_kinds();
   mp_loader_fn_t loader;
   void* user_data;
   MP_RETURN_IF_ERROR(mp_registry_find_loader(type_key, &loader, &user_data));
@@ -402,23 +381,23 @@ mp_status_t mp_module_load_from_payload(const char* type_key, mp_const_byte_span
 /* ---- the loader registry's public face ----------------------------------------------------- */
 
 mp_status_t mp_loader_register(const char* type_key, mp_loader_fn_t fn, void* user_data) {
-  register_kinds(); /* so a user's key cannot take a built-in kind's, or "weights" */
+  mp_load_register_kinds(); /* so a user's key cannot take a built-in kind's, or "weights" */
   return mp_registry_add_loader(type_key, fn, user_data);
 }
 
 mp_status_t mp_loader_unregister(const char* type_key) {
-  register_kinds();
+  mp_load_register_kinds();
   return mp_registry_remove_loader(type_key);
 }
 
 uint64_t mp_loader_list(char* buffer, uint64_t capacity) {
-  register_kinds();
+  mp_load_register_kinds();
   return mp_registry_list_loaders(buffer, capacity);
 }
 
 const char* mp_kind_launch_tag(const char* type_key, uint32_t index) {
   if (!type_key) return NULL;
-  register_kinds();
+  mp_load_register_kinds();
   const mp_kind_t* kind = mp_registry_find_kind(type_key);
   return kind && index < kind->launch_tag_count ? kind->launch_tags[index] : NULL;
 }
@@ -434,7 +413,7 @@ mp_status_t mp_weights_load(const char* path, const mp_load_options_t* options,
   MP_RETURN_IF_ERROR(resolve(path, resolved));
   mp_load_settings_t settings;
   MP_RETURN_IF_ERROR(mp_load_settings_copy(options, 0, &settings));
-  register_kinds();
+  mp_load_register_kinds();
   mp_status_t status = mp_weights_module_open(resolved, &settings, out_module);
   mp_load_settings_free(&settings);
   return status;

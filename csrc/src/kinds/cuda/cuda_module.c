@@ -360,8 +360,9 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
 /* ---- describing and loading -------------------------------------------------------------------
  */
 
-/* The variants (arch, kind, size; a fatbin's arches under "contains"; PTX's ISA version; the
- * kernels an image defines when not all) and the kernels' signatures and launch tags. */
+/* The variants (arch, kind, offset in the payload and size, so tools can write the code out; a
+ * fatbin's arches under "contains"; PTX's ISA version; the kernels an image defines when not
+ * all) and the kernels' signatures and launch tags. */
 static mp_status_t cuda_describe(mp_module_t* self, char* buffer, uint64_t capacity,
                                  uint64_t* out_length) {
   mp_cuda_module_t* m = mp_module_impl(self);
@@ -377,8 +378,9 @@ static mp_status_t cuda_describe(mp_module_t* self, char* buffer, uint64_t capac
     }
     mp_json_printf(&j, "%s{\"arch\": ", v ? ", " : "");
     mp_json_string(&j, arch);
-    mp_json_printf(&j, ", \"kind\": \"%s\", \"size\": %" PRIu64,
-                   mp_cuda_variant_kind_names[variant->kind], variant->size);
+    mp_json_printf(&j, ", \"kind\": \"%s\", \"offset\": %" PRIu64 ", \"size\": %" PRIu64,
+                   mp_cuda_variant_kind_names[variant->kind],
+                   (uint64_t)(variant->data - m->payload), variant->size);
     if (variant->kind == MP_CUDA_VARIANT_PTX) {
       mp_json_printf(&j, ", \"ptx_isa\": ");
       mp_json_string(&j, variant->ptx_isa);

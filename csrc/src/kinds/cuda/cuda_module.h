@@ -34,6 +34,7 @@ bool mp_cuda_variant_defines(const mp_cuda_variant_t* variant, uint32_t k);
 typedef struct {
   mp_kernel_table_t table; /* first: the kernel table's vtable entries read it from impl */
   char* name;              /* NULL when unnamed */
+  const uint8_t* payload;  /* where the payload starts: variants are described by offset */
   uint32_t variant_count;
   mp_cuda_variant_t* variants;
   /* Per device, made at its first launch (guarded by |lock|): the images loaded so far, by

@@ -135,6 +135,7 @@ mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, const mp_kind_t* kind,
                                   mp_const_byte_span_t payload) {
   mp_reader_t r = {payload.data, payload.size, 0, "cuda payload"};
   uint32_t version, reserved, count;
+  m->payload = payload.data;
   if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
     return mp_reader_error(&r, "header");
   if (version == 0 || version > MP_CUDA_PAYLOAD_VERSION)

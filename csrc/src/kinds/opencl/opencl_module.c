@@ -29,6 +29,8 @@ typedef struct {
   mp_kernel_table_t table; /* first: the kernel table's vtable entries read it from impl */
   char* source;
   uint64_t source_size;
+  uint64_t source_offset; /* in the payload, and each binary's (tools write them out) */
+  const uint8_t* payload;
   char* build_options; /* "" when the payload has none (version 1) */
   char* name;          /* NULL when unnamed */
   uint32_t binary_count;
@@ -216,8 +218,10 @@ static mp_status_t parse(opencl_module_t* m, mp_const_byte_span_t payload) {
                      version, MP_OPENCL_PAYLOAD_VERSION);
   if (reserved != 0)
     return mp_errorf(MP_ERR_FORMAT, "opencl payload: reserved header field is not 0");
-  if (!mp_read_u64(&r, &source_size) || !mp_read_bytes(&r, source_size, &source))
-    return mp_reader_error(&r, "source");
+  m->payload = payload.data;
+  if (!mp_read_u64(&r, &source_size)) return mp_reader_error(&r, "source");
+  m->source_offset = r.pos;
+  if (!mp_read_bytes(&r, source_size, &source)) return mp_reader_error(&r, "source");
   m->source = malloc(source_size + 1);
   if (!m->source) return mp_out_of_memory("the OpenCL source");
   memcpy(m->source, source, source_size);
@@ -261,12 +265,15 @@ static mp_status_t parse(opencl_module_t* m, mp_const_byte_span_t payload) {
   return MP_OK;
 }
 
-/* Kernel signatures, launch tags and the devices that have prebuilt binaries. */
+/* The source's and each prebuilt binary's place in the payload (tools write them out), the
+ * build options, kernel signatures and launch tags. */
 static mp_status_t opencl_describe(mp_module_t* self, char* buffer, uint64_t capacity,
                                    uint64_t* out_length) {
   opencl_module_t* m = mp_module_impl(self);
   mp_json_t j = {buffer, capacity, 0};
-  mp_json_printf(&j, "\"source_bytes\": %" PRIu64 ", \"build_options\": ", m->source_size);
+  mp_json_printf(&j, "\"source_bytes\": %" PRIu64 ", \"source_offset\": %" PRIu64
+                     ", \"build_options\": ",
+                 m->source_size, m->source_offset);
   mp_json_string(&j, m->build_options ? m->build_options : "");
   mp_json_printf(&j, ", ");
   mp_kernel_table_describe(&j, &m->table);
@@ -274,7 +281,8 @@ static mp_status_t opencl_describe(mp_module_t* self, char* buffer, uint64_t cap
   for (uint32_t b = 0; b < m->binary_count; ++b) {
     mp_json_printf(&j, "%s{\"device\": ", b ? ", " : "");
     mp_json_string(&j, m->binaries[b].key);
-    mp_json_printf(&j, ", \"size\": %" PRIu64 "}", m->binaries[b].size);
+    mp_json_printf(&j, ", \"offset\": %" PRIu64 ", \"size\": %" PRIu64 "}",
+                   (uint64_t)(m->binaries[b].data - m->payload), m->binaries[b].size);
   }
   mp_json_printf(&j, "]");
   *out_length = j.length;

@@ -1,0 +1,102 @@
+/* mp_library_check_file (modpack.h): every check a load makes short of running the library,
+ * so that tools (modpack inspect, verify, extract) and the loader give one verdict on every
+ * file: the checks before dlopen (load/file_check.c), the blob and its payloads read from the
+ * file instead of the library's image, and the weight files the library refers to. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* realpath */
+#endif
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/blob.h"
+#include "core/error.h"
+#include "core/registry.h"
+#include "load/file_check.h"
+#include "load/kinds.h"
+#include "load/load_settings.h"
+#include "load/weights_kind.h"
+
+/* The blob where the seal says, parsed from a read-only mapping of the file (payload checksums
+ * as |flags| say), and each payload a registered loader knows given to it: what a load does
+ * after dlopen, from the file instead of the library's image. */
+static mp_status_t check_blob(int fd, const char* path, const mp_seal_v1_t* seal, uint32_t flags,
+                              int32_t* out_stage) {
+  void* map = mmap(NULL, (size_t)seal->file_size, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED)
+    return mp_errorf(MP_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+  const uint8_t* blob_bytes = (const uint8_t*)map + seal->blob_offset;
+  mp_blob_t* blob = NULL;
+  *out_stage = MP_CHECK_BLOB;
+  mp_status_t status = mp_blob_parse((mp_const_byte_span_t){blob_bytes, seal->blob_size},
+                                     flags | MP_LOAD_SKIP_PAYLOAD_CHECKSUMS, &blob);
+  if (status == MP_OK && !(flags & MP_LOAD_SKIP_PAYLOAD_CHECKSUMS)) {
+    *out_stage = MP_CHECK_PAYLOADS;
+    status = mp_blob_verify_payloads(blob);
+  }
+  if (status != MP_OK) status = mp_error_prefix(status, "'%s': %s", path, MP_BLOB_SYMBOL);
+  mp_blob_info_t info = {0};
+  if (blob) mp_blob_info(blob, &info);
+  for (uint64_t i = 0; status == MP_OK && i < info.module_count; ++i) {
+    mp_blob_module_t entry;
+    mp_blob_module(blob, i, &entry);
+    /* The runtime's own kinds only: a kind registered by the caller (a Python loader, say)
+     * is the caller's to judge, and running it here would run it twice. */
+    if (strcmp(entry.type_key, MP_LIB_TYPE_KEY) == 0 || !mp_registry_find_kind(entry.type_key))
+      continue;
+    mp_module_t* module = NULL;
+    status = mp_module_load_from_payload(
+        entry.type_key, (mp_const_byte_span_t){blob_bytes + entry.payload_offset,
+                                               entry.payload_size},
+        &module);
+    mp_module_release(module);
+    if (status != MP_OK)
+      status = mp_error_prefix(status, "'%s': module[%llu] (%s)", path,
+                               (unsigned long long)i, entry.type_key);
+  }
+  mp_blob_free(blob);
+  munmap(map, (size_t)seal->file_size);
+  return status;
+}
+
+mp_status_t mp_library_check_file(const char* path, const mp_load_options_t* options,
+                                  int32_t* out_stage) {
+  int32_t stage_slot;
+  int32_t* stage = out_stage ? out_stage : &stage_slot;
+  *stage = MP_CHECK_FILE;
+  if (!path) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_library_check_file: NULL path");
+  char resolved[PATH_MAX];
+  if (!realpath(path, resolved))
+    return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
+                     strerror(errno));
+  mp_load_register_kinds();
+  mp_load_settings_t settings;
+  MP_RETURN_IF_ERROR(mp_load_settings_copy(options, 0, &settings));
+  int fd;
+  mp_file_id_t id;
+  mp_status_t status = mp_file_open(resolved, &fd, &id);
+  mp_seal_v1_t seal;
+  bool sealed = false;
+  if (status == MP_OK) {
+    *stage = MP_CHECK_SEAL;
+    status = mp_file_check_before_dlopen(fd, resolved, &id, settings.flags, &seal, &sealed);
+  }
+  /* The file's own bytes first, then the files it refers to (a load checks those before
+   * dlopen, the blob after: the verdict differs from a load only in which of two faults it
+   * names first). */
+  if (status == MP_OK && sealed && seal.blob_size > 0)
+    status = check_blob(fd, resolved, &seal, settings.flags, stage);
+  mp_weight_files_t held = {0};
+  if (status == MP_OK && sealed) {
+    *stage = MP_CHECK_WEIGHT_FILES;
+    status = mp_weights_precheck(fd, &seal, resolved, &settings, &held);
+  }
+  if (status == MP_OK) *stage = 0;
+  mp_weight_files_release(&held);
+  if (fd >= 0) close(fd);
+  mp_load_settings_free(&settings);
+  return status;
+}

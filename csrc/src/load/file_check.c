@@ -1,0 +1,43 @@
+/* The checks of a library file before dlopen (load/file_check.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "load/file_check.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "files/seal.h"
+#include "load/elf_check.h"
+
+/* What a file that carries no seal is, for the message: one made by TVM, or else unsealed. */
+static mp_status_t unsealed(int fd, const char* path, const mp_file_id_t* id) {
+  char reason[512];
+  snprintf(reason, sizeof reason, "%s", mp_error_message());
+  static const char* const tvm_symbols[] = {"__tvm_ffi__library_bin", "__tvm_dev_mblob"};
+  for (size_t i = 0; i < sizeof tvm_symbols / sizeof tvm_symbols[0]; ++i)
+    if (mp_elf_defines_symbol(fd, id->size, tvm_symbols[i]))
+      return mp_errorf(MP_ERR_INCOMPATIBLE,
+                       "'%s' is a library made by Apache TVM (it defines %s), not by modpack's "
+                       "export: modpack does not load TVM's libraries, but `modpack inspect` and "
+                       "`modpack extract` read them (module tree, kernels, device code)",
+                       path, tvm_symbols[i]);
+  return mp_errorf(MP_ERR_FORMAT,
+                   "%s; export it again, or load it without the check "
+                   "(load_module(path, allow_unsealed=True); C: MP_LOAD_ALLOW_UNSEALED), "
+                   "which leaves its code, headers and blob index unchecked before dlopen",
+                   reason);
+}
+
+mp_status_t mp_file_check_before_dlopen(int fd, const char* path, const mp_file_id_t* id,
+                                        uint32_t flags, mp_seal_v1_t* seal, bool* sealed) {
+  *sealed = false;
+  MP_RETURN_IF_ERROR(mp_elf_check_kind(fd, id->size, path));
+  mp_status_t status = mp_seal_check_fd(fd, id->size, path, seal);
+  *sealed = status == MP_OK;
+  if (status != MP_ERR_NOT_FOUND) return status;
+  if (!(flags & MP_LOAD_ALLOW_UNSEALED)) return unsealed(fd, path, id);
+  return mp_elf_check_fd(fd, id->size, path);
+}
+
