@@ -1,6 +1,8 @@
-"""The libFuzzer target over the trust boundary (csrc/tests/fuzz_payloads.c: the blob reader and
-each built-in kind's payload loader, under AddressSanitizer and UBSan) runs for a short, fixed
-time from its seed corpus and finds nothing. A longer run: csrc/tests/README.md."""
+"""The libFuzzer targets, under AddressSanitizer and UBSan, run for a short, fixed time from
+their seed corpora and find nothing: the one over the trust boundary (csrc/tests/fuzz_payloads.c:
+the blob reader and each built-in kind's payload loader) and the one over the arrays host code
+receives (csrc/tests/fuzz_dltensor.c: crafted DLTensors against the signature checker, the
+untyped wrappers and copies). A longer run: csrc/tests/README.md."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from conftest import ROOT, run
 
 SECONDS = int(os.environ.get("MODPACK_FUZZ_SECONDS", "20"))
+DLTENSOR_SECONDS = int(os.environ.get("MODPACK_FUZZ_DLTENSOR_SECONDS", "12"))
 
 pytestmark = pytest.mark.skipif(
     shutil.which("clang") is None or shutil.which("cmake") is None,
@@ -23,13 +26,20 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def fuzzer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fuzz_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both targets, built once over one sanitized copy of the runtime."""
     build = tmp_path_factory.mktemp("fuzz-build")
     env = {**os.environ, "CC": "clang"}
     run("cmake", "-S", ROOT, "-B", build, "-DMODPACK_BUILD_FUZZERS=ON", "-DMODPACK_BUILD_TESTS=OFF",
         "-DMODPACK_WERROR=ON", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", env=env)
-    run("cmake", "--build", build, "-j2", "--target", "modpack_fuzz_payloads", env=env)
-    return build / "modpack_fuzz_payloads"
+    run("cmake", "--build", build, "-j2", "--target", "modpack_fuzz_payloads",
+        "modpack_fuzz_dltensor", env=env)
+    return build
+
+
+@pytest.fixture(scope="module")
+def fuzzer(fuzz_build: Path) -> Path:
+    return fuzz_build / "modpack_fuzz_payloads"
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +67,61 @@ def test_a_short_fuzzing_run_finds_nothing(fuzzer: Path, corpus: Path, tmp_path:
         [fuzzer, f"-max_total_time={SECONDS}", "-seed=1", "-timeout=10", "-rss_limit_mb=2048",
          f"-artifact_prefix={artifacts}/", corpus],
         capture_output=True, text=True, timeout=SECONDS + 120,
+    )
+    found = sorted(p.name for p in artifacts.iterdir())
+    assert proc.returncode == 0 and not found, (
+        f"the fuzzer found {found} (kept in {artifacts}):\n{proc.stderr[-6000:]}"
+    )
+    assert "Done" in proc.stderr, proc.stderr[-2000:]
+
+
+# ---- the arrays host code receives ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dltensor_fuzzer(fuzz_build: Path) -> Path:
+    return fuzz_build / "modpack_fuzz_dltensor"
+
+
+@pytest.fixture(scope="module")
+def dltensor_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("dltensor-corpus")
+    run(sys.executable, ROOT / "csrc" / "tests" / "make_dltensor_corpus.py", folder)
+    seeds = {p.name for p in folder.iterdir()}
+    assert {"dltensor-affine", "dltensor-shape-2^32x2^32", "dltensor-byte-offset-2^63",
+            "dltensor-strides-below-zero", "dltensor-copy"} <= seeds, sorted(seeds)
+    return folder
+
+
+def test_the_dltensor_seeds_are_checked_as_expected(dltensor_fuzzer: Path, dltensor_corpus: Path):
+    """Every seed runs without a finding; the well-formed calls are accepted (and so read whole
+    under ASan) and each audit case is refused, saying why (MODPACK_FUZZ_VERBOSE prints each
+    check's outcome)."""
+    outcomes = {}
+    for seed in sorted(dltensor_corpus.iterdir()):
+        proc = subprocess.run([dltensor_fuzzer, seed], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "MODPACK_FUZZ_VERBOSE": "1"})
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        lines = [line for line in proc.stderr.splitlines() if line.startswith('"')]
+        assert len(lines) == 1, proc.stderr[-2000:]
+        outcomes[seed.name.removeprefix("dltensor-")] = lines[0].split('": ', 1)[1]
+    accepted = {name for name, outcome in outcomes.items() if outcome == "accepted"}
+    assert accepted == {"affine", "affine-empty", "column-negative-strides", "column-transposed",
+                        "shapes", "matmul", "vectors", "empty-rows", "device", "text-signature",
+                        "copy"}, outcomes
+    assert "its byte_offset 9223372036854775808 is more than" in outcomes["byte-offset-2^63"]
+    assert "wraps around the address space" in outcomes["data-plus-offset-wraps"]
+    assert "below address 0" in outcomes["strides-below-zero"]
+
+
+def test_a_short_dltensor_fuzzing_run_finds_nothing(dltensor_fuzzer: Path, dltensor_corpus: Path,
+                                                    tmp_path: Path):
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    proc = subprocess.run(
+        [dltensor_fuzzer, f"-max_total_time={DLTENSOR_SECONDS}", "-seed=1", "-timeout=10",
+         "-rss_limit_mb=2048", f"-artifact_prefix={artifacts}/", dltensor_corpus],
+        capture_output=True, text=True, timeout=DLTENSOR_SECONDS + 120,
     )
     found = sorted(p.name for p in artifacts.iterdir())
     assert proc.returncode == 0 and not found, (

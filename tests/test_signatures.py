@@ -1,9 +1,12 @@
 """Typed array parameters (MP_EXPORT_TYPED_*, mp_backend_check_args): every call is checked
 against the declared dtype, rank, extents, devices, layout and alignment before host code
-runs, and a wrong call changes nothing."""
+runs, and a wrong call changes nothing. Arrays whose bytes cannot be addressed (sizes, strides
+or byte_offset overflowing, data that wraps: modpack/tensor_span.h) are refused by typed and
+untyped functions alike, and by copies."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import subprocess
 import sys
@@ -77,6 +80,15 @@ MP_EXPORT_PACKED(check) {
     return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "check(signature, ...)");
   return mp_backend_check_args("check", args[0].v_str, args + 1, num_args - 1);
 }
+
+/* Count their runs, so a test sees that a refused call never reached the code. */
+static int64_t runs = 0;
+static int64_t touch(const DLTensor* x) { (void)x; return ++runs; }
+MP_EXPORT_TYPED_FUNC(touch, int64_t, "x: any[...] strided", const DLTensor*)
+static int64_t touch_untyped(const DLTensor* x) { (void)x; return ++runs; }
+MP_EXPORT_FUNC(touch_untyped, int64_t, const DLTensor*)
+static int64_t run_count(void) { return runs; }
+MP_EXPORT_FUNC0(run_count, int64_t)
 
 /* Host-code bugs in the signature itself: reported, never a crash or a wrong read. */
 static int64_t unclosed(const DLTensor* x) { return x->ndim; }
@@ -275,6 +287,270 @@ int main(int argc, char** argv) {
     out = run(exe, library_path)
     assert out.startswith("1 affine: argument 1 (out) must be float32[n] cpu: dimension 0 is 3, "
                           "but n = 8 from argument 0 (x)"), out
+
+
+# ---- arrays whose bytes cannot be addressed ---------------------------------------------------
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+FLOAT32 = (2, 32, 1)
+REAL = object()  # data: a real 4 KiB buffer
+
+
+class Crafted:
+    """A DLPack capsule over a DLTensor written field by field, as a faulty or hostile producer
+    can hand one over (the capsule goes to the call as it is: nothing normalises it on the way).
+    Keeps its parts alive."""
+
+    def __init__(self, shape, *, dtype=FLOAT32, strides=None, byte_offset=0, data=REAL,
+                 device=(1, 0)):
+        self.buffer = np.zeros(4096, np.uint8)
+        self.shape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        self.strides = None if strides is None else (ctypes.c_int64 * len(strides))(*strides)
+        self.managed = DLManagedTensor()
+        t = self.managed.dl_tensor
+        t.data = self.buffer.ctypes.data if data is REAL else data
+        t.device = DLDevice(*device)
+        t.ndim = len(shape)
+        t.dtype = DLDataType(*dtype)
+        t.shape = ctypes.cast(self.shape, ctypes.POINTER(ctypes.c_int64))
+        if self.strides is not None:
+            t.strides = ctypes.cast(self.strides, ctypes.POINTER(ctypes.c_int64))
+        t.byte_offset = byte_offset
+        self.capsule = _capsule_new(ctypes.addressof(self.managed), b"dltensor", None)
+
+
+MAX = r"9223372036854775807"  # PTRDIFF_MAX
+TOP = 0xFFFF_FFFF_FFFF_F000  # the last page of a 64-bit address space
+
+# Each array a DLPack producer could pass before, and why it is refused now. "compact" ones are
+# also passed to affine, whose parameters take compact float32 vectors only.
+OVERFLOW_CASES = {
+    "shape [2^32, 2^32] over 4 KiB": (
+        dict(shape=[1 << 32, 1 << 32]), False,
+        rf"its shape \[4294967296, 4294967296\] of 4-byte elements is more than {MAX} "
+        r"bytes \(PTRDIFF_MAX\)"),
+    "extents times itemsize wrap to 0": (
+        dict(shape=[1 << 62]), True,
+        rf"its shape \[4611686018427387904\] of 4-byte elements is more than {MAX} "
+        r"bytes \(PTRDIFF_MAX\)"),
+    "2^63 bytes": (
+        dict(shape=[1 << 61]), True,
+        rf"its shape \[2305843009213693952\] of 4-byte elements is more than {MAX} "
+        r"bytes \(PTRDIFF_MAX\)"),
+    "an empty array with an impossible extent": (
+        dict(shape=[0, 1 << 62]), False,
+        rf"its shape \[0, 4611686018427387904\] of 4-byte elements is more than {MAX} "
+        r"bytes \(PTRDIFF_MAX\)"),
+    "a negative extent": (dict(shape=[4, -1]), False, r"dimension 1 is negative \(-1\)"),
+    "elements of no size": (
+        dict(shape=[1 << 40, 1 << 40], dtype=(2, 0, 1)), False,
+        r"its elements have no size \(a dtype of 0 bits and 1 lanes\)"),
+    "byte_offset 2^63": (
+        dict(shape=[4], byte_offset=1 << 63), True,
+        rf"its byte_offset 9223372036854775808 is more than {MAX} \(PTRDIFF_MAX\)$"),
+    "byte_offset plus the bytes past PTRDIFF_MAX": (
+        dict(shape=[1024], byte_offset=(1 << 63) - 1024), True,
+        rf"its byte_offset 9223372036854774784 plus the 4096 bytes its elements reach is more "
+        rf"than {MAX} \(PTRDIFF_MAX\)$"),
+    "data plus byte_offset wraps": (
+        dict(shape=[4], data=TOP, byte_offset=0x2000), True,
+        r"its data pointer 0xfffffffffffff000 plus byte_offset 8192 wraps around the address "
+        r"space"),
+    "the elements wrap past the end": (
+        dict(shape=[2048], data=TOP), True,
+        r"its elements end 8192 bytes past data 0xfffffffffffff000 \+ byte_offset 0, past the "
+        r"end of the address space"),
+    "strides times extents overflow": (
+        dict(shape=[4], strides=[1 << 62]), False,
+        rf"its strides \[4611686018427387904\] over shape \[4\] \(of 4-byte elements\) reach "
+        rf"more than {MAX} bytes \(PTRDIFF_MAX\)"),
+    "a stride of INT64_MIN": (
+        dict(shape=[2, 2], strides=[-(1 << 63), 1]), False,
+        rf"its strides \[-9223372036854775808, 1\] over shape \[2, 2\] \(of 4-byte elements\) "
+        rf"reach more than {MAX} bytes \(PTRDIFF_MAX\)"),
+    "negative strides below address 0": (
+        dict(shape=[8192], strides=[-1], data=0x1000), False,
+        r"its elements start 32764 bytes below data 0x1000 \+ byte_offset 0 \(negative "
+        r"strides\), below address 0"),
+    "a strided span wrapping past the end": (
+        dict(shape=[8], dtype=(0, 8, 1), strides=[1 << 45], data=0xFFFF_8000_0000_0000), False,
+        r"its elements end 246290604621825 bytes past data 0xffff800000000000 \+ byte_offset 0, "
+        r"past the end of the address space"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OVERFLOW_CASES))
+def test_arrays_whose_bytes_cannot_be_addressed_never_reach_host_code(lib, case):
+    fields, compact, why = OVERFLOW_CASES[case]
+    x = Crafted(**fields)
+    runs = lib["run_count"]()
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"^touch: argument 0 \(x\) must be any\[\.\.\.\] strided: " + why):
+        lib["touch"](x.capsule)
+    # Untyped functions too: their wrapper refuses it with the same words.
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"^touch_untyped: argument 0 is an array whose bytes cannot be "
+                             r"addressed: " + why):
+        lib["touch_untyped"](x.capsule)
+    assert lib["run_count"]() == runs  # neither ran
+    if compact:
+        out = np.full(8, -7.0, np.float32)
+        with pytest.raises(modpack.ArgumentError,
+                           match=r"^affine: argument 0 \(x\) must be float32\[n\] cpu: " + why):
+            lib["affine"](x.capsule, out)
+        assert (out == -7).all()
+
+
+def test_empty_strided_and_reversed_arrays_stay_valid(lib):
+    runs = lib["run_count"]()
+    for fields in (dict(shape=[0], data=None), dict(shape=[0, 3], data=None, strides=[0, 0]),
+                   dict(shape=[3, 0], strides=[1 << 62, -(1 << 62)]), dict(shape=[]),
+                   dict(shape=[1, 4], strides=[1 << 62, 1]),  # extent 1: its stride reaches nothing
+                   dict(shape=[4, 3], strides=[-3, 1], byte_offset=36)):
+        assert lib["touch"](Crafted(**fields).capsule) == runs + 1
+        assert lib["touch_untyped"](Crafted(**fields).capsule) == runs + 2
+        runs += 2
+    out = np.zeros(0, np.float32)
+    lib["affine"](Crafted([0], data=None).capsule, out)
+    m = np.arange(12, dtype=np.float64).reshape(3, 4)
+    assert lib["column_sum"](m[::-1], 1) == m[:, 1].sum()  # numpy's negative strides
+    assert lib["column_sum"](m[::-1, ::-2], 0) == m[:, 3].sum()
+
+
+def test_devices_are_named_as_the_runtime_names_them(lib):
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"^check: argument 0 \(x\) must be float32\[n\] opencl: it is on "
+                             r"cpu:0$"):
+        lib["check"]("x: float32[n] opencl", np.zeros(3, np.float32))
+    with pytest.raises(modpack.ArgumentError, match=r"must be float32\[n\] cpu: it is on cuda:1$"):
+        lib["check"]("x: float32[n] cpu", Crafted([4], device=(2, 1)).capsule)
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"must be float32\[n\] cpu: it is on DLPack device type 13, device 0 "
+                             r"\(a type this runtime does not know\)$"):
+        lib["check"]("x: float32[n] cpu", Crafted([4], device=(13, 0)).capsule)
+
+
+COPIES = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include "modpack/modpack.h"
+
+/* Crafted DLTensors through the C API: a typed and an untyped host function called with
+ * mp_function_call, then the runtime's own readers of arrays (copies, sizes). */
+static void report(const char* what, mp_status_t s) {
+  printf("%s: %d %s\n", what, (int)s, s ? mp_error_message() : "ok");
+}
+
+int main(int argc, char** argv) {
+  (void)argc;
+  mp_module_t* root;
+  mp_function_t *typed, *untyped, *count;
+  if (mp_module_load_from_file(argv[1], 0, &root) ||
+      mp_module_get_function(root, "touch", 1, &typed) ||
+      mp_module_get_function(root, "touch_untyped", 1, &untyped) ||
+      mp_module_get_function(root, "run_count", 1, &count))
+    return 2;
+  static float buffer[1024];
+  int64_t huge[2] = {INT64_C(1) << 32, INT64_C(1) << 32}, wide = INT64_C(1) << 62, n = 1024;
+  int64_t down = -1, far = INT64_C(1) << 62;
+  DLTensor cases[] = {
+      {buffer, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, huge, NULL, 0},
+      {buffer, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, &wide, NULL, 0},
+      {buffer, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, &n, NULL, UINT64_C(1) << 63},
+      {(void*)(uintptr_t)UINT64_C(0xfffffffffffff000), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, &n,
+       NULL, 0},
+      {(void*)(uintptr_t)0x100, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, &n, &down, 0},
+      {buffer, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, &n, &far, 0},
+  };
+  const char* names[] = {"shape", "itemsize", "offset", "wrap", "below", "strides"};
+  mp_value_t ret;
+  for (int i = 0; i < 6; ++i) {
+    mp_value_t arg = mp_tensor(&cases[i]);
+    char what[64];
+    snprintf(what, sizeof what, "typed %s", names[i]);
+    report(what, mp_function_call(typed, &arg, 1, &ret));
+    snprintf(what, sizeof what, "untyped %s", names[i]);
+    report(what, mp_function_call(untyped, &arg, 1, &ret));
+  }
+  report("run_count", mp_function_call(count, NULL, 0, &ret));
+  printf("runs: %lld\n", (long long)ret.v_int64);
+
+  /* A copy reads one array and writes another: both must be addressable. */
+  DLTensor good = {buffer, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, &n, NULL, 0};
+  int64_t wrapped_n = (INT64_C(1) << 62) + 4; /* 4 * extent wraps to 16 bytes */
+  DLTensor wrapped = {buffer, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, &wrapped_n, NULL, 0};
+  report("copy from", mp_array_copy(&wrapped, &good));
+  report("copy to", mp_array_copy(&good, &cases[3]));
+  printf("nbytes: %llu %llu %llu\n", (unsigned long long)mp_array_nbytes(&good),
+         (unsigned long long)mp_array_nbytes(&wrapped),
+         (unsigned long long)mp_array_nbytes(&cases[0]));
+  DLDevice cpu = {kDLCPU, 0};
+  void* top = (void*)(uintptr_t)UINT64_C(0xfffffffffffffff0);
+  report("device copy offset", mp_device_copy(buffer, UINT64_C(1) << 63, cpu, buffer, 0, cpu, 16));
+  report("device copy wrap", mp_device_copy(buffer, 0, cpu, top, 0, cpu, 64));
+  report("device copy fine", mp_device_copy(buffer, 0, cpu, buffer, 64, cpu, 64));
+  mp_function_release(typed);
+  mp_function_release(untyped);
+  mp_function_release(count);
+  mp_module_release(root);
+  return 0;
+}
+"""
+
+
+def test_c_callers_and_copies_get_the_same_refusals(library_path, runtime_prefix, tmp_path):
+    from conftest import build_c_program, run
+    exe = build_c_program(runtime_prefix, COPIES, tmp_path / "copies")
+    lines = dict(line.split(": ", 1) for line in run(exe, library_path).splitlines())
+    typed = "1 touch: argument 0 (x) must be any[...] strided: "
+    untyped = "1 touch_untyped: argument 0 is an array whose bytes cannot be addressed: "
+    expected = {
+        "shape": "its shape [4294967296, 4294967296] of 4-byte elements is more than",
+        "itemsize": "its shape [4611686018427387904] of 4-byte elements is more than",
+        "offset": "its byte_offset 9223372036854775808 is more than",
+        "wrap": "its elements end 4096 bytes past data 0xfffffffffffff000",
+        "below": "its elements start 4092 bytes below data 0x100 ",
+        "strides": "its strides [4611686018427387904] over shape [1024]",
+    }
+    for name, why in expected.items():
+        assert lines[f"typed {name}"].startswith(typed + why), lines[f"typed {name}"]
+        assert lines[f"untyped {name}"].startswith(untyped + why), lines[f"untyped {name}"]
+    assert lines["runs"] == "0"  # host code never ran
+    assert lines["copy from"].startswith(
+        "1 array copy refuses the source array: its shape [4611686018427387908] of 4-byte "
+        "elements is more than 9223372036854775807 bytes"), lines["copy from"]
+    assert lines["copy to"].startswith(
+        "1 array copy refuses the destination array: its elements end 4096 bytes past data "
+        "0xfffffffffffff000"), lines["copy to"]
+    assert lines["nbytes"] == "4096 0 0"  # never a wrapped product
+    assert lines["device copy offset"].startswith("1 mp_device_copy: 16 bytes at offset "
+                                                  "9223372036854775808 of the source"), lines
+    assert lines["device copy wrap"].startswith("1 mp_device_copy: 64 bytes at offset 0 of the "
+                                                "destination"), lines
+    assert lines["device copy fine"] == "0 ok"
 
 
 def test_inspect_shows_each_signature(library_path):

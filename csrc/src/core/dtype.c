@@ -55,10 +55,13 @@ bool mp_dtype_is_valid(DLDataType dtype) {
 
 bool mp_tensor_is_compact(const DLTensor* t) {
   if (!t->strides) return true;
+  /* Once the product of the inner extents overflows, no stride can equal it, so only
+   * dimensions of extent 1 (whose stride does not matter) can follow. */
   int64_t expected = 1;
+  bool overflowed = false;
   for (int32_t d = t->ndim - 1; d >= 0; --d) {
-    if (t->shape[d] != 1 && t->strides[d] != expected) return false;
-    expected *= t->shape[d];
+    if (t->shape[d] != 1 && (overflowed || t->strides[d] != expected)) return false;
+    overflowed = overflowed || __builtin_mul_overflow(expected, t->shape[d], &expected);
   }
   return true;
 }

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/bytes.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "modpack/tensor_span.h"
 
 enum { MP_ARRAY_MAX_NDIM = 32 };
 
@@ -18,10 +18,13 @@ typedef struct {
   int64_t shape[];
 } mp_array_t;
 
+/* 0 for an array whose size cannot be computed (no shape, elements of no size, a negative
+ * extent, more than PTRDIFF_MAX bytes: mp_tensor_layout's rules), never a wrapped product: code
+ * that reads or allocates that many bytes then touches nothing, and mp_array_copy refuses such
+ * an array by name. */
 uint64_t mp_array_nbytes(const DLTensor* array) {
-  uint64_t n = ((uint64_t)array->dtype.bits * array->dtype.lanes + 7) / 8;
-  for (int32_t d = 0; d < array->ndim; ++d) n *= (uint64_t)array->shape[d];
-  return n;
+  mp_tensor_span_t span;
+  return array && mp_tensor_layout(array, &span) == MP_SPAN_OK ? span.nbytes : 0;
 }
 
 mp_status_t mp_array_empty(const int64_t* shape, int32_t ndim, DLDataType dtype, DLDevice device,
@@ -30,15 +33,16 @@ mp_status_t mp_array_empty(const int64_t* shape, int32_t ndim, DLDataType dtype,
   if (ndim < 0 || ndim > MP_ARRAY_MAX_NDIM || (ndim > 0 && !shape))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array ndim %d must be in [0, %d]", (int)ndim,
                      MP_ARRAY_MAX_NDIM);
-  if (dtype.bits == 0 || dtype.lanes == 0)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array dtype has 0 bits or lanes");
-  uint64_t nbytes = ((uint64_t)dtype.bits * dtype.lanes + 7) / 8;
-  for (int32_t d = 0; d < ndim; ++d) {
-    if (shape[d] < 0 || !mp_mul_u64(nbytes, (uint64_t)shape[d], &nbytes) ||
-        nbytes > (uint64_t)INT64_MAX)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array shape[%d] = %lld is negative or too large",
-                       (int)d, (long long)shape[d]);
+  /* The same rules as every array the runtime reads (modpack/tensor_span.h). */
+  DLTensor layout = {NULL, device, ndim, dtype, (int64_t*)shape, NULL, 0};
+  mp_tensor_span_t span;
+  mp_span_status_t problem = mp_tensor_layout(&layout, &span);
+  if (problem != MP_SPAN_OK) {
+    char why[400];
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array too large or malformed: %s",
+                     mp_tensor_span_describe(&layout, problem, &span, why, sizeof why));
   }
+  uint64_t nbytes = span.nbytes;
   mp_array_t* a = calloc(1, sizeof *a + (size_t)(ndim ? ndim : 1) * sizeof(int64_t));
   if (!a) return mp_out_of_memory("an array");
   mp_status_t status = mp_device_alloc(device, nbytes ? nbytes : 1, &a->tensor.data);
@@ -70,7 +74,21 @@ void mp_array_release(DLTensor* array) {
   free(a);
 }
 
+/* |array| as one side of a copy: every byte it reaches addressable (mp_tensor_span). */
+static mp_status_t check_copy_side(const DLTensor* array, const char* side,
+                                   mp_tensor_span_t* out_span) {
+  if (!array) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array copy: the %s array is NULL", side);
+  mp_span_status_t problem = mp_tensor_span(array, out_span);
+  if (problem == MP_SPAN_OK) return MP_OK;
+  char why[400];
+  return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array copy refuses the %s array: %s", side,
+                   mp_tensor_span_describe(array, problem, out_span, why, sizeof why));
+}
+
 mp_status_t mp_array_copy(const DLTensor* from, DLTensor* to) {
+  mp_tensor_span_t from_span, to_span;
+  MP_RETURN_IF_ERROR(check_copy_side(from, "source", &from_span));
+  MP_RETURN_IF_ERROR(check_copy_side(to, "destination", &to_span));
   if (from->ndim != to->ndim || from->dtype.code != to->dtype.code ||
       from->dtype.bits != to->dtype.bits || from->dtype.lanes != to->dtype.lanes)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT,
@@ -83,7 +101,7 @@ mp_status_t mp_array_copy(const DLTensor* from, DLTensor* to) {
   if (!mp_tensor_is_compact(from) || !mp_tensor_is_compact(to))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array copy needs compact (row-major) arrays");
   return mp_device_copy(from->data, from->byte_offset, from->device, to->data, to->byte_offset,
-                        to->device, mp_array_nbytes(from));
+                        to->device, from_span.nbytes);
 }
 
 static void managed_deleter(DLManagedTensor* self) {

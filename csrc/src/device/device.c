@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/registry.h"
 #include "kinds/builtin.h"
+#include "modpack/tensor_span.h"
 
 /* ---- CPU ---------------------------------------------------------------------------------- */
 
@@ -161,6 +162,21 @@ mp_status_t mp_device_free(DLDevice device, void* data) {
 mp_status_t mp_device_copy(const void* from, uint64_t from_offset, DLDevice from_device, void* to,
                            uint64_t to_offset, DLDevice to_device, uint64_t nbytes) {
   if (nbytes == 0) return MP_OK;
+  /* Both ranges addressable before any device sees them (modpack/tensor_span.h's rules). */
+  const void* ends[2] = {from, to};
+  const uint64_t offsets[2] = {from_offset, to_offset};
+  for (int side = 0; side < 2; ++side) {
+    if (!ends[side])
+      return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_device_copy: the %s pointer is NULL",
+                       side ? "destination" : "source");
+    if (!mp_byte_range_fits(ends[side], offsets[side], nbytes))
+      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                       "mp_device_copy: %" PRIu64 " bytes at offset %" PRIu64 " of the %s (%p) "
+                       "leave the address space (an offset or a size over %td bytes, or an "
+                       "address that wraps)",
+                       nbytes, offsets[side], side ? "destination" : "source", ends[side],
+                       (ptrdiff_t)PTRDIFF_MAX);
+  }
   const mp_device_api_t *from_api = NULL, *to_api = NULL;
   mp_status_t status = check_device(from_device, &from_api);
   if (status == MP_OK) status = check_device(to_device, &to_api);

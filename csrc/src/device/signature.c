@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "modpack/tensor_span.h"
 
 enum {
   MAX_RANK = 32,       /* as arrays anywhere in modpack */
@@ -258,13 +259,16 @@ static const char* shape_string(const DLTensor* t, char* buffer, size_t capacity
   return buffer;
 }
 
-/* "opencl:0", as users name devices. */
+/* "cpu:0", "cuda:1", "opencl:0": the runtime's name of the device type and the device id, as
+ * users name devices; a type this runtime does not know by its DLPack number. */
 static const char* device_string(DLDevice device, char* buffer, size_t capacity) {
   const char* type = mp_device_type_name(device.device_type);
   if (type)
     snprintf(buffer, capacity, "%s:%d", type, (int)device.device_id);
   else
-    snprintf(buffer, capacity, "device type %d:%d", (int)device.device_type, (int)device.device_id);
+    snprintf(buffer, capacity,
+             "DLPack device type %d, device %d (a type this runtime does not know)",
+             (int)device.device_type, (int)device.device_id);
   return buffer;
 }
 
@@ -301,7 +305,7 @@ static mp_status_t check_array(checker_t* c, const array_spec_t* spec, int32_t a
   if (value->type_code != MP_TYPE_DLTENSOR || !value->v_tensor)
     return ARG_ERROR("got %s", mp_type_code_name(value->type_code));
   const DLTensor* t = value->v_tensor;
-  char got[64];
+  char got[128];
   if (!spec->any_dtype && (t->dtype.code != spec->dtype.code || t->dtype.bits != spec->dtype.bits ||
                            t->dtype.lanes != spec->dtype.lanes))
     return ARG_ERROR("its dtype is %s", mp_dtype_string(t->dtype, got, sizeof got));
@@ -311,7 +315,10 @@ static mp_status_t check_array(checker_t* c, const array_spec_t* spec, int32_t a
       return ARG_ERROR("it is on %s", device_string(t->device, got, sizeof got));
   }
   if (t->ndim < 0 || t->ndim > MAX_RANK || (t->ndim > 0 && !t->shape))
-    return ARG_ERROR("it has %d dimensions%s", (int)t->ndim, t->ndim > 0 ? " and no shape" : "");
+    return ARG_ERROR("it has %d dimensions%s", (int)t->ndim,
+                     t->ndim > MAX_RANK ? " (at most 32)"
+                     : t->ndim > 0      ? " and no shape"
+                                        : "");
   if (!spec->any_shape && t->ndim != spec->ndim)
     return ARG_ERROR("it has %d dimension%s", (int)t->ndim, t->ndim == 1 ? "" : "s");
   bool empty = false;
@@ -323,11 +330,19 @@ static mp_status_t check_array(checker_t* c, const array_spec_t* spec, int32_t a
   if (!spec->any_shape)
     for (int32_t d = 0; d < t->ndim; ++d)
       MP_RETURN_IF_ERROR(check_extent(c, spec, arg, param, t, d));
+  if (!empty && !t->data) return ARG_ERROR("%s", "its data pointer is NULL");
+  /* Every byte its elements reach must be addressable without overflow, before anything
+   * (the compactness check included) multiplies its extents or strides. */
+  mp_tensor_span_t span;
+  mp_span_status_t problem = mp_tensor_span(t, &span);
+  if (problem != MP_SPAN_OK) {
+    char why[400];
+    return ARG_ERROR("%s", mp_tensor_span_describe(t, problem, &span, why, sizeof why));
+  }
   if (!spec->strided && !mp_tensor_is_compact(t))
     return ARG_ERROR("%s",
                      "it is strided, not compact row-major (pass a contiguous copy: "
                      "numpy.ascontiguousarray), or declare the parameter `strided`");
-  if (!empty && !t->data) return ARG_ERROR("%s", "its data pointer is NULL");
   /* The C type an element is read as must be aligned: a complex number as its parts. */
   uint64_t align = t->dtype.bits / 8u;
   if (t->dtype.code == kDLComplex) align /= 2;

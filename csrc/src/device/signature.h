@@ -14,8 +14,10 @@
  *           `[...]` or no brackets any rank and shape;
  *   flags   device type names (`cpu`, `cuda`, `opencl`: the array must be on one of them) and
  *           `strided` (accept any strides; without it the array must be compact row-major).
- * Every array must also be aligned to its element size. Entries without a type (scalars) are
- * named only; their C type is checked by the wrapper. */
+ * Every array must also be aligned to its element size, and reach only addressable bytes (the
+ * rules of modpack/tensor_span.h: no extent, stride or byte_offset whose bytes overflow, no data
+ * its elements wrap around from). Entries without a type (scalars) are named only; their C type
+ * is checked by the wrapper. */
 #ifndef MODPACK_DEVICE_SIGNATURE_H_
 #define MODPACK_DEVICE_SIGNATURE_H_
 

@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/registry.h"
 
 void mp_kernel_info_free(mp_kernel_info_t* info) {
   free(info->name);
@@ -172,6 +173,21 @@ mp_status_t mp_kernel_check_local(const mp_kernel_info_t* info, uint32_t index,
   return MP_OK;
 }
 
+/* "cpu:0", "opencl:1": the device an array is on, as users name devices (the CPU is the
+ * runtime's own; every other device type comes with its kind). */
+static const char* array_device(DLDevice device, char* buffer, size_t capacity) {
+  const mp_device_api_t* api =
+      device.device_type == kDLCPU ? NULL : mp_registry_find_device(device.device_type);
+  const char* type = device.device_type == kDLCPU ? "cpu" : api ? api->name : NULL;
+  if (type)
+    snprintf(buffer, capacity, "%s:%d", type, (int)device.device_id);
+  else
+    snprintf(buffer, capacity,
+             "DLPack device type %d, device %d (a type this runtime does not know)",
+             (int)device.device_type, (int)device.device_id);
+  return buffer;
+}
+
 mp_status_t mp_kernel_check_devices(const mp_kernel_info_t* info, const mp_value_t* const* params,
                                     const mp_device_api_t* device, const char* how_to_create,
                                     int32_t* out_device) {
@@ -182,11 +198,12 @@ mp_status_t mp_kernel_check_devices(const mp_kernel_info_t* info, const mp_value
     if (info->args[i].kind != MP_KERNEL_ARG_BUFFER || params[i]->type_code == MP_TYPE_NONE)
       continue;
     const DLTensor* t = params[i]->v_tensor;
+    char where[128];
     if ((int32_t)t->device.device_type != device->device_type)
       return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                       "%s: argument %u is an array on device type %d, not on %s %s device; "
-                       "create it with %s",
-                       info->name, i, (int)t->device.device_type, article, kind, how_to_create);
+                       "%s: argument %u is an array on %s, not on %s %s device; create it with %s",
+                       info->name, i, array_device(t->device, where, sizeof where), article, kind,
+                       how_to_create);
     if (*out_device < 0)
       *out_device = t->device.device_id;
     else if (*out_device != t->device.device_id)
