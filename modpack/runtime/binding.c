@@ -9,6 +9,7 @@ uintptr_t modpack_calls_api(void) {
       .size = sizeof table,
       .function_call = mp_function_call,
       .function_retain = mp_function_retain,
+      .function_release = mp_function_release,
       .module_get_function = mp_module_get_function,
   };
   return (uintptr_t)&table;

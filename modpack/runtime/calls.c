@@ -1,6 +1,10 @@
-/* modpack.runtime._calls: the one path from Python values to the packed calling convention.
+/* modpack.runtime._calls: the one path from Python values to the packed calling convention, and
+ * modpack.Function, the type of the functions it calls.
  *
- * Every call from Python goes through call(): ints, floats, None, str, modpack arrays and
+ * A Function is a C object holding its mp_function_t; calling one goes straight from Python's
+ * vectorcall into the conversion below, with no Python frame, attribute lookup or argument tuple
+ * in between (the cost of a call that itself takes nanoseconds). Every call from Python goes
+ * through call_function(): ints, floats, None, str, modpack arrays and
  * functions, numpy arrays (through the buffer protocol, in place) and DLPack capsules become
  * tagged values here, and the call runs without the GIL. What this file cannot take as it is
  * (a numpy scalar, an object with __dlpack__, a bfloat16 array, an int past 64 bits, ...) is
@@ -12,6 +16,7 @@
  * passed, InternalError for what only a bug in modpack reaches. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -21,12 +26,10 @@ enum { STACK_ARGS = 16, MAX_NDIM = 32 };
 
 static const modpack_calls_api_t* api; /* from init() */
 static PyObject* array_type;           /* modpack.Array: `_address` is its DLTensor* */
-static PyObject* function_type;        /* modpack.Function: `_address` is its mp_function_t* */
 static PyObject* local_memory_type;    /* modpack.local_memory(): `nbytes` */
 static PyObject* ndarray_type;
 static PyObject* buffer_formats; /* dict: buffer format -> (code, bits, lanes) */
 static PyObject* normalize;      /* normalize(value, index) -> a form convert() takes */
-static PyObject* make_function;  /* make_function(address) -> Function (a new reference) */
 static PyObject* make_error;     /* make_error(status) -> the exception for a failed call */
 static PyObject* argument_error; /* modpack.ArgumentError */
 static PyObject* internal_error; /* modpack.InternalError */
@@ -64,12 +67,77 @@ static PyObject* internal(const char* format, ...) {
   return NULL;
 }
 
+/* modpack.Function: one runtime reference to an mp_function_t, and the name it was found by. */
+typedef struct {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  mp_function_t* function;
+  PyObject* name;
+  PyObject* weakrefs;
+} FunctionObject;
+
+static PyTypeObject FunctionType;
+static PyObject* function_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
+                                     PyObject* kwnames);
+
+/* A Function taking over one reference to |function|. */
+static PyObject* new_function(mp_function_t* function, PyObject* name) {
+  FunctionObject* self = PyObject_GC_New(FunctionObject, &FunctionType);
+  if (!self) {
+    api->function_release(function);
+    return NULL;
+  }
+  self->vectorcall = function_vectorcall;
+  self->function = function;
+  self->name = Py_NewRef(name);
+  self->weakrefs = NULL;
+  PyObject_GC_Track(self);
+  return (PyObject*)self;
+}
+
 static int address_of(PyObject* obj, void** out) {
   PyObject* address = PyObject_GetAttr(obj, address_name);
   if (!address) return -1;
   *out = PyLong_AsVoidPtr(address);
   Py_DECREF(address);
   return *out || !PyErr_Occurred() ? 0 : -1;
+}
+
+/* A (code, bits, lanes) tuple as a DLDataType; 0 (no Python error set) when it is not one. */
+static int dtype_of_tuple(PyObject* dtype, DLDataType* out) {
+  unsigned int code, bits, lanes;
+  if (!PyArg_ParseTuple(dtype, "III", &code, &bits, &lanes)) {
+    PyErr_Clear();
+    return 0;
+  }
+  *out = (DLDataType){(uint8_t)code, (uint8_t)bits, (uint16_t)lanes};
+  return 1;
+}
+
+/* The DLDataType of a buffer format ("<f", "d", "?", ...), from the one dtype table
+ * (buffer_formats, made by dtypes.py), remembered for the few formats a program passes: a
+ * call looks its arrays' formats up without making a str or parsing a tuple. */
+enum { FORMAT_CACHE = 8, FORMAT_MAX = 8 };
+static struct {
+  char format[FORMAT_MAX];
+  DLDataType dtype;
+} format_cache[FORMAT_CACHE];
+static int format_cache_used;
+
+static int dtype_of_format(const char* format, DLDataType* out) {
+  for (int i = 0; i < format_cache_used; ++i)
+    if (strcmp(format_cache[i].format, format) == 0) {
+      *out = format_cache[i].dtype;
+      return 1;
+    }
+  PyObject* dtype = PyDict_GetItemString(buffer_formats, format);
+  if (!dtype || !dtype_of_tuple(dtype, out)) return 0;
+  if (strlen(format) < FORMAT_MAX) { /* the GIL is held: no race on the cache */
+    int slot = format_cache_used < FORMAT_CACHE ? format_cache_used++ : FORMAT_CACHE - 1;
+    strcpy(format_cache[slot].format, format);
+    format_cache[slot].dtype = *out;
+  }
+  return 1;
 }
 
 /* |obj|'s buffer as a CPU DLTensor of |dtype| (code, bits, lanes). 1: done; 0: not possible
@@ -81,12 +149,9 @@ static int buffer_tensor(PyObject* obj, PyObject* dtype, mp_value_t* out, arg_ar
   }
   array->has_view = 1;
   Py_buffer* v = &array->view;
-  if (!dtype) dtype = PyDict_GetItemString(buffer_formats, v->format ? v->format : "B");
-  unsigned int code, bits, lanes;
-  if (!dtype || !PyArg_ParseTuple(dtype, "III", &code, &bits, &lanes)) {
-    PyErr_Clear();
+  DLDataType dl;
+  if (!(dtype ? dtype_of_tuple(dtype, &dl) : dtype_of_format(v->format ? v->format : "B", &dl)))
     return 0;
-  }
   if (v->ndim > MAX_NDIM) return 0;
   int compact = PyBuffer_IsContiguous(v, 'C');
   for (int d = 0; d < v->ndim; ++d) {
@@ -97,7 +162,6 @@ static int buffer_tensor(PyObject* obj, PyObject* dtype, mp_value_t* out, arg_ar
     }
   }
   if (v->ndim == 0) array->shape[0] = 1; /* a DLTensor's shape is never NULL */
-  DLDataType dl = {(uint8_t)code, (uint8_t)bits, (uint16_t)lanes};
   array->tensor = (DLTensor){
       v->buf, {kDLCPU, 0}, v->ndim, dl, array->shape, compact ? NULL : array->strides, 0};
   out->type_code = MP_TYPE_DLTENSOR;
@@ -141,9 +205,10 @@ static int convert(PyObject* obj, int index, mp_value_t* out, arg_array_t* array
   } else if ((PyObject*)type == array_type) {
     out->type_code = MP_TYPE_DLTENSOR;
     return address_of(obj, (void**)&out->v_tensor);
-  } else if ((PyObject*)type == function_type) {
+  } else if (type == &FunctionType) {
     out->type_code = MP_TYPE_FUNCTION;
-    return address_of(obj, &out->v_handle);
+    out->v_handle = ((FunctionObject*)obj)->function;
+    return 0;
   } else if ((PyObject*)type == local_memory_type) {
     PyObject* nbytes = PyObject_GetAttrString(obj, "nbytes");
     if (!nbytes) return -1;
@@ -192,9 +257,13 @@ static PyObject* result_of(const mp_value_t* ret) {
       return ret->v_str ? PyUnicode_FromString(ret->v_str) : Py_NewRef(Py_None);
     case MP_TYPE_HANDLE:
       return PyLong_FromVoidPtr(ret->v_handle);
-    case MP_TYPE_FUNCTION: /* the caller's reference: the Function object takes it over */
+    case MP_TYPE_FUNCTION: { /* the caller's reference: the Function object takes it over */
       api->function_retain(ret->v_handle);
-      return PyObject_CallFunction(make_function, "N", PyLong_FromVoidPtr(ret->v_handle));
+      PyObject* name = PyUnicode_FromString("<returned>");
+      PyObject* result = name ? new_function(ret->v_handle, name) : NULL;
+      Py_XDECREF(name);
+      return result;
+    }
     default:
       return internal("a function returned a value of unknown type code %d",
                       (int)ret->type_code);
@@ -209,16 +278,11 @@ static PyObject* raise_status(mp_status_t status) {
   return NULL;
 }
 
-/* call(function_address, *args) -> the function's result */
-static PyObject* calls_call(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
-  (void)module;
-  if (!api) return internal("modpack.runtime._calls is not initialised");
-  if (nargs < 1) return internal("call() needs a function");
-  if (nargs - 1 > INT32_MAX / 2)
-    return PyErr_Format(argument_error, "%zd arguments: at most %d", nargs - 1, INT32_MAX / 2);
-  mp_function_t* function = PyLong_AsVoidPtr(args[0]);
-  if (!function) return PyErr_Occurred() ? NULL : internal("call() of a NULL function");
-  int32_t n = (int32_t)(nargs - 1);
+/* Call |function| with the |n| Python values at |args|. */
+static PyObject* call_function(mp_function_t* function, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs > INT32_MAX / 2)
+    return PyErr_Format(argument_error, "%zd arguments: at most %d", nargs, INT32_MAX / 2);
+  int32_t n = (int32_t)nargs;
   mp_value_t stack_values[STACK_ARGS + 1];
   arg_array_t stack_arrays[STACK_ARGS];
   PyObject* stack_keep[STACK_ARGS];
@@ -239,7 +303,7 @@ static PyObject* calls_call(PyObject* module, PyObject* const* args, Py_ssize_t 
   for (; converted < n; ++converted) {
     arrays[converted].has_view = 0;
     keep[converted] = NULL;
-    if (convert(args[converted + 1], converted, &values[converted], &arrays[converted],
+    if (convert(args[converted], converted, &values[converted], &arrays[converted],
                 &keep[converted], 0) != 0) {
       ++converted; /* its view and replacement, if any, are released below */
       goto done;
@@ -259,7 +323,102 @@ done:
   return result;
 }
 
-/* lookup(module_address, name, query_imports) -> the address of a new function reference */
+/* Function(*args): Python's vectorcall lands here directly. */
+static PyObject* function_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
+                                     PyObject* kwnames) {
+  if (kwnames && PyTuple_GET_SIZE(kwnames) > 0)
+    return PyErr_Format(argument_error, "%U takes positional arguments only",
+                        ((FunctionObject*)self)->name);
+  return call_function(((FunctionObject*)self)->function, args, PyVectorcall_NARGS(nargsf));
+}
+
+static void function_dealloc(PyObject* self) {
+  FunctionObject* f = (FunctionObject*)self;
+  PyObject_GC_UnTrack(self);
+  if (f->weakrefs) PyObject_ClearWeakRefs(self);
+  if (f->function && api) api->function_release(f->function);
+  Py_XDECREF(f->name);
+  PyObject_GC_Del(self);
+}
+
+static int function_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(((FunctionObject*)self)->name);
+  return 0;
+}
+
+static PyObject* function_repr(PyObject* self) {
+  return PyUnicode_FromFormat("<modpack.Function %U>", ((FunctionObject*)self)->name);
+}
+
+static PyObject* function_address(PyObject* self, void* closure) {
+  (void)closure;
+  return PyLong_FromVoidPtr(((FunctionObject*)self)->function);
+}
+
+/* Function._from_address(address, name="<returned>"): a Function taking over the reference
+ * at |address| (for functions the runtime hands to Python callbacks). */
+static PyObject* function_from_address(PyObject* cls, PyObject* const* args, Py_ssize_t nargs) {
+  (void)cls;
+  if (nargs < 1 || nargs > 2) return internal("_from_address(address, name=...)");
+  mp_function_t* function = PyLong_AsVoidPtr(args[0]);
+  if (!function) return PyErr_Occurred() ? NULL : internal("_from_address of NULL");
+  PyObject* name = nargs == 2 ? Py_NewRef(args[1]) : PyUnicode_FromString("<returned>");
+  if (!name) return NULL;
+  PyObject* result = new_function(function, name);
+  Py_DECREF(name);
+  return result;
+}
+
+static PyMemberDef function_members[] = {
+    {"name", T_OBJECT, offsetof(FunctionObject, name), READONLY, "the name it was found by"},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(FunctionObject, weakrefs), READONLY, NULL},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(FunctionObject, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef function_getset[] = {
+    {"_address", function_address, NULL, "the mp_function_t*, as an int", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef function_methods[] = {
+    {"_from_address", (PyCFunction)(void (*)(void))function_from_address,
+     METH_FASTCALL | METH_CLASS, "A Function taking over the reference at an address."},
+    {NULL, NULL, 0, NULL},
+};
+
+#ifndef Py_TPFLAGS_HAVE_VECTORCALL
+#define Py_TPFLAGS_HAVE_VECTORCALL _Py_TPFLAGS_HAVE_VECTORCALL
+#endif
+
+static PyTypeObject FunctionType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "modpack.Function",
+    .tp_doc = "A function from a loaded module, called with Python scalars and arrays.\n\n"
+              "Holds a runtime reference, so the module it came from (and the library its code "
+              "lives in) stays loaded for as long as the function object exists.",
+    .tp_basicsize = sizeof(FunctionObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    /* no tp_new: Function objects come from Module.get_function() */
+    .tp_dealloc = function_dealloc,
+    .tp_traverse = function_traverse,
+    .tp_repr = function_repr,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(FunctionObject, vectorcall),
+    .tp_weaklistoffset = offsetof(FunctionObject, weakrefs),
+    .tp_members = function_members,
+    .tp_getset = function_getset,
+    .tp_methods = function_methods,
+};
+
+/* call(function, *args) -> the function's result (the same as function(*args)) */
+static PyObject* calls_call(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  (void)module;
+  if (!api) return internal("modpack.runtime._calls is not initialised");
+  if (nargs < 1 || Py_TYPE(args[0]) != &FunctionType) return internal("call() needs a Function");
+  return call_function(((FunctionObject*)args[0])->function, args + 1, nargs - 1);
+}
+
+/* lookup(module_address, name, query_imports) -> a Function */
 static PyObject* calls_lookup(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   (void)module;
   if (!api) return internal("modpack.runtime._calls is not initialised");
@@ -279,7 +438,7 @@ static PyObject* calls_lookup(PyObject* module, PyObject* const* args, Py_ssize_
   Py_BEGIN_ALLOW_THREADS;
   status = api->module_get_function(owner, name, query_imports, &function);
   Py_END_ALLOW_THREADS;
-  return status == MP_OK ? PyLong_FromVoidPtr(function) : raise_status(status);
+  return status == MP_OK ? new_function(function, args[1]) : raise_status(status);
 }
 
 static void capsule_destructor(PyObject* capsule) {
@@ -300,15 +459,14 @@ static PyObject* calls_dlpack_capsule(PyObject* module, PyObject* address) {
   return PyCapsule_New(managed, "dltensor", capsule_destructor);
 }
 
-/* init(api_address, Array, Function, LocalMemory, ndarray, buffer_formats, normalize,
- *      make_function, make_error, ArgumentError, InternalError); kept for the life of the
- * process. */
+/* init(api_address, Array, LocalMemory, ndarray, buffer_formats, normalize, make_error,
+ *      ArgumentError, InternalError); kept for the life of the process. */
 static PyObject* calls_init(PyObject* module, PyObject* args) {
   (void)module;
   PyObject* address;
-  PyObject *a, *f, *local, *nd, *formats, *norm, *make_fn, *make_err, *arg_err, *int_err;
-  if (!PyArg_ParseTuple(args, "OOOOOO!OOOOO", &address, &a, &f, &local, &nd, &PyDict_Type,
-                        &formats, &norm, &make_fn, &make_err, &arg_err, &int_err))
+  PyObject *a, *local, *nd, *formats, *norm, *make_err, *arg_err, *int_err;
+  if (!PyArg_ParseTuple(args, "OOOOO!OOOO", &address, &a, &local, &nd, &PyDict_Type, &formats,
+                        &norm, &make_err, &arg_err, &int_err))
     return NULL;
   const modpack_calls_api_t* table = PyLong_AsVoidPtr(address);
   if (!table) return PyErr_Occurred() ? NULL : internal("init() with a NULL table");
@@ -318,12 +476,10 @@ static PyObject* calls_init(PyObject* module, PyObject* args) {
                         "sources (table of %u bytes, expected %zu): reinstall modpack",
                         table->size, sizeof *table);
   array_type = Py_NewRef(a);
-  function_type = Py_NewRef(f);
   local_memory_type = Py_NewRef(local);
   ndarray_type = Py_NewRef(nd);
   buffer_formats = Py_NewRef(formats);
   normalize = Py_NewRef(norm);
-  make_function = Py_NewRef(make_fn);
   make_error = Py_NewRef(make_err);
   argument_error = Py_NewRef(arg_err);
   internal_error = Py_NewRef(int_err);
@@ -336,7 +492,7 @@ static PyObject* calls_init(PyObject* module, PyObject* args) {
 static PyMethodDef methods[] = {
     {"init", calls_init, METH_VARARGS, "Connect to the runtime (see modpack/runtime/function.py)."},
     {"call", (PyCFunction)(void (*)(void))calls_call, METH_FASTCALL,
-     "call(function_address, *args): call an mp_function_t with Python arguments."},
+     "call(function, *args): call a Function with Python arguments."},
     {"lookup", (PyCFunction)(void (*)(void))calls_lookup, METH_FASTCALL,
      "lookup(module_address, name, query_imports): look up an mp_function_t."},
     {"dlpack_capsule", calls_dlpack_capsule, METH_O,
@@ -357,7 +513,13 @@ static struct PyModuleDef calls_module = {
 };
 
 PyMODINIT_FUNC PyInit__calls(void) {
+  if (PyType_Ready(&FunctionType) < 0) return NULL;
   PyObject* module = PyModule_Create(&calls_module);
+  Py_INCREF(&FunctionType);
+  if (module && PyModule_AddObject(module, "Function", (PyObject*)&FunctionType) != 0) {
+    Py_DECREF(&FunctionType);
+    Py_CLEAR(module);
+  }
   /* The most dimensions an array passed by a call may have (values.py names the limit). */
   if (module && PyModule_AddIntConstant(module, "MAX_NDIM", MAX_NDIM) != 0) Py_CLEAR(module);
   return module;

@@ -15,6 +15,7 @@ typedef struct {
   mp_status_t (*function_call)(mp_function_t* function, const mp_value_t* args, int32_t num_args,
                                mp_value_t* out_ret);
   void (*function_retain)(mp_function_t* function);
+  void (*function_release)(mp_function_t* function);
   mp_status_t (*module_get_function)(mp_module_t* module, const char* name, int32_t query_imports,
                                      mp_function_t** out_function);
 } modpack_calls_api_t;

@@ -6,58 +6,23 @@ one path from Python values to the calling convention, and runs the call without
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..errors import ArgumentError, InternalError
 from . import _calls
 from .array import Array
-from .binding import error_from_status, ffi, lib
+from .binding import error_from_status, lib
 from .dtypes import BUFFER_FORMATS
 from .values import LocalMemory, normalize
 
 __all__ = ["Function", "lookup"]
 
-_call = _calls.call
-_release = lib.mp_function_release
+Function = _calls.Function
+"""A function from a loaded module, called with Python scalars and arrays (a C type: calling
+one goes from Python's vectorcall straight into the conversion, no Python frame in between).
 
-
-class Function:
-    """A function from a loaded module, called with Python scalars and arrays.
-
-    Holds a runtime reference, so the module it came from (and the library its code lives in)
-    stays loaded for as long as the function object exists.
-    """
-
-    __slots__ = ("__weakref__", "_address", "name")
-
-    def __init__(self) -> None:
-        raise ArgumentError("Function objects come from Module.get_function()")
-
-    @classmethod
-    def _from_address(cls, address: int, name: str = "<returned>") -> Function:
-        """Wrap the mp_function_t at |address|, taking over one reference."""
-        self = object.__new__(cls)
-        self._address = address
-        self.name = name
-        return self
-
-    def __del__(self) -> None:
-        try:
-            _release(ffi.cast("mp_function_t*", self._address))
-        except (AttributeError, TypeError):  # half-built, or the interpreter is shutting down
-            pass
-
-    @property
-    def _handle(self) -> Any:
-        return ffi.cast("mp_function_t*", self._address)
-
-    def __call__(self, *args: Any) -> Any:
-        return _call(self._address, *args)
-
-    def __repr__(self) -> str:
-        return f"<modpack.Function {self.name}>"
+Holds a runtime reference, so the module it came from (and the library its code lives in)
+stays loaded for as long as the function object exists."""
 
 
 def lookup(module_address: int, name: str, query_imports: bool) -> Function:
@@ -70,8 +35,8 @@ def lookup(module_address: int, name: str, query_imports: bool) -> Function:
     ``lib["f32/Xgemm"]`` on a library's root expects."""
     if isinstance(name, str) and "/" in name:
         query_imports = True
-    return Function._from_address(_calls.lookup(module_address, name, query_imports), name)
+    return _calls.lookup(module_address, name, query_imports)
 
 
-_calls.init(lib.modpack_calls_api(), Array, Function, LocalMemory, np.ndarray, BUFFER_FORMATS,
-            normalize, Function._from_address, error_from_status, ArgumentError, InternalError)
+_calls.init(lib.modpack_calls_api(), Array, LocalMemory, np.ndarray, BUFFER_FORMATS, normalize,
+            error_from_status, ArgumentError, InternalError)
