@@ -27,6 +27,7 @@ from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
+from .compat import zip_strict
 from .errors import FormatError, MissingFileError, ModpackError
 from .format.layout import (
     BLOB_SYMBOL,
@@ -42,6 +43,7 @@ from .format.tar_seal import check_tar_seal, has_tar_seal
 from .interop.tvm import BLOB_SYMBOLS as TVM_BLOB_SYMBOLS
 from .interop.tvm import read_tvm_blob
 from .runtime.binding import error_from_status, ffi, lib
+from .runtime.dtypes import dtype_name
 from .toolchain.demangle import demangle, is_mangled
 from .verdict import Verdict, check_file
 from .weight_reports import inspect_weight_file, is_weight_file
@@ -565,7 +567,7 @@ def _contents(type_key: str, payload: Any, size: int) -> dict[str, Any]:
             t = tensor[0]
             arrays.append({
                 "name": ffi.string(name[0]).decode(),
-                "dtype": _dl_dtype(t.dtype),
+                "dtype": dtype_name(t.dtype.code, t.dtype.bits, t.dtype.lanes),
                 "shape": [t.shape[d] for d in range(t.ndim)],
             })
         contents = {"functions": functions, "arrays": arrays, **_describe(module)}
@@ -585,7 +587,7 @@ def _add_demangled(kernels: list[dict[str, Any]]) -> None:
         readable = demangle([k.get("symbol", k["name"]) for k in mangled])
     except (ModpackError, OSError, subprocess.SubprocessError):
         return
-    for kernel, text in zip(mangled, readable, strict=True):
+    for kernel, text in zip_strict(mangled, readable):
         kernel["demangled"] = text
 
 
@@ -605,12 +607,6 @@ def _describe(module: Any) -> dict[str, Any]:
         return json.loads(ffi.string(buffer).decode())
     except ValueError:
         return {"error": "the module's description is not valid JSON"}
-
-
-def _dl_dtype(dtype: Any) -> str:
-    """The runtime's name for a DLPack dtype ("float32", "bfloat16", "float8_e4m3fn")."""
-    buffer = ffi.new("char[64]")
-    return ffi.string(lib.mp_dtype_string(dtype, buffer, 64)).decode()
 
 
 def _module(index: int, type_key: str, offset: int, size: int, checksum: int | None,

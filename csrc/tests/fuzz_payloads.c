@@ -3,9 +3,11 @@
  * (mp_weights_load), the code that reads bytes from a file before anything else looks at them.
  *
  * The first input byte chooses what the rest is: a blob (then each of its payloads goes to its
- * kind's loader too, its checksum skipped so mutated payloads get through), a payload of
- * const, opencl, cuda or weights (a reference to a weight file), or a weight file (written to
- * a scratch file and loaded, checksums and digests checked or not). Whatever loads is exercised the way inspect and lookups do: listing,
+ * kind's loader too, its checksum skipped so mutated payloads get through), a weight file
+ * (written to a scratch file and loaded, checksums and digests checked or not), a weights
+ * payload (a reference to a weight file), or a payload of a built-in kind: selectors from
+ * FIRST_BUILTIN on follow the one list of built-in kinds (mp_builtin_kind), so a new kind is
+ * fuzzed without an edit here (make_fuzz_corpus.py numbers its seeds the same way). Whatever loads is exercised the way inspect and lookups do: listing,
  * describing, looking functions up, and reading every byte of every array view (so a view
  * reaching past its payload is caught by AddressSanitizer). Nothing is called: a kernel call
  * would start a device driver. Public API only; see README.md in this folder. */
@@ -18,9 +20,24 @@
 
 #include "modpack/kind.h"
 
-/* Selectors: 0-2 and 4 a payload of kinds[selector], 3 a blob, 5 a weight file. */
-static const char* const kinds[] = {"const", "opencl", "cuda", NULL, "weights"};
-enum { BLOB = 3, WEIGHT_FILE = 5, SELECTORS = 6 };
+/* Selectors: 0 a blob, 1 a weight file, 2 a weights payload (the load layer's own kind), then
+ * one per built-in kind, in mp_builtin_kind's order. */
+enum { BLOB = 0, WEIGHT_FILE = 1, WEIGHTS_PAYLOAD = 2, FIRST_BUILTIN = 3 };
+static const char* const WEIGHTS_KIND = "weights";
+
+static uint32_t builtin_count(void) {
+  uint32_t n = 0;
+  while (mp_builtin_kind(n)) ++n;
+  return n;
+}
+
+/* Whether the blob's |type_key| has a loader the target feeds: a built-in kind or weights. */
+static int fuzzed_kind(const char* type_key) {
+  if (strcmp(type_key, WEIGHTS_KIND) == 0) return 1;
+  for (uint32_t i = 0; mp_builtin_kind(i); ++i)
+    if (strcmp(type_key, mp_builtin_kind(i)) == 0) return 1;
+  return 0;
+}
 
 static volatile uint8_t sink;
 
@@ -66,9 +83,8 @@ static void load_blob(const uint8_t* data, size_t size, uint32_t flags) {
     if (mp_blob_module(blob, i, &entry) != MP_OK) continue;
     for (uint64_t k = 0; k < entry.child_count; ++k)
       sink ^= (uint8_t)mp_blob_child(blob, entry.first_edge + k);
-    for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; ++kind)
-      if (kinds[kind] && strcmp(entry.type_key, kinds[kind]) == 0)
-        load_payload(kinds[kind], data + entry.payload_offset, entry.payload_size);
+    if (fuzzed_kind(entry.type_key))
+      load_payload(entry.type_key, data + entry.payload_offset, entry.payload_size);
   }
   mp_blob_free(blob);
 }
@@ -97,15 +113,19 @@ static void load_weight_file(const uint8_t* data, size_t size) {
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static uint32_t selectors;
+  if (!selectors) selectors = FIRST_BUILTIN + builtin_count();
   if (size == 0) return 0;
-  uint8_t selector = data[0] % SELECTORS;
+  uint32_t selector = data[0] % selectors;
   if (selector == BLOB) {
     load_blob(data + 1, size - 1, 0);
     load_blob(data + 1, size - 1, MP_LOAD_SKIP_PAYLOAD_CHECKSUMS);
   } else if (selector == WEIGHT_FILE) {
     load_weight_file(data + 1, size - 1);
+  } else if (selector == WEIGHTS_PAYLOAD) {
+    load_payload(WEIGHTS_KIND, data + 1, size - 1);
   } else {
-    load_payload(kinds[selector], data + 1, size - 1);
+    load_payload(mp_builtin_kind(selector - FIRST_BUILTIN), data + 1, size - 1);
   }
   return 0;
 }

@@ -1,7 +1,9 @@
 """Write the seed corpus of fuzz_payloads.c into a folder: the golden blob, each of its
 payloads, and small valid payloads of every built-in kind made by modpack's own writers. Each
-seed starts with the selector byte the fuzz target reads (0 const, 1 opencl, 2 cuda, 3 blob,
-4 weights payload, 5 weight file); the golden weight file and a written one are seeds too.
+seed starts with the selector byte the fuzz target reads (0 blob, 1 weight file, 2 weights
+payload, then one per built-in kind in the runtime's list, ``mp_builtin_kind``); the golden
+weight file and a written one are seeds too. Every built-in kind must have writer seeds here
+(``writer_modules``): tests/test_kind_recipe.py checks it.
 
     python csrc/tests/make_fuzz_corpus.py CORPUS_DIR
 """
@@ -15,10 +17,13 @@ from pathlib import Path
 import numpy as np
 
 import modpack
+from modpack.modules.kernel_info import builtin_kinds
 from modpack.runtime.binding import check, ffi, lib
 
 ROOT = Path(__file__).resolve().parents[2]
-SELECTOR = {"const": 0, "opencl": 1, "cuda": 2, "blob": 3, "weights": 4, "weightfile": 5}
+# The selector byte of each kind of seed, as fuzz_payloads.c reads it.
+SELECTOR = {"blob": 0, "weightfile": 1, "weights": 2,
+            **{kind: 3 + i for i, kind in enumerate(builtin_kinds())}}
 
 OPENCL = """
 kernel void scale(global float* x, float k, int n) {
@@ -59,7 +64,9 @@ def golden_seeds() -> dict[str, bytes]:
     return seeds
 
 
-def writer_seeds() -> dict[str, bytes]:
+def writer_modules() -> dict[str, modpack.BinaryModule]:
+    """Small modules of every built-in kind made by modpack's writers, by seed name (the kind,
+    then what the seed shows)."""
     const = modpack.const_module({
         "w": np.arange(12, dtype=np.float32).reshape(3, 4),
         "scalar": np.array(7, dtype=np.int64),
@@ -79,10 +86,13 @@ def writer_seeds() -> dict[str, bytes]:
     per_kernel = modpack.modules.cuda.CUDAModule(
         [dataclasses.replace(v, kernels=("vadd",)) for v in cuda_v2.variants] * 2,
         cuda_v2.functions)
-    seeds = {"const": const, "opencl": opencl, "cuda": cuda, "opencl-v2": opencl_v2,
-             "cuda-v2": cuda_v2, "cuda-per-kernel": per_kernel}
-    return {f"{name}-writer": bytes([SELECTOR[name.split("-")[0]]]) + module.save_to_binary()
-            for name, module in seeds.items()}
+    return {"const": const, "opencl": opencl, "cuda": cuda, "opencl-v2": opencl_v2,
+            "cuda-v2": cuda_v2, "cuda-per-kernel": per_kernel}
+
+
+def writer_seeds() -> dict[str, bytes]:
+    return {f"{name}-writer": bytes([SELECTOR[module.type_key]]) + module.save_to_binary()
+            for name, module in writer_modules().items()}
 
 
 def weight_seeds(scratch: Path) -> dict[str, bytes]:

@@ -1,9 +1,11 @@
 /* ctest: mp_blob_parse rejects hand-made invalid blobs with MP_ERR_FORMAT and a message that
- * says what is wrong, and never hands out a blob when it fails. Uses only the public API. */
+ * says what is wrong, and never hands out a blob when it fails; every built-in kind, from the
+ * runtime's one list (mp_builtin_kind), has a loader that refuses an empty payload and a
+ * payload of a newer version cleanly. Uses only the public API. */
 #include <stdio.h>
 #include <string.h>
 
-#include "modpack/modpack.h"
+#include "modpack/kind.h"
 
 static int failures = 0;
 
@@ -37,8 +39,37 @@ static void expect_format_error(const char* what, const uint8_t* data, uint64_t 
   }
 }
 
+/* Each built-in kind's loader is registered and refuses what it cannot read: no bytes, and a
+ * header claiming version 0xffff (every built-in payload starts with a u32 version, and a
+ * version it does not know is MP_ERR_INCOMPATIBLE, naming the upgrade). */
+static void every_builtin_kind_refuses_garbage(void) {
+  uint32_t count = 0;
+  for (const char* key; (key = mp_builtin_kind(count)) != NULL; ++count) {
+    static const uint8_t newer[16] = {0xff, 0xff, 0, 0};
+    const uint8_t* inputs[2] = {newer, newer};
+    const uint64_t sizes[2] = {0, sizeof newer};
+    for (int i = 0; i < 2; ++i) {
+      mp_module_t* module = (mp_module_t*)&failures;
+      mp_const_byte_span_t span = {inputs[i], sizes[i]};
+      mp_status_t status = mp_module_load_from_payload(key, span, &module);
+      int refused = i ? status == MP_ERR_INCOMPATIBLE
+                      : status != MP_OK && status != MP_ERR_NOT_FOUND;
+      int ok = refused && module == NULL && mp_error_message()[0] != '\0';
+      printf("%s built-in kind %s, %s payload: status %d: %s\n", ok ? "ok  " : "FAIL", key,
+             i ? "a newer" : "an empty", (int)status, mp_error_message());
+      if (!ok) ++failures;
+    }
+  }
+  if (count < 3) {
+    printf("FAIL mp_builtin_kind lists %u kinds\n", count);
+    ++failures;
+  }
+}
+
 int main(void) {
   uint8_t h[64];
+
+  every_builtin_kind_refuses_garbage();
 
   make_header(h);
   expect_format_error("truncated header", h, 16, "truncated");

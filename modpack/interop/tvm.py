@@ -19,6 +19,7 @@ import struct
 from typing import Any
 
 from ..errors import FormatError
+from ..runtime.dtypes import dtype_name
 
 __all__ = ["BLOB_SYMBOLS", "decode_device_payload", "read_tvm_blob"]
 
@@ -66,12 +67,6 @@ class _Reader:
         return self.bytes_().decode("utf-8", "replace")
 
 
-def _dtype(code: int, bits: int, lanes: int) -> str:
-    names = {0: "int", 1: "uint", 2: "float", 3: "handle", 4: "bfloat", 5: "complex", 6: "bool"}
-    base = f"{names.get(code, f'code{code}')}{bits}"
-    return base if lanes == 1 else f"{base}x{lanes}"
-
-
 def _device_payload(r: _Reader) -> dict[str, Any]:
     """TVM's CUDA/OpenCL ``SaveToBytes``: fmt, a map of function infos, the code."""
     fmt = r.str_()
@@ -79,7 +74,7 @@ def _device_payload(r: _Reader) -> dict[str, Any]:
     for _ in range(r.count()):
         key = r.str_()
         name = r.str_()
-        arg_types = [_dtype(*struct.unpack("<BBH", r.take(4))) for _ in range(r.count())]
+        arg_types = [dtype_name(*struct.unpack("<BBH", r.take(4))) for _ in range(r.count())]
         launch = [r.str_() for _ in range(r.count())]
         extra = [struct.unpack("<i", r.take(4))[0] for _ in range(r.count())]
         functions.append({"name": name or key, "arg_types": arg_types, "launch_tags": launch,

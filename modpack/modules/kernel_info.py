@@ -24,7 +24,7 @@ from ..runtime.binding import ffi, lib
 from ..runtime.dtypes import ML_DTYPE_NAMES, as_dtype, dtype_to_dl
 
 __all__ = ["BUFFER", "LOCAL", "NULL", "SCALAR", "UNTYPED_POINTER", "KernelArg", "KernelInfo",
-           "kernel_infos", "launch_tags"]
+           "builtin_kinds", "kernel_infos", "launch_tags"]
 
 BUFFER, SCALAR, LOCAL, NULL = "buffer", "scalar", "local", "null"
 _ARG_KINDS = {BUFFER: lib.MP_KERNEL_ARG_BUFFER, SCALAR: lib.MP_KERNEL_ARG_SCALAR,
@@ -37,6 +37,15 @@ MAX_LAUNCH_TAGS: int = lib.MP_KERNEL_MAX_LAUNCH_TAGS
 MAX_LAUNCH_TAG_BYTES: int = lib.MP_KERNEL_MAX_LAUNCH_TAG
 # The record's dtype code of an untyped pointer: any dtype is accepted.
 _DL_OPAQUE_HANDLE: int = lib.kDLOpaqueHandle
+
+
+def builtin_kinds() -> tuple[str, ...]:
+    """The type keys of the runtime's built-in kinds, from its one list
+    (csrc/src/kinds/builtin.c, through ``mp_builtin_kind``), in its order."""
+    kinds: list[str] = []
+    while (key := lib.mp_builtin_kind(len(kinds))) != ffi.NULL:
+        kinds.append(ffi.string(key).decode())
+    return tuple(kinds)
 
 
 def launch_tags(type_key: str) -> tuple[str, ...]:
@@ -159,7 +168,7 @@ class KernelInfo:
             if not isinstance(tag, str):
                 raise ArgumentError(f"kernel {shown}: fixed launch tag {tag!r} is not a str")
             _check_string(tag, "launch tag", MAX_LAUNCH_TAG_BYTES, f"kernel {shown}: ")
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or not (
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not (
                     0 <= value < 2**64):
                 raise ArgumentError(f"kernel {shown}: fixed {tag} must be a non-negative int, "
                                     f"got {value!r}")

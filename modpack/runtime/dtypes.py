@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError
+from .binding import ffi, lib
 
 __all__ = ["BUFFER_FORMATS", "ML_DTYPES_HINT", "ML_DTYPE_NAMES", "as_dtype", "dtype_from_dl",
-           "dtype_to_dl"]
+           "dtype_name", "dtype_to_dl"]
 
 _KIND_TO_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _CODE_TO_KIND = {0: "i", 1: "u", 2: "f", 5: "c"}
@@ -63,6 +64,14 @@ def as_dtype(dtype: Any) -> np.dtype:
         return np.dtype(dtype)
     except TypeError as exc:
         raise ArgumentError(f"{dtype!r} is not a dtype: {exc}") from None
+
+
+def dtype_name(code: int, bits: int, lanes: int) -> str:
+    """The runtime's name of a DLPack dtype ("float32", "bfloat16", "float8_e4m3fn",
+    "float32x4"): the one table of type-code names, core/dtype.c's ``mp_dtype_string``."""
+    buffer = ffi.new("char[64]")
+    dtype = ffi.new("DLDataType*", {"code": code, "bits": bits, "lanes": lanes})[0]
+    return ffi.string(lib.mp_dtype_string(dtype, buffer, 64)).decode()
 
 
 def dtype_to_dl(dtype: Any) -> tuple[int, int, int]:

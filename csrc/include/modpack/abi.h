@@ -116,6 +116,31 @@ static inline mp_value_t mp_tensor(DLTensor* v) {
   return x;
 }
 
+/* The name of an mp_value_t type code, for messages ("int", "array", ...): the one table, used
+ * by the runtime and by the wrappers compiled into host code (modpack/backend.h) alike. */
+static inline const char* mp_type_code_name(int32_t type_code) {
+  switch (type_code) {
+    case MP_TYPE_NONE:
+      return "None";
+    case MP_TYPE_INT:
+      return "int";
+    case MP_TYPE_FLOAT:
+      return "float";
+    case MP_TYPE_HANDLE:
+      return "handle";
+    case MP_TYPE_STR:
+      return "str";
+    case MP_TYPE_DLTENSOR:
+      return "array";
+    case MP_TYPE_FUNCTION:
+      return "function";
+    case MP_TYPE_LOCAL_MEMORY:
+      return "local memory";
+    default:
+      return "unknown";
+  }
+}
+
 /* Symbols inside a deployable library. Host functions are `__mp_func_<name>`. The module
  * context (see modpack/backend.h) is a set of writable pointers the runtime fills in after
  * dlopen; each is named once here, as an identifier for backend.h's definitions and as a

@@ -209,33 +209,10 @@ static inline mp_status_t mp_backend_check_args(const char* function, const char
   static mp_status_t mp__body_##name(void* self, const mp_value_t* args, int32_t num_args, \
                                      mp_value_t* out_ret)
 
-static inline const char* mp_backend__type_name(int32_t code) {
-  switch (code) {
-    case MP_TYPE_NONE:
-      return "None";
-    case MP_TYPE_INT:
-      return "int";
-    case MP_TYPE_FLOAT:
-      return "float";
-    case MP_TYPE_HANDLE:
-      return "handle";
-    case MP_TYPE_STR:
-      return "str";
-    case MP_TYPE_DLTENSOR:
-      return "DLTensor*";
-    case MP_TYPE_FUNCTION:
-      return "function";
-    case MP_TYPE_LOCAL_MEMORY:
-      return "local memory";
-    default:
-      return "unknown";
-  }
-}
-
 static inline mp_status_t mp_backend__arg_type_error(const char* fn, int32_t i, const char* want,
                                                      const mp_value_t* v) {
   return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT, "%s: argument %d must be %s, got %s", fn,
-                           (int)i, want, mp_backend__type_name(v->type_code));
+                           (int)i, want, mp_type_code_name(v->type_code));
 }
 
 /* Integer arguments: accept MP_TYPE_INT within the C type's range. */

@@ -65,26 +65,3 @@ bool mp_tensor_is_compact(const DLTensor* t) {
   }
   return true;
 }
-
-const char* mp_type_code_name(int32_t type_code) {
-  switch (type_code) {
-    case MP_TYPE_NONE:
-      return "None";
-    case MP_TYPE_INT:
-      return "int";
-    case MP_TYPE_FLOAT:
-      return "float";
-    case MP_TYPE_HANDLE:
-      return "handle";
-    case MP_TYPE_STR:
-      return "str";
-    case MP_TYPE_DLTENSOR:
-      return "array";
-    case MP_TYPE_FUNCTION:
-      return "function";
-    case MP_TYPE_LOCAL_MEMORY:
-      return "local memory";
-    default:
-      return "unknown";
-  }
-}

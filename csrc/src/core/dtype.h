@@ -1,6 +1,7 @@
 /* Facts about DLPack dtypes and tensors that several layers need: names for messages, which
  * element widths a type code allows, and whether a tensor is compact (row-major). The public
- * mp_dtype_string is declared in modpack.h. */
+ * mp_dtype_string is declared in modpack.h; the names of mp_value_t's type codes are
+ * mp_type_code_name in modpack/abi.h. */
 #ifndef MODPACK_CORE_DTYPE_H_
 #define MODPACK_CORE_DTYPE_H_
 
@@ -13,7 +14,5 @@
 bool mp_dtype_is_valid(DLDataType dtype);
 /* True if |t| has no strides or row-major ones (dimensions of extent 1 may have any stride). */
 bool mp_tensor_is_compact(const DLTensor* t);
-/* The name of an mp_value_t type code for messages ("int", "array", ...). */
-const char* mp_type_code_name(int32_t type_code);
 
 #endif /* MODPACK_CORE_DTYPE_H_ */

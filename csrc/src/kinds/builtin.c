@@ -1,5 +1,7 @@
 /* The one list of built-in kinds. Adding a built-in kind: its folder under kinds/ defining an
- * mp_kind_t, and its two lines here (docs/architecture.md lists the rest). */
+ * mp_kind_t, and its two lines here (kinds/README.md lists every other place it touches). The
+ * list is public through mp_builtin_kind, which the C tests, the fuzz target and the Python
+ * suite iterate. */
 #include "kinds/builtin.h"
 
 #include <pthread.h>
@@ -15,11 +17,17 @@ static const mp_kind_t* const builtin_kinds[] = {
     &mp_cuda_kind,
 };
 
+enum { BUILTIN_COUNT = sizeof builtin_kinds / sizeof builtin_kinds[0] };
+
+const char* mp_builtin_kind(uint32_t index) {
+  return index < BUILTIN_COUNT ? builtin_kinds[index]->type_key : NULL;
+}
+
 static pthread_once_t registered = PTHREAD_ONCE_INIT;
 
 static void register_all(void) {
   /* Nothing is registered before this runs, so no key or device type can be taken. */
-  for (size_t i = 0; i < sizeof builtin_kinds / sizeof builtin_kinds[0]; ++i)
+  for (size_t i = 0; i < BUILTIN_COUNT; ++i)
     (void)mp_registry_add_kind(builtin_kinds[i]);
 }
 

@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from ..errors import ArgumentError, ModpackError
-from ..format.layout import check_struct
-from ..runtime.binding import lib
-from ..runtime.dtypes import dtype_to_dl
-from .base import BinaryModule
-from .weights import WeightsModule
+from ...compat import zip_strict
+from ...errors import ArgumentError, ModpackError
+from ...format.layout import check_struct
+from ...runtime.binding import lib
+from ...runtime.dtypes import dtype_to_dl
+from ..base import BinaryModule
+from ..weights import WeightsModule
 
 __all__ = ["ConstModule", "const_module"]
 
@@ -111,7 +112,7 @@ class ConstModule(BinaryModule):
         meta, data_offsets, _ = self._layout
         yield meta
         cursor = len(meta)
-        for offset, (name, array) in zip(data_offsets, self._arrays.items(), strict=True):
+        for offset, (name, array) in zip_strict(data_offsets, self._arrays.items()):
             if offset > cursor:
                 yield bytes(offset - cursor)
             data = _bytes_of(array)

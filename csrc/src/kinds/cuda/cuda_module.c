@@ -28,7 +28,7 @@
 
 extern const mp_kind_t mp_cuda_kind; /* this kind's descriptor, at the end */
 
-_Static_assert(offsetof(mp_cuda_module_t, table) == 0, "the kernel table must come first");
+_Static_assert(offsetof(mp_cuda_module_t, base) == 0, "the device module base must come first");
 
 static const char* const launch_tags[MP_CUDA_SLOT_COUNT] = {
     "blockIdx.x",  "blockIdx.y",  "blockIdx.z",       "threadIdx.x",
@@ -59,7 +59,7 @@ static void cuda_destroy(void* impl) {
     free(m->shared_optin[d]);
   }
   mp_cuda_payload_free(m);
-  pthread_mutex_destroy(&m->lock);
+  mp_device_module_free(&m->base);
   free(m);
 }
 
@@ -142,7 +142,7 @@ static mp_status_t load_failed(const mp_cuda_module_t* m, const mp_cuda_t* cuda,
  * context is current; the caller holds the lock. */
 static mp_status_t device_state_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda, int32_t device) {
   if (m->functions[device]) return MP_OK;
-  uint32_t kernels = m->table.count ? m->table.count : 1;
+  uint32_t kernels = m->base.table.count ? m->base.table.count : 1;
   CUmodule* images = calloc(m->variant_count, sizeof *images);
   CUfunction* functions = calloc(kernels, sizeof *functions);
   uint32_t* optin = calloc(kernels, sizeof *optin);
@@ -235,7 +235,7 @@ static mp_status_t load_kernel_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda
   }
   if (chosen < 0) return mp_error_set(first_status, error);
 
-  const mp_kernel_info_t* info = &m->table.kernels[k];
+  const mp_kernel_info_t* info = &m->base.table.kernels[k];
   CUresult result =
       cuda->cu.ModuleGetFunction(&m->functions[device][k], images[chosen], mp_kernel_symbol(info));
   if (result != CUDA_SUCCESS) {
@@ -264,7 +264,7 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   (void)out_ret;
   const mp_kernel_ref_t* f = self;
   mp_cuda_module_t* m = f->module;
-  const mp_kernel_info_t* info = &m->table.kernels[f->kernel];
+  const mp_kernel_info_t* info = &m->base.table.kernels[f->kernel];
   const mp_value_t* bound[MP_KERNEL_MAX_ARGS];
   const mp_value_t* launch_values;
   MP_RETURN_IF_ERROR(mp_kernel_bind(info, args, num_args, bound, &launch_values));
@@ -283,8 +283,8 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   static const uint64_t limits[MP_CUDA_SLOT_COUNT] = {
       UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, INT32_MAX};
   uint64_t launch[MP_CUDA_SLOT_COUNT];
-  MP_RETURN_IF_ERROR(mp_kernel_table_launch(&m->table, f->kernel, launch_values, defaults, limits,
-                                            MP_CUDA_SLOT_COUNT, launch));
+  MP_RETURN_IF_ERROR(mp_kernel_table_launch(&m->base.table, f->kernel, launch_values, defaults,
+                                            limits, MP_CUDA_SLOT_COUNT, launch));
   if (!launch[3] || !launch[4] || !launch[5])
     return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                      "%s: block dimensions (threadIdx.x|y|z) must be positive, got %" PRIu64
@@ -314,7 +314,7 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
 
   CUcontext saved;
   MP_RETURN_IF_ERROR(mp_cuda_enter(device, &saved));
-  pthread_mutex_lock(&m->lock);
+  pthread_mutex_lock(&m->base.lock);
   mp_status_t status = m->functions[device] && m->functions[device][f->kernel]
                            ? MP_OK
                            : load_kernel_locked(m, cuda, device, f->kernel);
@@ -336,7 +336,7 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
       status = mp_cuda_fail(result, what);
     }
   }
-  pthread_mutex_unlock(&m->lock);
+  pthread_mutex_unlock(&m->base.lock);
   if (status == MP_OK) {
     CUresult result = cuda->cu.LaunchKernel(
         function, (unsigned)launch[0], (unsigned)launch[1], (unsigned)launch[2],
@@ -380,7 +380,7 @@ static mp_status_t cuda_describe(mp_module_t* self, char* buffer, uint64_t capac
     mp_json_string(&j, arch);
     mp_json_printf(&j, ", \"kind\": \"%s\", \"offset\": %" PRIu64 ", \"size\": %" PRIu64,
                    mp_cuda_variant_kind_names[variant->kind],
-                   (uint64_t)(variant->data - m->payload), variant->size);
+                   (uint64_t)(variant->data - m->base.payload), variant->size);
     if (variant->kind == MP_CUDA_VARIANT_PTX) {
       mp_json_printf(&j, ", \"ptx_isa\": ");
       mp_json_string(&j, variant->ptx_isa);
@@ -397,14 +397,14 @@ static mp_status_t cuda_describe(mp_module_t* self, char* buffer, uint64_t capac
       mp_json_printf(&j, ", \"kernels\": [");
       for (uint32_t i = 0; i < variant->kernel_count; ++i) {
         mp_json_printf(&j, "%s", i ? ", " : "");
-        mp_json_string(&j, m->table.kernels[variant->kernels[i]].name);
+        mp_json_string(&j, m->base.table.kernels[variant->kernels[i]].name);
       }
       mp_json_printf(&j, "]");
     }
     mp_json_printf(&j, "}");
   }
   mp_json_printf(&j, "], ");
-  mp_kernel_table_describe(&j, &m->table);
+  mp_kernel_table_describe(&j, &m->base.table);
   *out_length = j.length;
   return MP_OK;
 }
@@ -417,26 +417,18 @@ static const mp_module_vtable_t cuda_vtable = {
     .describe = cuda_describe,
 };
 
+static const mp_device_loader_t cuda_loader = {
+    .kind = &mp_cuda_kind,
+    .vtable = &cuda_vtable,
+    .call = call_kernel,
+    .state_size = sizeof(mp_cuda_module_t),
+    .parse = mp_cuda_payload_parse,
+};
+
 static mp_status_t load_cuda(void* user_data, const mp_loader_args_t* args,
                              mp_module_t** out_module) {
   (void)user_data;
-  mp_cuda_module_t* m = calloc(1, sizeof *m);
-  if (!m) return mp_out_of_memory("a cuda module");
-  pthread_mutex_init(&m->lock, NULL);
-  m->table.call = call_kernel;
-  mp_status_t status = mp_cuda_payload_parse(m, &mp_cuda_kind, args->payload);
-  if (status != MP_OK) {
-    cuda_destroy(m);
-    return status;
-  }
-  /* No driver call here: loading succeeds without a GPU; the first launch reports it. */
-  char* name = m->name;
-  MP_RETURN_IF_ERROR(mp_module_create("cuda", &cuda_vtable, m, out_module));
-  if (name && (status = mp_module_set_name(*out_module, name)) != MP_OK) {
-    mp_module_release(*out_module);
-    *out_module = NULL;
-  }
-  return status;
+  return mp_device_module_load(&cuda_loader, args, out_module);
 }
 
 const mp_kind_t mp_cuda_kind = {

@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "kinds/common/kernel_table.h"
+#include "kinds/common/device_module.h"
 #include "kinds/cuda/cuda_abi.h"
 #include "modpack/kinds/cuda.h"
 
@@ -32,26 +32,23 @@ typedef struct {
 bool mp_cuda_variant_defines(const mp_cuda_variant_t* variant, uint32_t k);
 
 typedef struct {
-  mp_kernel_table_t table; /* first: the kernel table's vtable entries read it from impl */
-  char* name;              /* NULL when unnamed */
-  const uint8_t* payload;  /* where the payload starts: variants are described by offset */
+  mp_device_module_t base; /* first: kernels, name, payload, lock (kinds/common) */
   uint32_t variant_count;
   mp_cuda_variant_t* variants;
-  /* Per device, made at its first launch (guarded by |lock|): the images loaded so far, by
+  /* Per device, made at its first launch (guarded by base.lock): the images loaded so far, by
    * variant, each kernel's function once resolved (NULL before) and its opted-in dynamic
    * shared memory. */
-  pthread_mutex_t lock;
   CUcontext contexts[MP_CUDA_MAX_DEVICES];     /* the context the images are loaded into */
   CUmodule* images[MP_CUDA_MAX_DEVICES];       /* [device][variant] */
   CUfunction* functions[MP_CUDA_MAX_DEVICES];  /* [device][kernel] */
   uint32_t* shared_optin[MP_CUDA_MAX_DEVICES]; /* [device][kernel]: opted-in bytes */
 } mp_cuda_module_t;
 
-/* Parse and validate |payload| into |m| (variants and kernels, whose launch tags must be
- * |kind|'s; the variants' bytes stay in place). No driver call. On failure |m| holds what was
- * read, for mp_cuda_payload_free. */
-mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, const mp_kind_t* kind,
-                                  mp_const_byte_span_t payload);
+/* Parse and validate |payload| into |m| (a zeroed state: variants and kernels, whose launch
+ * tags must be |kind|'s; the variants' bytes stay in place). No driver call. On failure |m|
+ * holds what was read, for mp_cuda_payload_free. */
+mp_status_t mp_cuda_payload_parse(void* m, const mp_kind_t* kind, mp_const_byte_span_t payload);
+/* Frees what the parser made (not the base: mp_device_module_free). */
 void mp_cuda_payload_free(mp_cuda_module_t* m);
 
 #endif /* MODPACK_KINDS_CUDA_MODULE_H_ */

@@ -94,17 +94,17 @@ static mp_status_t parse_variant_header(mp_reader_t* r, uint32_t version, uint32
 static mp_status_t check_variant_kernels(const mp_cuda_module_t* m) {
   for (uint32_t v = 0; v < m->variant_count; ++v) {
     const mp_cuda_variant_t* variant = &m->variants[v];
-    if (variant->kernel_count && variant->kernels[variant->kernel_count - 1] >= m->table.count)
+    if (variant->kernel_count && variant->kernels[variant->kernel_count - 1] >= m->base.table.count)
       return mp_errorf(MP_ERR_FORMAT, "cuda payload: variant %u names kernel %u of %u", v,
-                       variant->kernels[variant->kernel_count - 1], m->table.count);
+                       variant->kernels[variant->kernel_count - 1], m->base.table.count);
   }
-  for (uint32_t k = 0; k < m->table.count; ++k) {
+  for (uint32_t k = 0; k < m->base.table.count; ++k) {
     bool defined = false;
     for (uint32_t v = 0; v < m->variant_count && !defined; ++v)
       defined = mp_cuda_variant_defines(&m->variants[v], k);
     if (!defined)
       return mp_errorf(MP_ERR_FORMAT, "cuda payload: no variant defines kernel %s",
-                       m->table.kernels[k].name);
+                       m->base.table.kernels[k].name);
   }
   return MP_OK;
 }
@@ -131,11 +131,11 @@ static mp_status_t check_variant_bytes(uint32_t index, mp_cuda_variant_t* v) {
   return MP_OK;
 }
 
-mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, const mp_kind_t* kind,
+mp_status_t mp_cuda_payload_parse(void* state, const mp_kind_t* kind,
                                   mp_const_byte_span_t payload) {
+  mp_cuda_module_t* m = state;
   mp_reader_t r = {payload.data, payload.size, 0, "cuda payload"};
   uint32_t version, reserved, count;
-  m->payload = payload.data;
   if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
     return mp_reader_error(&r, "header");
   if (version == 0 || version > MP_CUDA_PAYLOAD_VERSION)
@@ -150,22 +150,22 @@ mp_status_t mp_cuda_payload_parse(mp_cuda_module_t* m, const mp_kind_t* kind,
   if (count > MP_CUDA_MAX_VARIANTS)
     return mp_errorf(MP_ERR_FORMAT, "cuda payload: %u variants (at most %d)", count,
                      MP_CUDA_MAX_VARIANTS);
-  if (version >= 2) MP_RETURN_IF_ERROR(mp_kernel_read_module_name(&r, &m->name));
+  if (version >= 2) MP_RETURN_IF_ERROR(mp_kernel_read_module_name(&r, &m->base.name));
   m->variants = calloc(count, sizeof *m->variants);
   if (!m->variants) return mp_out_of_memory("the CUDA variants");
   for (uint32_t v = 0; v < count; ++v) {
     m->variant_count = v + 1;
     MP_RETURN_IF_ERROR(parse_variant_header(&r, version, v, &m->variants[v]));
   }
-  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, version, true, &m->table));
+  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, version, true, &m->base.table));
   MP_RETURN_IF_ERROR(check_variant_kernels(m));
-  for (uint32_t k = 0; k < m->table.count; ++k)
-    for (uint32_t a = 0; a < m->table.kernels[k].arg_count; ++a)
-      if (m->table.kernels[k].args[a].kind == MP_KERNEL_ARG_LOCAL)
+  for (uint32_t k = 0; k < m->base.table.count; ++k)
+    for (uint32_t a = 0; a < m->base.table.kernels[k].arg_count; ++a)
+      if (m->base.table.kernels[k].args[a].kind == MP_KERNEL_ARG_LOCAL)
         return mp_errorf(MP_ERR_FORMAT,
                          "cuda payload: kernel %s argument %u is __local memory, which CUDA "
                          "kernels do not have (use dyn_shared_memory)",
-                         m->table.kernels[k].name, a);
+                         m->base.table.kernels[k].name, a);
   /* The variants' bytes, each 64-byte aligned within the payload, read in place. */
   for (uint32_t v = 0; v < m->variant_count; ++v) {
     mp_cuda_variant_t* variant = &m->variants[v];
@@ -195,8 +195,5 @@ void mp_cuda_payload_free(mp_cuda_module_t* m) {
   }
   free(m->variants);
   m->variants = NULL;
-  free(m->name);
-  m->name = NULL;
   m->variant_count = 0;
-  mp_kernel_table_free(&m->table);
 }

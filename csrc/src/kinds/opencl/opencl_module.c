@@ -1,6 +1,7 @@
 /* The "opencl" module kind: OpenCL C source (plus optional prebuilt binaries per device) and a
  * function-info record per kernel; the payload layout is in modpack/kinds/opencl.h. Loading
- * parses the payload only: no OpenCL call, so a library with OpenCL modules loads on machines
+ * parses the payload only (opencl_payload.c, through kinds/common's device loader): no OpenCL
+ * call, so a library with OpenCL modules loads on machines
  * without OpenCL. Programs are built lazily, per device, on the first call (opencl_program.c);
  * kernels are cached per device.
  *
@@ -15,34 +16,18 @@
 #include <string.h>
 
 #include "core/registry.h"
-#include "kinds/common/kernel_table.h"
-#include "kinds/opencl/opencl_abi.h"
-#include "kinds/opencl/opencl_program.h"
-#include "modpack/kinds/opencl.h"
+#include "kinds/opencl/opencl_module.h"
 
 /* The launch slots, in the order of the kind's launch tags. */
 enum { SLOT_GLOBAL_X = 0, SLOT_LOCAL_X = 3, SLOT_COUNT = 6 };
 static const char* const launch_tags[SLOT_COUNT] = {"global.x", "global.y", "global.z",
                                                     "local.x",  "local.y",  "local.z"};
 
-typedef struct {
-  mp_kernel_table_t table; /* first: the kernel table's vtable entries read it from impl */
-  char* source;
-  uint64_t source_size;
-  uint64_t source_offset; /* in the payload, and each binary's (tools write them out) */
-  const uint8_t* payload;
-  char* build_options; /* "" when the payload has none (version 1) */
-  char* name;          /* NULL when unnamed */
-  uint32_t binary_count;
-  mp_opencl_binary_t* binaries;
-  pthread_mutex_t lock; /* guards lazy builds and clSetKernelArg + enqueue on shared kernels */
-  cl_program programs[MP_OPENCL_MAX_DEVICES];
-  cl_kernel* kernels[MP_OPENCL_MAX_DEVICES]; /* [device][kernel] */
-} opencl_module_t;
+typedef mp_opencl_module_t opencl_module_t;
 
 extern const mp_kind_t mp_opencl_kind; /* this kind's descriptor, at the end */
 
-_Static_assert(offsetof(opencl_module_t, table) == 0, "the kernel table must come first");
+_Static_assert(offsetof(opencl_module_t, base) == 0, "the device module base must come first");
 
 static void opencl_destroy(void* impl) {
   opencl_module_t* m = impl;
@@ -50,18 +35,13 @@ static void opencl_destroy(void* impl) {
   for (int d = 0; d < MP_OPENCL_MAX_DEVICES; ++d) {
     if (!m->programs[d]) continue;
     if (!cl) cl = mp_opencl(); /* a program exists, so OpenCL was initialised */
-    for (uint32_t k = 0; m->kernels[d] && k < m->table.count; ++k)
+    for (uint32_t k = 0; m->kernels[d] && k < m->base.table.count; ++k)
       if (m->kernels[d][k]) cl->cl.ReleaseKernel(m->kernels[d][k]);
     free(m->kernels[d]);
     cl->cl.ReleaseProgram(m->programs[d]);
   }
-  mp_kernel_table_free(&m->table);
-  for (uint32_t b = 0; b < m->binary_count; ++b) free(m->binaries[b].key);
-  free(m->binaries);
-  free(m->source);
-  free(m->build_options);
-  free(m->name);
-  pthread_mutex_destroy(&m->lock);
+  mp_opencl_payload_free(m);
+  mp_device_module_free(&m->base);
   free(m);
 }
 
@@ -73,14 +53,14 @@ static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32
   MP_RETURN_IF_ERROR(mp_opencl_program_build(cl, device, m->source, m->source_size,
                                              m->build_options, m->binaries, m->binary_count,
                                              &program));
-  cl_kernel* kernels = calloc(m->table.count ? m->table.count : 1, sizeof *kernels);
+  cl_kernel* kernels = calloc(m->base.table.count ? m->base.table.count : 1, sizeof *kernels);
   if (!kernels) {
     cl->cl.ReleaseProgram(program);
     return mp_out_of_memory("OpenCL kernels");
   }
-  for (uint32_t k = 0; k < m->table.count; ++k) {
+  for (uint32_t k = 0; k < m->base.table.count; ++k) {
     cl_int err;
-    kernels[k] = cl->cl.CreateKernel(program, mp_kernel_symbol(&m->table.kernels[k]), &err);
+    kernels[k] = cl->cl.CreateKernel(program, mp_kernel_symbol(&m->base.table.kernels[k]), &err);
     if (!kernels[k]) {
       for (uint32_t j = 0; j < k; ++j) cl->cl.ReleaseKernel(kernels[j]);
       free(kernels);
@@ -88,7 +68,7 @@ static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32
       return mp_errorf(MP_ERR_NOT_FOUND,
                        "OpenCL kernel '%s' is declared in the module's function info but the "
                        "program does not define it: %s (%d)",
-                       m->table.kernels[k].name, mp_cl_error_name(err), (int)err);
+                       m->base.table.kernels[k].name, mp_cl_error_name(err), (int)err);
     }
   }
   m->kernels[device] = kernels;
@@ -112,7 +92,7 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   (void)out_ret;
   const mp_kernel_ref_t* ref = self;
   opencl_module_t* m = ref->module;
-  const mp_kernel_info_t* info = &m->table.kernels[ref->kernel];
+  const mp_kernel_info_t* info = &m->base.table.kernels[ref->kernel];
   const mp_value_t* params[MP_KERNEL_MAX_ARGS];
   const mp_value_t* launch_values;
   MP_RETURN_IF_ERROR(mp_kernel_bind(info, args, num_args, params, &launch_values));
@@ -148,8 +128,8 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   static const uint64_t limits[SLOT_COUNT] = {SIZE_MAX, SIZE_MAX, SIZE_MAX,
                                               SIZE_MAX, SIZE_MAX, SIZE_MAX};
   uint64_t launch[SLOT_COUNT];
-  MP_RETURN_IF_ERROR(mp_kernel_table_launch(&m->table, ref->kernel, launch_values, defaults, limits,
-                                            SLOT_COUNT, launch));
+  MP_RETURN_IF_ERROR(mp_kernel_table_launch(&m->base.table, ref->kernel, launch_values, defaults,
+                                            limits, SLOT_COUNT, launch));
   size_t global[3], local[3];
   for (int d = 0; d < 3; ++d) {
     global[d] = (size_t)launch[SLOT_GLOBAL_X + d];
@@ -169,7 +149,7 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   if ((cl_uint)device >= cl->device_count)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "OpenCL device %d does not exist", (int)device);
 
-  pthread_mutex_lock(&m->lock);
+  pthread_mutex_lock(&m->base.lock);
   mp_status_t status = m->programs[device] ? MP_OK : build_locked(m, cl, device);
   cl_kernel kernel = status == MP_OK ? m->kernels[device][ref->kernel] : NULL;
   for (uint32_t i = 0; status == MP_OK && i < info->arg_count; ++i) {
@@ -198,71 +178,8 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
                          info->name, global[0], global[1], global[2], local[0], local[1], local[2],
                          mp_cl_error_name(err), (int)err);
   }
-  pthread_mutex_unlock(&m->lock);
+  pthread_mutex_unlock(&m->base.lock);
   return status;
-}
-
-/* ---- the payload --------------------------------------------------------------------------- */
-
-static mp_status_t parse(opencl_module_t* m, mp_const_byte_span_t payload) {
-  mp_reader_t r = {payload.data, payload.size, 0, "opencl payload"};
-  uint32_t version, reserved, count;
-  uint64_t source_size;
-  const uint8_t* source;
-  if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
-    return mp_reader_error(&r, "header");
-  if (version == 0 || version > MP_OPENCL_PAYLOAD_VERSION)
-    return mp_errorf(MP_ERR_INCOMPATIBLE,
-                     "opencl payload version %u is not supported (this runtime "
-                     "reads 1 to %d); upgrade modpack",
-                     version, MP_OPENCL_PAYLOAD_VERSION);
-  if (reserved != 0)
-    return mp_errorf(MP_ERR_FORMAT, "opencl payload: reserved header field is not 0");
-  m->payload = payload.data;
-  if (!mp_read_u64(&r, &source_size)) return mp_reader_error(&r, "source");
-  m->source_offset = r.pos;
-  if (!mp_read_bytes(&r, source_size, &source)) return mp_reader_error(&r, "source");
-  m->source = malloc(source_size + 1);
-  if (!m->source) return mp_out_of_memory("the OpenCL source");
-  memcpy(m->source, source, source_size);
-  m->source[source_size] = '\0';
-  m->source_size = source_size;
-  uint32_t options_size = 0;
-  const uint8_t* options = NULL;
-  if (version >= 2 &&
-      (!mp_read_u32(&r, &options_size) || !mp_read_bytes(&r, options_size, &options)))
-    return mp_reader_error(&r, "build options");
-  if (options_size > MP_OPENCL_MAX_BUILD_OPTIONS || (options && memchr(options, 0, options_size)))
-    return mp_errorf(MP_ERR_FORMAT,
-                     "opencl payload: build options of %u bytes (at most %d, no NUL byte)",
-                     options_size, MP_OPENCL_MAX_BUILD_OPTIONS);
-  m->build_options = malloc((size_t)options_size + 1);
-  if (!m->build_options) return mp_out_of_memory("the OpenCL build options");
-  if (options_size) memcpy(m->build_options, options, options_size);
-  m->build_options[options_size] = '\0';
-  if (version >= 2) MP_RETURN_IF_ERROR(mp_kernel_read_module_name(&r, &m->name));
-  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, &mp_opencl_kind, version, false, &m->table));
-  if (!mp_read_u32(&r, &count) || count > r.size / 12) return mp_reader_error(&r, "binary count");
-  m->binaries = calloc(count ? count : 1, sizeof *m->binaries);
-  if (!m->binaries) return mp_out_of_memory("the OpenCL binaries");
-  for (uint32_t b = 0; b < count; ++b) {
-    uint32_t key_size;
-    const uint8_t* key;
-    mp_opencl_binary_t* bin = &m->binaries[b];
-    if (!mp_read_u32(&r, &key_size) || key_size == 0 || key_size > MP_OPENCL_MAX_BINARY_KEY ||
-        !mp_read_bytes(&r, key_size, &key) || !mp_read_u64(&r, &bin->size) ||
-        !mp_read_bytes(&r, bin->size, &bin->data))
-      return mp_reader_error(&r, "program binary");
-    bin->key = malloc(key_size + 1);
-    if (!bin->key) return mp_out_of_memory("an OpenCL binary key");
-    memcpy(bin->key, key, key_size);
-    bin->key[key_size] = '\0';
-    m->binary_count = b + 1;
-  }
-  if (r.pos != r.size)
-    return mp_errorf(MP_ERR_FORMAT, "opencl payload has %" PRIu64 " unexpected trailing bytes",
-                     r.size - r.pos);
-  return MP_OK;
 }
 
 /* The source's and each prebuilt binary's place in the payload (tools write them out), the
@@ -276,13 +193,13 @@ static mp_status_t opencl_describe(mp_module_t* self, char* buffer, uint64_t cap
                  m->source_size, m->source_offset);
   mp_json_string(&j, m->build_options ? m->build_options : "");
   mp_json_printf(&j, ", ");
-  mp_kernel_table_describe(&j, &m->table);
+  mp_kernel_table_describe(&j, &m->base.table);
   mp_json_printf(&j, ", \"binaries\": [");
   for (uint32_t b = 0; b < m->binary_count; ++b) {
     mp_json_printf(&j, "%s{\"device\": ", b ? ", " : "");
     mp_json_string(&j, m->binaries[b].key);
     mp_json_printf(&j, ", \"offset\": %" PRIu64 ", \"size\": %" PRIu64 "}",
-                   (uint64_t)(m->binaries[b].data - m->payload), m->binaries[b].size);
+                   (uint64_t)(m->binaries[b].data - m->base.payload), m->binaries[b].size);
   }
   mp_json_printf(&j, "]");
   *out_length = j.length;
@@ -297,25 +214,18 @@ static const mp_module_vtable_t opencl_vtable = {
     .describe = opencl_describe,
 };
 
+static const mp_device_loader_t opencl_loader = {
+    .kind = &mp_opencl_kind,
+    .vtable = &opencl_vtable,
+    .call = call_kernel,
+    .state_size = sizeof(opencl_module_t),
+    .parse = mp_opencl_payload_parse,
+};
+
 static mp_status_t load_opencl(void* user_data, const mp_loader_args_t* args,
                                mp_module_t** out_module) {
   (void)user_data;
-  opencl_module_t* m = calloc(1, sizeof *m);
-  if (!m) return mp_out_of_memory("an opencl module");
-  pthread_mutex_init(&m->lock, NULL);
-  m->table.call = call_kernel;
-  mp_status_t status = parse(m, args->payload);
-  if (status != MP_OK) {
-    opencl_destroy(m);
-    return status;
-  }
-  char* name = m->name;
-  MP_RETURN_IF_ERROR(mp_module_create("opencl", &opencl_vtable, m, out_module));
-  if (name && (status = mp_module_set_name(*out_module, name)) != MP_OK) {
-    mp_module_release(*out_module);
-    *out_module = NULL;
-  }
-  return status;
+  return mp_device_module_load(&opencl_loader, args, out_module);
 }
 
 const mp_kind_t mp_opencl_kind = {

@@ -1,0 +1,36 @@
+/* The loader every device kind shares (kinds/common/device_module.h). */
+#include "kinds/common/device_module.h"
+
+#include <stdlib.h>
+
+#include "core/error.h"
+
+mp_status_t mp_device_module_load(const mp_device_loader_t* loader, const mp_loader_args_t* args,
+                                  mp_module_t** out_module) {
+  *out_module = NULL;
+  mp_device_module_t* base = calloc(1, loader->state_size);
+  if (!base) return mp_out_of_memory("a device module");
+  pthread_mutex_init(&base->lock, NULL);
+  base->table.call = loader->call;
+  base->payload = args->payload.data;
+  mp_status_t status = loader->parse(base, loader->kind, args->payload);
+  if (status != MP_OK) {
+    loader->vtable->destroy(base);
+    return status;
+  }
+  /* No driver call here: loading succeeds without the device; the first launch reports it. */
+  char* name = base->name; /* the state owns it; mp_module_create frees the state on failure */
+  MP_RETURN_IF_ERROR(mp_module_create(loader->kind->type_key, loader->vtable, base, out_module));
+  if (name && (status = mp_module_set_name(*out_module, name)) != MP_OK) {
+    mp_module_release(*out_module);
+    *out_module = NULL;
+  }
+  return status;
+}
+
+void mp_device_module_free(mp_device_module_t* base) {
+  mp_kernel_table_free(&base->table);
+  free(base->name);
+  base->name = NULL;
+  pthread_mutex_destroy(&base->lock);
+}

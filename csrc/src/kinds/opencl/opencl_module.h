@@ -1,0 +1,33 @@
+/* The opencl kind's module state, shared by its payload parser (opencl_payload.c) and its
+ * per-device building and launching (opencl_module.c). */
+#ifndef MODPACK_KINDS_OPENCL_MODULE_H_
+#define MODPACK_KINDS_OPENCL_MODULE_H_
+
+#include <stdint.h>
+
+#include "kinds/common/device_module.h"
+#include "kinds/opencl/opencl_abi.h"
+#include "kinds/opencl/opencl_program.h"
+#include "modpack/kinds/opencl.h"
+
+typedef struct {
+  mp_device_module_t base; /* first: kernels, name, payload, lock (kinds/common) */
+  char* source;            /* a NUL-terminated copy */
+  uint64_t source_size;
+  uint64_t source_offset; /* in the payload, and each binary's (tools write them out) */
+  char* build_options;    /* "" when the payload has none (version 1) */
+  uint32_t binary_count;
+  mp_opencl_binary_t* binaries;
+  /* Per device, built at its first launch (guarded by base.lock, which also guards
+   * clSetKernelArg + enqueue on the shared kernels). */
+  cl_program programs[MP_OPENCL_MAX_DEVICES];
+  cl_kernel* kernels[MP_OPENCL_MAX_DEVICES]; /* [device][kernel] */
+} mp_opencl_module_t;
+
+/* Parse and validate |payload| into |m| (a zeroed state; kernels' launch tags must be
+ * |kind|'s). No OpenCL call. On failure |m| holds what was read, for mp_opencl_payload_free. */
+mp_status_t mp_opencl_payload_parse(void* m, const mp_kind_t* kind, mp_const_byte_span_t payload);
+/* Frees what the parser made (not the base: mp_device_module_free). */
+void mp_opencl_payload_free(mp_opencl_module_t* m);
+
+#endif /* MODPACK_KINDS_OPENCL_MODULE_H_ */

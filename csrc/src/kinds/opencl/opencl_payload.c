@@ -1,0 +1,81 @@
+/* Parsing and validating an opencl payload (layout: modpack/kinds/opencl.h): the source, the
+ * build options, the module's name, the kernel records and the prebuilt binaries, which stay in
+ * place. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kinds/opencl/opencl_module.h"
+
+mp_status_t mp_opencl_payload_parse(void* state, const mp_kind_t* kind,
+                                    mp_const_byte_span_t payload) {
+  mp_opencl_module_t* m = state;
+  mp_reader_t r = {payload.data, payload.size, 0, "opencl payload"};
+  uint32_t version, reserved, count;
+  uint64_t source_size;
+  const uint8_t* source;
+  if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
+    return mp_reader_error(&r, "header");
+  if (version == 0 || version > MP_OPENCL_PAYLOAD_VERSION)
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "opencl payload version %u is not supported (this runtime "
+                     "reads 1 to %d); upgrade modpack",
+                     version, MP_OPENCL_PAYLOAD_VERSION);
+  if (reserved != 0)
+    return mp_errorf(MP_ERR_FORMAT, "opencl payload: reserved header field is not 0");
+  if (!mp_read_u64(&r, &source_size)) return mp_reader_error(&r, "source");
+  m->source_offset = r.pos;
+  if (!mp_read_bytes(&r, source_size, &source)) return mp_reader_error(&r, "source");
+  m->source = malloc(source_size + 1);
+  if (!m->source) return mp_out_of_memory("the OpenCL source");
+  memcpy(m->source, source, source_size);
+  m->source[source_size] = '\0';
+  m->source_size = source_size;
+  uint32_t options_size = 0;
+  const uint8_t* options = NULL;
+  if (version >= 2 &&
+      (!mp_read_u32(&r, &options_size) || !mp_read_bytes(&r, options_size, &options)))
+    return mp_reader_error(&r, "build options");
+  if (options_size > MP_OPENCL_MAX_BUILD_OPTIONS || (options && memchr(options, 0, options_size)))
+    return mp_errorf(MP_ERR_FORMAT,
+                     "opencl payload: build options of %u bytes (at most %d, no NUL byte)",
+                     options_size, MP_OPENCL_MAX_BUILD_OPTIONS);
+  m->build_options = malloc((size_t)options_size + 1);
+  if (!m->build_options) return mp_out_of_memory("the OpenCL build options");
+  if (options_size) memcpy(m->build_options, options, options_size);
+  m->build_options[options_size] = '\0';
+  if (version >= 2) MP_RETURN_IF_ERROR(mp_kernel_read_module_name(&r, &m->base.name));
+  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, version, false, &m->base.table));
+  if (!mp_read_u32(&r, &count) || count > r.size / 12) return mp_reader_error(&r, "binary count");
+  m->binaries = calloc(count ? count : 1, sizeof *m->binaries);
+  if (!m->binaries) return mp_out_of_memory("the OpenCL binaries");
+  for (uint32_t b = 0; b < count; ++b) {
+    uint32_t key_size;
+    const uint8_t* key;
+    mp_opencl_binary_t* bin = &m->binaries[b];
+    if (!mp_read_u32(&r, &key_size) || key_size == 0 || key_size > MP_OPENCL_MAX_BINARY_KEY ||
+        !mp_read_bytes(&r, key_size, &key) || !mp_read_u64(&r, &bin->size) ||
+        !mp_read_bytes(&r, bin->size, &bin->data))
+      return mp_reader_error(&r, "program binary");
+    bin->key = malloc(key_size + 1);
+    if (!bin->key) return mp_out_of_memory("an OpenCL binary key");
+    memcpy(bin->key, key, key_size);
+    bin->key[key_size] = '\0';
+    m->binary_count = b + 1;
+  }
+  if (r.pos != r.size)
+    return mp_errorf(MP_ERR_FORMAT, "opencl payload has %" PRIu64 " unexpected trailing bytes",
+                     r.size - r.pos);
+  return MP_OK;
+}
+
+void mp_opencl_payload_free(mp_opencl_module_t* m) {
+  for (uint32_t b = 0; b < m->binary_count; ++b) free(m->binaries[b].key);
+  free(m->binaries);
+  free(m->source);
+  free(m->build_options);
+  m->binaries = NULL;
+  m->source = m->build_options = NULL;
+  m->binary_count = 0;
+}
