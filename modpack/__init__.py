@@ -45,6 +45,7 @@ from .modules import (
     object_module,
     opencl_binaries,
     opencl_module,
+    vulkan_module,
     weights_module,
 )
 from .runtime.array import Array, array, empty
@@ -109,6 +110,7 @@ __all__ = [
     "object_module",
     "opencl_binaries",
     "opencl_module",
+    "vulkan_module",
     "register_loader",
     "save_weights",
     "set_stream",

@@ -94,7 +94,8 @@ def _extract_file(path: str, shown: str, out: Path, judged: bool = True) -> dict
 def _device_code(module: dict[str, Any], payload: bytes, folder: Path, stem: str) -> list[Path]:
     """The code of a modpack device module, as its kind's loader places it in the payload: an
     OpenCL module's source (``.cl``) and prebuilt binaries; a CUDA module's PTX (``.ptx``),
-    cubins (``.cubin``) and fatbins (``.fatbin``), one file per variant."""
+    cubins (``.cubin``) and fatbins (``.fatbin``), one file per variant; a Vulkan module's
+    SPIR-V shaders (``.spv``)."""
     contents = module.get("contents") or {}
     pieces: list[tuple[str, int, int]] = []  # (file name, offset, size)
     if module["type_key"] == "opencl" and "source_offset" in contents:
@@ -102,6 +103,9 @@ def _device_code(module: dict[str, Any], payload: bytes, folder: Path, stem: str
         for k, binary in enumerate(contents.get("binaries", [])):
             pieces.append((safe_file_name(f"{stem}-{k}", binary["device"], ".bin"),
                            binary["offset"], binary["size"]))
+    elif module["type_key"] == "vulkan":
+        for k, shader in enumerate(contents.get("shaders", [])):
+            pieces.append((f"{stem}-{k}.spv", shader["offset"], shader["size"]))
     elif module["type_key"] == "cuda":
         for k, variant in enumerate(contents.get("variants", [])):
             suffix = _CODE_SUFFIXES.get(variant["kind"], ".bin")

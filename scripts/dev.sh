@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 # with its libFuzzer and sanitizer runtimes for the fuzzer, and the aarch64 cross toolchain with
 # qemu-user for the cross-compiled exports and runtime.
 DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config lld mold libxxhash-dev ocl-icd-libopencl1
-  pocl-opencl-icd clang libclang-rt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+  pocl-opencl-icd clang libclang-rt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+  libvulkan1 libvulkan-dev mesa-vulkan-drivers glslang-tools spirv-tools spirv-cross)
 
 setup() {
   local missing=()

@@ -42,6 +42,20 @@ PTX = b""".version 8.0
   ret;
 }
 """
+VULKAN_SCALE = """#version 450
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer X { float x[]; };
+layout(push_constant) uniform P { float k; uint n; } p;
+void main() { uint i = gl_GlobalInvocationID.x; if (i < p.n) x[i] *= p.k; }
+"""
+VULKAN_MIX = """#version 450
+layout(local_size_x = 8, local_size_y = 8) in;
+struct Pair { float a; int b; };
+layout(std430, set = 0, binding = 1) readonly buffer A { Pair a[]; };
+layout(std430, set = 1, binding = 0) buffer B { ivec2 b[]; };
+layout(push_constant) uniform P { int n; uint m; float f; } p;
+void main() { uint i = gl_GlobalInvocationID.x; b[i] = ivec2(a[i].b * p.n, int(p.m * p.f)); }
+"""
 
 
 def golden_seeds() -> dict[str, bytes]:
@@ -86,8 +100,11 @@ def writer_modules() -> dict[str, modpack.BinaryModule]:
     per_kernel = modpack.modules.cuda.CUDAModule(
         [dataclasses.replace(v, kernels=("vadd",)) for v in cuda_v2.variants] * 2,
         cuda_v2.functions)
+    # Two shaders (GLSL compiled, interfaces reflected), named; buffers in two sets, an untyped
+    # one, push constants of three scalars.
+    vulkan = modpack.vulkan_module({"scale": VULKAN_SCALE, "mix": VULKAN_MIX}, name="vk")
     return {"const": const, "opencl": opencl, "cuda": cuda, "opencl-v2": opencl_v2,
-            "cuda-v2": cuda_v2, "cuda-per-kernel": per_kernel}
+            "cuda-v2": cuda_v2, "cuda-per-kernel": per_kernel, "vulkan": vulkan}
 
 
 def writer_seeds() -> dict[str, bytes]:

@@ -179,6 +179,13 @@ def _contents(contents: dict) -> list[str]:
     for v in contents.get("variants", []):
         holds = f" ({', '.join(v['kernels'])})" if "kernels" in v else ""
         lines.append(f"variant {v.get('arch')}: {v.get('kind')}, {v.get('size')} bytes{holds}")
+    for i, shader in enumerate(contents.get("shaders", [])):  # a Vulkan module's SPIR-V
+        lines.append(f"shader {i}: SPIR-V, {shader['size']} bytes")
+    for face in contents.get("interfaces", []):
+        size = "x".join(map(str, face["workgroup_size"]))
+        lines.append(f"kernel {face['kernel']}: shader {face['shader']} entry point "
+                     f"{face['entry_point']}, workgroup size {size}, "
+                     f"{face['push_constant_bytes']} bytes of push constants")
     for b in contents.get("binaries", []):
         lines.append(f"prebuilt binary for {b['device']}: {b['size']} bytes")
     return lines

@@ -8,6 +8,7 @@ from .kernel_info import KernelArg, KernelInfo
 from .llvm import LLVMModule, llvm_module
 from .objects import ObjectModule, object_module
 from .opencl import OpenCLModule, opencl_binaries, opencl_module
+from .vulkan import VulkanModule, vulkan_module
 from .weights import WeightsModule, weights_module
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "Module",
     "ObjectModule",
     "OpenCLModule",
+    "VulkanModule",
     "WeightsModule",
     "const_module",
     "csource_module",
@@ -31,5 +33,6 @@ __all__ = [
     "object_module",
     "opencl_binaries",
     "opencl_module",
+    "vulkan_module",
     "weights_module",
 ]

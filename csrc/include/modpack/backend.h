@@ -37,7 +37,7 @@
  * One entry per parameter: its name, and for an array `: dtype[dims] flags`. dtype is a name
  * (float32, int64, bfloat16, bool, ...) or `any`; dims are numbers, names (one name is one
  * extent wherever it appears: "same length as x") or `*`, `[]` a scalar array and `[...]` any
- * shape; flags are device types the array may be on (cpu, cuda, opencl; any when none is
+ * shape; flags are device types the array may be on (cpu, cuda, opencl, vulkan; any when none is
  * given) and `strided` (otherwise the array must be compact row-major). Arrays must also be
  * aligned to their element type and reach only addressable bytes (modpack/tensor_span.h). Scalar parameters are named only (`k`); their C type is
  * checked as above. Errors name the function, the argument's index and name, what it must be

@@ -8,7 +8,7 @@
  *   of MP_CONST_DATA_ALIGNMENT from the start of the payload
  *
  * Little-endian; the reader decodes fields at their offsetof() and never casts. The Python
- * writer (modpack/modules/const.py) checks its struct formats against these structs.
+ * writer (modpack/modules/const/) checks its struct formats against these structs.
  */
 #ifndef MODPACK_KINDS_CONST_H_
 #define MODPACK_KINDS_CONST_H_

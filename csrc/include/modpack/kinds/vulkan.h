@@ -1,0 +1,62 @@
+/*
+ * modpack/kinds/vulkan.h — the "vulkan" kind: SPIR-V compute shaders, a function-info record per
+ * kernel (modpack/kinds/kernel.h) and each kernel's interface: which shader and entry point, its
+ * workgroup size, where each argument goes (a storage buffer's descriptor set and binding, a
+ * scalar's offset in the push-constant block).
+ *
+ * Payload (little-endian):
+ *   header (mp_vulkan_header_v1_t: u32 version, u32 reserved, u32 shader_count >= 1)
+ *   u32 name_size (<= MP_MODULE_MAX_NAME; 0: unnamed), the module's name
+ *   shader_count x u64 shader size (bytes: a multiple of 4, at least 20, the SPIR-V header)
+ *   u32 kernel_count, kernel_count function-info records (record version 2: the symbol is the
+ *       shader's entry point when it is not the kernel's name; arguments are buffers, then
+ *       scalars; no local memory, no NULL pointers)
+ *   kernel_count interfaces, in the records' order, each:
+ *       u32 shader index, u32 workgroup size x, y, z (informative: the shader fixes it),
+ *       u32 push_constant_size (bytes, a multiple of 4, <= MP_VULKAN_MAX_PUSH_CONSTANTS),
+ *       per argument of the record: u32 a, u32 b: a buffer's descriptor set (<
+ *       MP_VULKAN_MAX_SETS) and binding (< MP_VULKAN_MAX_BINDING), each pair once per kernel; a
+ *       scalar's byte offset in the push-constant block (its bytes inside the block) and 0
+ *   then each shader's SPIR-V words in order, each starting at the next multiple of
+ *   MP_VULKAN_SHADER_ALIGNMENT from the start of the payload (zero padding between), and
+ *   nothing after the last; each starts with the SPIR-V magic number 0x07230203.
+ *
+ * Kernels take their arguments (arrays on a Vulkan device for buffers, numbers for scalars, in
+ * the record's order) followed by the three launch tags "workgroups.x|y|z": how many workgroups
+ * to dispatch (vkCmdDispatch). Pipelines are made per device at a kernel's first launch.
+ */
+#ifndef MODPACK_KINDS_VULKAN_H_
+#define MODPACK_KINDS_VULKAN_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* MP_API_BEGIN */
+enum {
+  MP_VULKAN_PAYLOAD_VERSION = 1,
+  MP_VULKAN_MAX_SHADERS = 1024,
+  MP_VULKAN_SHADER_ALIGNMENT = 64,
+  MP_VULKAN_MAX_PUSH_CONSTANTS = 256, /* bytes; devices guarantee 128 */
+  MP_VULKAN_MAX_SETS = 8,
+  MP_VULKAN_MAX_BINDING = 1024,
+  MP_VULKAN_SPIRV_MAGIC = 0x07230203,
+};
+
+typedef struct {
+  uint32_t version;      /* MP_VULKAN_PAYLOAD_VERSION */
+  uint32_t reserved;     /* must be 0 */
+  uint32_t shader_count; /* 1..MP_VULKAN_MAX_SHADERS */
+} mp_vulkan_header_v1_t;
+/* MP_API_END */
+
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(mp_vulkan_header_v1_t) == 12, "vulkan payload header must be 12 bytes");
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MODPACK_KINDS_VULKAN_H_ */

@@ -1,0 +1,62 @@
+/* The vulkan kind's module state, shared by its payload parser (vulkan_payload.c) and its
+ * per-device pipelines and launches (vulkan_module.c). */
+#ifndef MODPACK_KINDS_VULKAN_MODULE_H_
+#define MODPACK_KINDS_VULKAN_MODULE_H_
+
+#include <stdint.h>
+
+#include "kinds/common/device_module.h"
+#include "kinds/vulkan/vulkan_abi.h"
+#include "modpack/kinds/vulkan.h"
+
+/* The launch slots, in the order of the kind's launch tags: workgroups x, y, z. */
+enum { MP_VULKAN_SLOT_COUNT = 3 };
+
+typedef struct {
+  const uint8_t* data; /* SPIR-V words in the library mapping */
+  uint64_t size;
+} mp_vulkan_shader_t;
+
+/* Where argument |i| of a kernel goes: a buffer's set and binding, a scalar's push-constant
+ * offset (|binding| unused). */
+typedef struct {
+  uint32_t set;
+  uint32_t binding;
+} mp_vulkan_slot_t;
+
+typedef struct {
+  uint32_t shader;
+  uint32_t workgroup_size[3];
+  uint32_t push_constant_size;
+  uint32_t set_count; /* 1 + the highest set a buffer uses (0: no buffer) */
+  mp_vulkan_slot_t* slots; /* per argument of the record */
+} mp_vulkan_interface_t;
+
+/* A kernel's pipeline on one device, made at its first launch there. */
+typedef struct {
+  VkDescriptorSetLayout set_layouts[MP_VULKAN_MAX_SETS];
+  VkPipelineLayout layout;
+  VkPipeline pipeline;
+  VkDescriptorPool pool;
+  VkDescriptorSet sets[MP_VULKAN_MAX_SETS]; /* rewritten at each launch, under the device lock */
+} mp_vulkan_pipeline_t;
+
+typedef struct {
+  mp_device_module_t base; /* first: kernels, name, payload, lock (kinds/common) */
+  uint32_t shader_count;
+  mp_vulkan_shader_t* shaders;
+  mp_vulkan_interface_t* interfaces; /* per kernel */
+  /* Per device, made at first launch (guarded by base.lock): shader modules by shader, and
+   * pipelines by kernel (NULL before). */
+  VkShaderModule* modules[MP_VULKAN_MAX_DEVICES];
+  mp_vulkan_pipeline_t** pipelines[MP_VULKAN_MAX_DEVICES];
+} mp_vulkan_module_t;
+
+/* Parse and validate |payload| into |m| (a zeroed state; kernels' launch tags must be |kind|'s;
+ * the shaders' words stay in place). No Vulkan call. On failure |m| holds what was read, for
+ * mp_vulkan_payload_free. */
+mp_status_t mp_vulkan_payload_parse(void* m, const mp_kind_t* kind, mp_const_byte_span_t payload);
+/* Frees what the parser made (not the base: mp_device_module_free). */
+void mp_vulkan_payload_free(mp_vulkan_module_t* m);
+
+#endif /* MODPACK_KINDS_VULKAN_MODULE_H_ */

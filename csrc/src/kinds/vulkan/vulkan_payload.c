@@ -1,0 +1,147 @@
+/* Parsing and validating a vulkan payload (layout: modpack/kinds/vulkan.h): the shaders' sizes,
+ * the kernel records and interfaces, and each shader's SPIR-V words, which stay in place. The
+ * SPIR-V itself is checked only for its magic number and size; the driver reads the rest when a
+ * pipeline is made. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kinds/vulkan/vulkan_module.h"
+
+/* Kernel |k|'s interface at |r|, checked against its record. */
+static mp_status_t parse_interface(mp_reader_t* r, const mp_vulkan_module_t* m, uint32_t k,
+                                   mp_vulkan_interface_t* in) {
+  const mp_kernel_info_t* info = &m->base.table.kernels[k];
+  if (!mp_read_u32(r, &in->shader) || !mp_read_u32(r, &in->workgroup_size[0]) ||
+      !mp_read_u32(r, &in->workgroup_size[1]) || !mp_read_u32(r, &in->workgroup_size[2]) ||
+      !mp_read_u32(r, &in->push_constant_size))
+    return mp_reader_error(r, "kernel interface");
+  if (in->shader >= m->shader_count)
+    return mp_errorf(MP_ERR_FORMAT, "vulkan payload: kernel %s names shader %u of %u", info->name,
+                     in->shader, m->shader_count);
+  if (in->push_constant_size > MP_VULKAN_MAX_PUSH_CONSTANTS || in->push_constant_size % 4)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "vulkan payload: kernel %s has %u bytes of push constants (a multiple of 4, "
+                     "at most %d)",
+                     info->name, in->push_constant_size, MP_VULKAN_MAX_PUSH_CONSTANTS);
+  in->slots = calloc(info->arg_count ? info->arg_count : 1, sizeof *in->slots);
+  if (!in->slots) return mp_out_of_memory("kernel interfaces");
+  bool scalars = false;
+  for (uint32_t a = 0; a < info->arg_count; ++a) {
+    mp_vulkan_slot_t* slot = &in->slots[a];
+    if (!mp_read_u32(r, &slot->set) || !mp_read_u32(r, &slot->binding))
+      return mp_reader_error(r, "argument slot");
+    const mp_kernel_arg_t* arg = &info->args[a];
+    if (arg->kind == MP_KERNEL_ARG_BUFFER) {
+      if (scalars)
+        return mp_errorf(MP_ERR_FORMAT,
+                         "vulkan payload: kernel %s argument %u is a buffer after a scalar "
+                         "(buffers come first)",
+                         info->name, a);
+      if (slot->set >= MP_VULKAN_MAX_SETS || slot->binding >= MP_VULKAN_MAX_BINDING)
+        return mp_errorf(MP_ERR_FORMAT,
+                         "vulkan payload: kernel %s argument %u is at set %u binding %u (sets "
+                         "below %d, bindings below %d)",
+                         info->name, a, slot->set, slot->binding, MP_VULKAN_MAX_SETS,
+                         MP_VULKAN_MAX_BINDING);
+      for (uint32_t b = 0; b < a; ++b)
+        if (in->slots[b].set == slot->set && in->slots[b].binding == slot->binding)
+          return mp_errorf(MP_ERR_FORMAT,
+                           "vulkan payload: kernel %s arguments %u and %u share set %u binding %u",
+                           info->name, b, a, slot->set, slot->binding);
+      if (slot->set + 1 > in->set_count) in->set_count = slot->set + 1;
+    } else if (arg->kind == MP_KERNEL_ARG_SCALAR) {
+      scalars = true;
+      uint32_t size = arg->dtype.bits / 8u;
+      bool sized = arg->dtype.lanes == 1 && arg->dtype.bits % 8 == 0 && size > 0;
+      if (!sized || slot->binding != 0 || slot->set > in->push_constant_size ||
+          size > in->push_constant_size - slot->set)
+        return mp_errorf(MP_ERR_FORMAT,
+                         "vulkan payload: kernel %s scalar argument %u (%u bits) at push-constant "
+                         "offset %u does not fit its %u-byte block",
+                         info->name, a, (unsigned)arg->dtype.bits, slot->set,
+                         in->push_constant_size);
+    } else {
+      return mp_errorf(MP_ERR_FORMAT,
+                       "vulkan payload: kernel %s argument %u is %s, which Vulkan kernels do not "
+                       "take (buffers and scalars only)",
+                       info->name, a,
+                       arg->kind == MP_KERNEL_ARG_LOCAL ? "local memory" : "a hidden NULL pointer");
+    }
+  }
+  return MP_OK;
+}
+
+mp_status_t mp_vulkan_payload_parse(void* state, const mp_kind_t* kind,
+                                    mp_const_byte_span_t payload) {
+  mp_vulkan_module_t* m = state;
+  mp_reader_t r = {payload.data, payload.size, 0, "vulkan payload"};
+  uint32_t version, reserved, count;
+  if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
+    return mp_reader_error(&r, "header");
+  if (version == 0 || version > MP_VULKAN_PAYLOAD_VERSION)
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "vulkan payload version %u is not supported (this runtime reads 1 to %d); "
+                     "upgrade modpack",
+                     version, MP_VULKAN_PAYLOAD_VERSION);
+  if (reserved != 0)
+    return mp_errorf(MP_ERR_FORMAT, "vulkan payload: reserved header field is not 0");
+  if (!mp_read_u32(&r, &count) || count == 0 || count > r.size / 8)
+    return mp_reader_error(&r, "shader count");
+  if (count > MP_VULKAN_MAX_SHADERS)
+    return mp_errorf(MP_ERR_FORMAT, "vulkan payload: %u shaders (at most %d)", count,
+                     MP_VULKAN_MAX_SHADERS);
+  MP_RETURN_IF_ERROR(mp_kernel_read_module_name(&r, &m->base.name));
+  m->shaders = calloc(count, sizeof *m->shaders);
+  if (!m->shaders) return mp_out_of_memory("the Vulkan shaders");
+  m->shader_count = count;
+  for (uint32_t s = 0; s < count; ++s) {
+    uint64_t size;
+    if (!mp_read_u64(&r, &size)) return mp_reader_error(&r, "shader size");
+    if (size < 20 || size % 4)
+      return mp_errorf(MP_ERR_FORMAT,
+                       "vulkan payload: shader %u has %" PRIu64
+                       " bytes (SPIR-V is whole 32-bit words, at least its 20-byte header)",
+                       s, size);
+    m->shaders[s].size = size;
+  }
+  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, 2, true, &m->base.table));
+  m->interfaces = calloc(m->base.table.count ? m->base.table.count : 1, sizeof *m->interfaces);
+  if (!m->interfaces) return mp_out_of_memory("the Vulkan kernel interfaces");
+  for (uint32_t k = 0; k < m->base.table.count; ++k)
+    MP_RETURN_IF_ERROR(parse_interface(&r, m, k, &m->interfaces[k]));
+  /* The shaders' words, each 64-byte aligned within the payload, read in place. */
+  for (uint32_t s = 0; s < count; ++s) {
+    uint64_t padding = (MP_VULKAN_SHADER_ALIGNMENT - r.pos % MP_VULKAN_SHADER_ALIGNMENT) %
+                       MP_VULKAN_SHADER_ALIGNMENT;
+    const uint8_t* pad;
+    if (!mp_read_bytes(&r, padding, &pad)) return mp_reader_error(&r, "shader padding");
+    for (uint64_t i = 0; i < padding; ++i)
+      if (pad[i] != 0)
+        return mp_errorf(MP_ERR_FORMAT, "vulkan payload: nonzero padding before shader %u", s);
+    if (!mp_read_bytes(&r, m->shaders[s].size, &m->shaders[s].data))
+      return mp_reader_error(&r, "shader words");
+    const uint8_t* w = m->shaders[s].data;
+    uint32_t magic = (uint32_t)w[0] | (uint32_t)w[1] << 8 | (uint32_t)w[2] << 16 |
+                     (uint32_t)w[3] << 24;
+    if (magic != MP_VULKAN_SPIRV_MAGIC)
+      return mp_errorf(MP_ERR_FORMAT,
+                       "vulkan payload: shader %u does not start with the SPIR-V magic number "
+                       "0x07230203 (found 0x%08x)",
+                       s, magic);
+  }
+  if (r.pos != r.size)
+    return mp_errorf(MP_ERR_FORMAT, "vulkan payload has %" PRIu64 " unexpected trailing bytes",
+                     r.size - r.pos);
+  return MP_OK;
+}
+
+void mp_vulkan_payload_free(mp_vulkan_module_t* m) {
+  for (uint32_t k = 0; m->interfaces && k < m->base.table.count; ++k) free(m->interfaces[k].slots);
+  free(m->interfaces);
+  free(m->shaders);
+  m->interfaces = NULL;
+  m->shaders = NULL;
+  m->shader_count = 0;
+}

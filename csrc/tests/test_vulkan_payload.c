@@ -1,0 +1,202 @@
+/* ctest: the "vulkan" kind's payload parser (layout: modpack/kinds/vulkan.h). Loading never
+ * touches Vulkan, so this runs anywhere. Public API only. */
+#include "modpack/kinds/kernel.h"
+#include "modpack/kinds/vulkan.h"
+#include "test_util.h"
+
+/* A stand-in shader: the SPIR-V header (magic, version 1.0, generator, bound, schema). The
+ * parser checks only the magic number and the size; the driver reads the rest. */
+static const uint32_t SHADER[5] = {MP_VULKAN_SPIRV_MAGIC, 0x00010000, 0, 8, 0};
+static const char* const TAGS[3] = {"workgroups.x", "workgroups.y", "workgroups.z"};
+
+typedef struct {
+  uint32_t version, reserved, shader_count;
+  uint64_t shader_size;     /* of shader 0 */
+  uint32_t magic;           /* of shader 0 */
+  const char* module_name;  /* NULL: unnamed */
+  uint8_t first_kind;       /* of scale's first argument */
+  uint32_t shader_index;    /* scale's shader */
+  uint32_t push_size;       /* scale's push-constant block */
+  uint32_t scalar_offset;   /* scale's scalar */
+  uint32_t second_binding;  /* copy's second buffer */
+  uint32_t set;             /* copy's first buffer's set */
+  int scalar_before_buffer; /* scale's arguments reversed */
+  uint8_t pad_byte;         /* the padding before shader 0 */
+  int trailing;
+} spec_t;
+
+static spec_t defaults(void) {
+  spec_t s = {MP_VULKAN_PAYLOAD_VERSION, 0, 1, sizeof SHADER, MP_VULKAN_SPIRV_MAGIC, NULL,
+              MP_KERNEL_ARG_BUFFER, 0, 8, 4, 1, 0, 0, 0, 0};
+  return s;
+}
+
+/* A version 2 record: |nargs| (kind, code, bits, lanes), the three launch tags, |symbol|. */
+static void record(buf_t* b, const char* name, int nargs, const uint8_t (*args)[4],
+                   const char* symbol) {
+  put_str(b, name);
+  put_u32(b, (uint32_t)nargs);
+  for (int i = 0; i < nargs; ++i) put(b, args[i], 4);
+  put_u32(b, 3);
+  for (int i = 0; i < 3; ++i) put_str(b, TAGS[i]);
+  put_str(b, symbol); /* the entry point */
+  put_u32(b, 0);      /* nothing fixed */
+}
+
+static void build(buf_t* b, spec_t s) {
+  memset(b, 0, sizeof *b);
+  put_u32(b, s.version);
+  put_u32(b, s.reserved);
+  put_u32(b, s.shader_count);
+  if (s.module_name)
+    put_str(b, s.module_name);
+  else
+    put_u32(b, 0);
+  for (uint32_t i = 0; i < s.shader_count; ++i) put_u64(b, i ? sizeof SHADER : s.shader_size);
+  put_u32(b, 2);
+  /* scale(float32* x, float32 k): x at set 0 binding 0, k at push offset |scalar_offset|. */
+  uint8_t scale[2][4] = {{s.first_kind, kDLFloat, 32, 1}, {MP_KERNEL_ARG_SCALAR, kDLFloat, 32, 1}};
+  if (s.scalar_before_buffer) {
+    uint8_t t[4];
+    memcpy(t, scale[0], 4);
+    memcpy(scale[0], scale[1], 4);
+    memcpy(scale[1], t, 4);
+  }
+  record(b, "scale", 2, (const uint8_t(*)[4])scale, "main");
+  /* copy(void* a, uint8* b): two buffers, in the second shader when there are two. */
+  static const uint8_t copy[2][4] = {{MP_KERNEL_ARG_BUFFER, kDLOpaqueHandle, 8, 1},
+                                     {MP_KERNEL_ARG_BUFFER, kDLUInt, 8, 1}};
+  record(b, "copy", 2, copy, "copy_main");
+  /* scale's interface: shader, workgroup 64x1x1, push constants, its two slots. */
+  put_u32(b, s.shader_index);
+  put_u32(b, 64);
+  put_u32(b, 1);
+  put_u32(b, 1);
+  put_u32(b, s.push_size);
+  if (s.scalar_before_buffer) {
+    put_u32(b, s.scalar_offset);
+    put_u32(b, 0);
+  }
+  put_u32(b, 0); /* set */
+  put_u32(b, 0); /* binding */
+  if (!s.scalar_before_buffer) {
+    put_u32(b, s.scalar_offset);
+    put_u32(b, 0);
+  }
+  /* copy's interface. */
+  put_u32(b, s.shader_count - 1);
+  put_u32(b, 32);
+  put_u32(b, 2);
+  put_u32(b, 1);
+  put_u32(b, 0);
+  put_u32(b, s.set);
+  put_u32(b, 0);
+  put_u32(b, 0);
+  put_u32(b, s.second_binding);
+  for (uint32_t i = 0; i < s.shader_count; ++i) {
+    while (b->size % MP_VULKAN_SHADER_ALIGNMENT) put_u8(b, i == 0 ? s.pad_byte : 0);
+    uint32_t words[8] = {0};
+    memcpy(words, SHADER, sizeof SHADER);
+    if (i == 0) words[0] = s.magic;
+    put(b, words, i ? sizeof SHADER : s.shader_size);
+  }
+  for (int i = 0; i < s.trailing; ++i) put_u8(b, 0);
+}
+
+int main(void) {
+  static buf_t b;
+  spec_t two = defaults();
+  two.shader_count = 2;
+  two.module_name = "vk";
+  build(&b, two);
+  mp_module_t* m = load("vulkan", b.data, b.size);
+  if (m) {
+    CHECK(mp_module_function_count(m) == 2, "two kernels");
+    CHECK(mp_module_name(m) && strcmp(mp_module_name(m), "vk") == 0, "named");
+    const char* text = describe(m);
+    CHECK(strstr(text, "\"shaders\": [{\"offset\": ") != NULL, "%s", text);
+    /* Each shader's offset says where its words are in the payload (tools write .spv). */
+    const char* second = strstr(text, "}, {\"offset\": ");
+    unsigned long long offset = 0;
+    CHECK(second && sscanf(second + strlen("}, {\"offset\": "), "%llu", &offset) == 1 &&
+              offset % MP_VULKAN_SHADER_ALIGNMENT == 0 && offset + sizeof SHADER == b.size &&
+              memcmp(b.data + offset, SHADER, sizeof SHADER) == 0,
+          "%s", text);
+    CHECK(strstr(text,
+                 "{\"kernel\": \"scale\", \"shader\": 0, \"entry_point\": \"main\", "
+                 "\"workgroup_size\": [64, 1, 1], \"push_constant_bytes\": 8, \"bindings\": "
+                 "[{\"set\": 0, \"binding\": 0}, {\"push_offset\": 4}]}") != NULL,
+          "%s", text);
+    CHECK(strstr(text,
+                 "{\"name\": \"copy\", \"symbol\": \"copy_main\", \"args\": [\"void*\", "
+                 "\"uint8*\"], \"launch\": [\"workgroups.x\", \"workgroups.y\", "
+                 "\"workgroups.z\"]}") != NULL,
+          "%s", text);
+    mp_function_t* f = NULL;
+    CHECK(mp_module_get_function(m, "vk/scale", 0, &f) == MP_OK && f, "qualified lookup: %s",
+          mp_error_message());
+    if (f) {
+      mp_value_t args[1] = {mp_int(1)}, ret;
+      CHECK(mp_function_call(f, args, 1, &ret) == MP_ERR_INVALID_ARGUMENT &&
+                strstr(mp_error_message(),
+                       "scale: expected 5 arguments (2 kernel arguments + 3 launch") != NULL,
+            "a wrong count is refused before Vulkan is touched: %s", mp_error_message());
+      mp_value_t wrong[5] = {mp_int(1), mp_float(2.0), mp_int(1), mp_int(1), mp_int(1)};
+      CHECK(mp_function_call(f, wrong, 5, &ret) == MP_ERR_INVALID_ARGUMENT &&
+                strstr(mp_error_message(), "argument 0 must be an array") != NULL,
+            "a number for a buffer: %s", mp_error_message());
+      mp_function_release(f);
+    }
+    mp_module_release(m);
+  }
+  every_prefix_refused("vulkan", &b);
+  for (uint32_t i = 0;; ++i) {
+    const char* tag = mp_kind_launch_tag("vulkan", i);
+    if (i < 3) CHECK(tag && strcmp(tag, TAGS[i]) == 0, "launch tag %u is %s", i, tag ? tag : "-");
+    if (!tag) {
+      CHECK(i == 3, "vulkan has 3 launch tags, not %u", i);
+      break;
+    }
+  }
+
+  struct {
+    const char* what;
+    spec_t spec;
+    mp_status_t code;
+    const char* needle;
+  } cases[] = {
+      {"version 2", defaults(), MP_ERR_INCOMPATIBLE, "version 2 is not supported"},
+      {"reserved", defaults(), MP_ERR_FORMAT, "reserved header field"},
+      {"no shader", defaults(), MP_ERR_FORMAT, "shader count"},
+      {"a shader of 22 bytes", defaults(), MP_ERR_FORMAT, "shader 0 has 22 bytes"},
+      {"no SPIR-V magic", defaults(), MP_ERR_FORMAT, "SPIR-V magic number 0x07230203"},
+      {"a shader index past the end", defaults(), MP_ERR_FORMAT, "names shader 1 of 1"},
+      {"push constants not a multiple of 4", defaults(), MP_ERR_FORMAT, "6 bytes of push"},
+      {"a scalar outside its block", defaults(), MP_ERR_FORMAT, "does not fit its 8-byte block"},
+      {"two buffers at one binding", defaults(), MP_ERR_FORMAT, "share set 0 binding 0"},
+      {"set 8", defaults(), MP_ERR_FORMAT, "set 8 binding 0"},
+      {"a buffer after a scalar", defaults(), MP_ERR_FORMAT, "is a buffer after a scalar"},
+      {"local memory", defaults(), MP_ERR_FORMAT, "local memory, which Vulkan kernels"},
+      {"nonzero padding", defaults(), MP_ERR_FORMAT, "nonzero padding before shader 0"},
+      {"trailing bytes", defaults(), MP_ERR_FORMAT, "4 unexpected trailing bytes"},
+  };
+  cases[0].spec.version = 2;
+  cases[1].spec.reserved = 1;
+  cases[2].spec.shader_count = 0;
+  cases[3].spec.shader_size = 22;
+  cases[4].spec.magic = 0x03022307;
+  cases[5].spec.shader_index = 1;
+  cases[6].spec.push_size = 6;
+  cases[7].spec.scalar_offset = 6;
+  cases[8].spec.second_binding = 0;
+  cases[9].spec.set = 8;
+  cases[10].spec.scalar_before_buffer = 1;
+  cases[11].spec.first_kind = MP_KERNEL_ARG_LOCAL;
+  cases[12].spec.pad_byte = 1;
+  cases[13].spec.trailing = 4;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    build(&b, cases[i].spec);
+    expect_refused(cases[i].what, "vulkan", b.data, b.size, cases[i].code, cases[i].needle);
+  }
+  return finish("test_vulkan_payload");
+}

@@ -1,0 +1,153 @@
+"""The ``vulkan`` kind: SPIR-V compute shaders and, per kernel, a function-info record and its
+interface, all read from the SPIR-V by reflection (:mod:`.spirv`): the storage buffers in
+binding order, then the push-constant block's members as scalars, and the workgroup size.
+
+Read by the C runtime's ``loadbinary_vulkan`` (csrc/src/kinds/vulkan/); the payload's layout and
+numbers are in csrc/include/modpack/kinds/vulkan.h, read here through the runtime binding.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ...errors import ArgumentError
+from ...format.layout import check_struct
+from ...runtime.binding import lib
+from ..device import DeviceModule
+from ..kernel_info import KernelArg, KernelInfo, launch_tags
+from .spirv import EntryPoint, compile_glsl, is_spirv, reflect
+
+__all__ = ["LAUNCH_TAGS", "VulkanKernel", "VulkanModule", "vulkan_module"]
+
+LAUNCH_TAGS = launch_tags("vulkan")  # workgroups x, y, z
+_HEADER = check_struct(struct.Struct("<III"), "mp_vulkan_header_v1_t")
+_ALIGNMENT: int = lib.MP_VULKAN_SHADER_ALIGNMENT
+_RECORD_VERSION = 2  # the symbol field carries the entry point
+
+
+@dataclass(frozen=True)
+class VulkanKernel:
+    """A kernel: its record (buffers, then scalars), its shader and entry point's interface."""
+
+    info: KernelInfo
+    shader: int
+    entry: EntryPoint
+
+    def encode_interface(self) -> bytes:
+        e = self.entry
+        parts = [struct.pack("<5I", self.shader, *e.workgroup_size, e.push_constant_size)]
+        parts += [struct.pack("<II", b.set, b.binding) for b in e.buffers]
+        parts += [struct.pack("<II", s.offset, 0) for s in e.scalars]
+        return b"".join(parts)
+
+
+def _kernel(name: str, shader: int, entry: EntryPoint, what: str) -> VulkanKernel:
+    limit = lib.MP_VULKAN_MAX_PUSH_CONSTANTS
+    if entry.push_constant_size > limit:
+        raise ArgumentError(f"{what}: a push-constant block of {entry.push_constant_size} bytes "
+                            f"(at most {limit})")
+    for b in entry.buffers:
+        if b.set >= lib.MP_VULKAN_MAX_SETS or b.binding >= lib.MP_VULKAN_MAX_BINDING:
+            raise ArgumentError(f"{what}: buffer {b.name} at set {b.set} binding {b.binding} "
+                                f"(sets below {lib.MP_VULKAN_MAX_SETS}, bindings below "
+                                f"{lib.MP_VULKAN_MAX_BINDING})")
+    args = [KernelArg.parse("void*" if b.dtype is None else f"{b.dtype}*") for b in entry.buffers]
+    args += [KernelArg.parse(s.dtype) for s in entry.scalars]
+    return VulkanKernel(KernelInfo(name, tuple(args), LAUNCH_TAGS, symbol=entry.name), shader,
+                        entry)
+
+
+class VulkanModule(DeviceModule):
+    """Vulkan compute kernels carried in the library as SPIR-V and run through the runtime's
+    Vulkan device."""
+
+    type_key = "vulkan"
+    kind_launch_tags = LAUNCH_TAGS
+
+    def __init__(self, shaders: list[bytes], kernels: list[VulkanKernel],
+                 name: str | None = None) -> None:
+        super().__init__(name)
+        if not shaders:
+            raise ArgumentError("a vulkan module needs at least one shader")
+        if len(shaders) > lib.MP_VULKAN_MAX_SHADERS:
+            raise ArgumentError(f"{len(shaders)} shaders (at most {lib.MP_VULKAN_MAX_SHADERS})")
+        self.shaders = [bytes(s) for s in shaders]
+        self.kernels = list(kernels)
+        self.functions = [k.info for k in self.kernels]
+        names = [f.name for f in self.functions]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ArgumentError(f"kernels {twice} are defined twice; name them with a dict "
+                                "{name: shader}")
+        self.check_records()
+
+    def save_to_binary(self) -> bytes:
+        parts = [_HEADER.pack(lib.MP_VULKAN_PAYLOAD_VERSION, 0, len(self.shaders)),
+                 self.encode_name()]
+        parts += [struct.pack("<Q", len(s)) for s in self.shaders]
+        parts.append(struct.pack("<I", len(self.kernels)))
+        parts += [k.info.encode(_RECORD_VERSION) for k in self.kernels]
+        parts += [k.encode_interface() for k in self.kernels]
+        size = sum(len(p) for p in parts)
+        for shader in self.shaders:
+            padding = -size % _ALIGNMENT
+            parts += [bytes(padding), shader]
+            size += padding + len(shader)
+        return b"".join(parts)
+
+
+def _spirv(shader: str | bytes | bytearray | memoryview, what: str) -> bytes:
+    if isinstance(shader, str):
+        return compile_glsl(shader, what)
+    if isinstance(shader, bytes | bytearray | memoryview):
+        data = bytes(shader)
+        if not is_spirv(data) or len(data) % 4 or len(data) < 20:
+            raise ArgumentError(f"{what}: bytes that are not SPIR-V (no magic number 0x07230203, "
+                                "or not whole 32-bit words); pass GLSL compute source as a str")
+        return data
+    raise ArgumentError(f"{what}: a shader is SPIR-V bytes or GLSL compute source (a str), not "
+                        f"{type(shader).__name__}")
+
+
+def vulkan_module(shaders: str | bytes | Mapping[str, str | bytes], name: str | None = None
+                  ) -> VulkanModule:
+    """A Vulkan module of SPIR-V compute shaders, each given as SPIR-V bytes or as GLSL compute
+    source (compiled here by ``glslangValidator -V``).
+
+    shaders : ``{kernel name: shader}`` — each shader's compute entry point (the one named like
+        the kernel when it has several) becomes that kernel — or one shader, whose every compute
+        entry point becomes a kernel named like it (``"main"`` for GLSL), in name order.
+    name : the module's name; its kernels are then also found as ``"name/kernel"``.
+
+    Each kernel's record comes from the SPIR-V by reflection: its storage buffers in (set,
+    binding) order, then its push-constant block's members as scalars, in offset order. A kernel
+    is called with those arguments followed by three workgroup counts (x, y, z).
+    """
+    shader_list: list[bytes] = []
+    kernels: list[VulkanKernel] = []
+    if isinstance(shaders, Mapping):
+        if not shaders:
+            raise ArgumentError("vulkan_module: no shaders given")
+        for kernel, shader in shaders.items():
+            if not isinstance(kernel, str):
+                raise ArgumentError(f"vulkan_module: kernel names are str, not {kernel!r}")
+            what = f"vulkan shader {kernel!r}"
+            spirv = _spirv(shader, what)
+            entries = reflect(spirv, what)
+            if len(entries) > 1:
+                named = [e for e in entries if e.name == kernel]
+                if not named:
+                    raise ArgumentError(
+                        f"{what}: {len(entries)} compute entry points "
+                        f"({', '.join(e.name for e in entries)}) and none is called {kernel!r}")
+                entries = named
+            kernels.append(_kernel(kernel, len(shader_list), entries[0], what))
+            shader_list.append(spirv)
+    else:
+        spirv = _spirv(shaders, "vulkan shader")
+        kernels = [_kernel(e.name, 0, e, f"vulkan shader, entry point {e.name}")
+                   for e in reflect(spirv, "vulkan shader")]
+        shader_list.append(spirv)
+    return VulkanModule(shader_list, kernels, name)

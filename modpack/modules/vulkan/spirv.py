@@ -1,0 +1,168 @@
+"""SPIR-V for the ``vulkan`` kind: GLSL compute source compiled with ``glslangValidator -V``, and
+each compute entry point's interface read from the SPIR-V by reflection with ``spirv-cross
+--reflect`` (Khronos' SPIRV-Cross, Debian's ``spirv-cross`` package): its storage buffers (set,
+binding, element type), its push-constant block's members (offset, type) and its workgroup
+size. Nothing is parsed here but the reflection's JSON and the SPIR-V header's magic number."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import ArgumentError, CompileError, UnavailableError
+from ...runtime.binding import lib
+
+__all__ = ["SPIRV_MAGIC", "EntryPoint", "compile_glsl", "is_spirv", "reflect"]
+
+SPIRV_MAGIC: int = lib.MP_VULKAN_SPIRV_MAGIC  # modpack/kinds/vulkan.h
+# SPIRV-Cross's names of scalar types -> numpy dtype names.
+_SCALARS = {"float": "float32", "double": "float64", "half": "float16", "int": "int32",
+            "uint": "uint32", "int64_t": "int64", "uint64_t": "uint64", "short": "int16",
+            "ushort": "uint16", "int16_t": "int16", "uint16_t": "uint16", "int8_t": "int8",
+            "uint8_t": "uint8", "float16_t": "float16"}
+_VECTOR_BASES = {"vec": "float", "dvec": "double", "ivec": "int", "uvec": "uint",
+                 "f16vec": "half", "i64vec": "int64_t", "u64vec": "uint64_t",
+                 "i16vec": "int16_t", "u16vec": "uint16_t", "i8vec": "int8_t",
+                 "u8vec": "uint8_t"}
+
+
+def _tool(name: str, package: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise UnavailableError(f"{name} is not installed: `apt-get install {package}` "
+                               "(scripts/dev.sh installs it)")
+    return path
+
+
+def is_spirv(data: bytes) -> bool:
+    return len(data) >= 4 and struct.unpack_from("<I", data)[0] == SPIRV_MAGIC
+
+
+def compile_glsl(source: str, what: str) -> bytes:
+    """GLSL compute source -> SPIR-V, by ``glslangValidator -V`` (CompileError with its log)."""
+    compiler = _tool("glslangValidator", "glslang-tools")
+    with tempfile.TemporaryDirectory(prefix="modpack-glsl-") as work:
+        src, out = Path(work) / "shader.comp", Path(work) / "shader.spv"
+        src.write_text(source)
+        proc = subprocess.run([compiler, "-V", str(src), "-o", str(out)], capture_output=True,
+                              text=True)
+        if proc.returncode != 0 or not out.exists():
+            log = (proc.stdout + proc.stderr).replace(str(src), what).strip()
+            raise CompileError(f"{what}: glslangValidator -V failed:\n{log}")
+        return out.read_bytes()
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    set: int
+    binding: int
+    dtype: str | None  # None: an untyped buffer (its element is a struct)
+
+
+@dataclass(frozen=True)
+class Scalar:
+    name: str
+    offset: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """A compute entry point's interface, as reflection reads it from the SPIR-V."""
+
+    name: str
+    workgroup_size: tuple[int, int, int]
+    buffers: tuple[Buffer, ...]  # in (set, binding) order
+    scalars: tuple[Scalar, ...]  # the push-constant block's members, in offset order
+    push_constant_size: int
+
+
+def _run_reflect(spirv: bytes, entry: str | None, what: str) -> dict[str, Any]:
+    tool = _tool("spirv-cross", "spirv-cross")
+    with tempfile.TemporaryDirectory(prefix="modpack-spirv-") as work:
+        path = Path(work) / "shader.spv"
+        path.write_bytes(spirv)
+        command = [tool, str(path), "--reflect"]
+        if entry is not None:
+            command += ["--entry", entry, "--stage", "comp"]
+        proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CompileError(f"{what}: spirv-cross --reflect cannot read the SPIR-V:\n"
+                           f"{(proc.stdout + proc.stderr).strip()}")
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        raise CompileError(f"{what}: spirv-cross --reflect printed no JSON") from None
+
+
+def _scalar(type_name: str, where: str) -> str:
+    if type_name in _SCALARS:
+        return _SCALARS[type_name]
+    raise ArgumentError(f"{where} has type {type_name}: modpack passes scalars by push constant "
+                        f"(one of {', '.join(sorted(set(_SCALARS)))}); split vectors and "
+                        "structs into scalar members")
+
+
+def _element(types: dict[str, Any], block: dict[str, Any]) -> str | None:
+    """A storage buffer's element dtype: that of its one runtime array member (a vector's
+    component), else None (an untyped buffer)."""
+    members = block.get("members", [])
+    if len(members) != 1 or not members[0].get("array"):
+        return None
+    base = members[0]["type"]
+    for prefix, scalar in _VECTOR_BASES.items():
+        if base.startswith(prefix) and base[len(prefix):].isdigit():
+            base = scalar
+    return _SCALARS.get(base)
+
+
+def reflect(spirv: bytes, what: str) -> list[EntryPoint]:
+    """Every GLCompute entry point of |spirv| with its interface, in name order."""
+    overview = _run_reflect(spirv, None, what)
+    names = sorted(e["name"] for e in overview.get("entryPoints", []) if e.get("mode") == "comp")
+    if not names:
+        raise ArgumentError(f"{what}: the SPIR-V has no compute entry point (a compute shader: "
+                            "`layout(local_size_x = ...) in;`)")
+    return [_entry_point(_run_reflect(spirv, name, what), name, f"{what}, entry point {name}")
+            for name in names]
+
+
+def _entry_point(info: dict[str, Any], name: str, where: str) -> EntryPoint:
+    types = info.get("types", {})
+    entry = next(e for e in info["entryPoints"] if e["name"] == name and e["mode"] == "comp")
+    unsupported = [kind for kind in ("ubos", "textures", "images", "separate_images",
+                                     "separate_samplers", "acceleration_structures")
+                   if info.get(kind)]
+    if unsupported:
+        raise ArgumentError(f"{where}: uses {', '.join(unsupported)}; Vulkan kernels take storage "
+                            "buffers and push constants only")
+    buffers = sorted(
+        (Buffer(b["name"], b.get("set", 0), b.get("binding", 0), _element(types, types[b["type"]]))
+         for b in info.get("ssbos", [])),
+        key=lambda b: (b.set, b.binding))
+    scalars: list[Scalar] = []
+    size = 0
+    for block in info.get("push_constants", []):
+        block_type = types[block["type"]]
+        for member in block_type.get("members", []):
+            if member.get("array"):
+                raise ArgumentError(f"{where}: push-constant member {member['name']} is an "
+                                    "array; modpack passes scalars")
+            dtype = _scalar(member["type"], f"{where}: push-constant member {member['name']}")
+            scalars.append(Scalar(member["name"], member["offset"], dtype))
+            size = max(size, member["offset"] + _itemsize(dtype))
+    size = (size + 3) // 4 * 4
+    workgroup = tuple(int(v) for v in entry.get("workgroup_size", [1, 1, 1]))
+    return EntryPoint(name, workgroup, tuple(buffers),  # type: ignore[arg-type]
+                      tuple(sorted(scalars, key=lambda s: s.offset)), size)
+
+
+def _itemsize(dtype: str) -> int:
+    return int("".join(ch for ch in dtype if ch.isdigit())) // 8

@@ -1,0 +1,377 @@
+"""The vulkan kind: SPIR-V compute shaders (GLSL compiled at export), each kernel's record read from
+the SPIR-V by reflection, run for real on this machine's Vulkan device (Mesa's lavapipe), from
+Python and from C; the errors a wrong call, a wrong launch or a missing driver give; the tools;
+and the runtime's own Vulkan declarations against Khronos' header."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, run
+
+import modpack
+from modpack.extraction import extract_library
+from modpack.inspection import inspect_library
+from modpack.modules.vulkan.spirv import compile_glsl, reflect
+
+TOOLS = shutil.which("glslangValidator") and shutil.which("spirv-cross")
+needs_tools = pytest.mark.skipif(not TOOLS, reason="needs glslang-tools and spirv-cross "
+                                 "(apt-get install glslang-tools spirv-cross; scripts/dev.sh)")
+needs_vulkan = pytest.mark.skipif(
+    not TOOLS or modpack.device_count("vulkan") < 1,
+    reason="no Vulkan device (apt-get install libvulkan1 mesa-vulkan-drivers for lavapipe)")
+
+SCALE = """#version 450
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform P { float k; uint n; } p;
+void main() { uint i = gl_GlobalInvocationID.x; if (i < p.n) y[i] = x[i] * p.k; }
+"""
+# Buffers declared out of binding order and in two sets, a vec4 buffer (float32 elements), a
+# struct buffer (untyped), push constants of three types.
+INTERFACE = """#version 450
+layout(local_size_x = 8, local_size_y = 4, local_size_z = 2) in;
+struct Pair { float a; int b; };
+layout(std430, set = 1, binding = 0) buffer Q { Pair q[]; };
+layout(std430, set = 0, binding = 3) buffer V { vec4 v[]; };
+layout(std430, set = 0, binding = 1) buffer I { int i[]; };
+layout(push_constant) uniform P { int a; uint b; float c; } p;
+void main() {
+  uint g = gl_LocalInvocationIndex;  // 0..63 in one 8x4x2 workgroup
+  v[g] *= p.c; i[g] += p.a + int(p.b); q[g].b = 1;
+}
+"""
+# No buffer: only push constants (a launch needs no array, so it reaches the driver).
+NO_BUFFERS = """#version 450
+layout(local_size_x = 1) in;
+layout(push_constant) uniform P { int n; } p;
+void main() { }
+"""
+
+
+def _export(tmp_path: Path, module: modpack.Module, name: str = "vk.so") -> Path:
+    host = modpack.csource_module(
+        '#include "modpack/backend.h"\n'
+        "static int64_t one(int64_t x) { return x; }\n"
+        "MP_EXPORT_FUNC(one, int64_t, int64_t)\n")
+    host.import_module(module)
+    return host.export_library(tmp_path / name)
+
+
+# ---- writing: records by reflection ---------------------------------------------------------
+
+
+@needs_tools
+def test_records_come_from_the_spirv():
+    m = modpack.vulkan_module({"interface": INTERFACE})
+    (info,) = m.functions
+    assert info.signature() == "interface(int32*, float32*, void*, int32, uint32, float32)"
+    assert info.launch_tags == ("workgroups.x", "workgroups.y", "workgroups.z")
+    assert info.symbol == "main"
+    (kernel,) = m.kernels
+    assert kernel.entry.workgroup_size == (8, 4, 2)
+    assert [(b.set, b.binding) for b in kernel.entry.buffers] == [(0, 1), (0, 3), (1, 0)]
+    assert [(s.name, s.offset) for s in kernel.entry.scalars] == [("a", 0), ("b", 4), ("c", 8)]
+    assert kernel.entry.push_constant_size == 12
+
+
+@needs_tools
+def test_spirv_bytes_and_a_shader_of_several_entry_points(tmp_path):
+    """SPIR-V given as bytes; a single shader's every compute entry point is a kernel, and a
+    dict picks the entry point named like the kernel."""
+    spirv = _two_entry_points(tmp_path)
+    assert [e.name for e in reflect(spirv, "x")] == ["main", "plus"]
+    m = modpack.vulkan_module(spirv)
+    assert m.kernel_names == ["main", "plus"]
+    assert [k.info.symbol for k in m.kernels] == [None, None]  # named like their entry points
+    picked = modpack.vulkan_module({"plus": spirv})
+    assert picked.kernels[0].entry.name == "plus"
+    with pytest.raises(modpack.ArgumentError, match=r"2 compute entry points .* none is called"):
+        modpack.vulkan_module({"other": spirv})
+    if modpack.device_count("vulkan") < 1:
+        return
+    kernels = modpack.load_module(_export(tmp_path, m)).imported_modules[0]
+    x = np.arange(64, dtype=np.float32)
+    a = modpack.array(x, device="vulkan:0")
+    out = modpack.empty(64, "float32", device="vulkan:0")
+    kernels["main"](a, out, 3.0, 64, 1, 1, 1)
+    np.testing.assert_array_equal(out.numpy(), x * 3)
+    kernels["plus"](a, out, 3.0, 64, 1, 1, 1)  # the copy adds: its own entry point ran
+    np.testing.assert_array_equal(out.numpy(), x + 3)
+
+
+def _two_entry_points(tmp_path: Path) -> bytes:
+    """SCALE's function and a copy of it as two entry points, "main" and "plus" (whose copy
+    adds k instead of multiplying), by editing its assembly."""
+    if not shutil.which("spirv-dis") or not shutil.which("spirv-as"):
+        pytest.skip("needs spirv-tools (apt-get install spirv-tools)")
+    (tmp_path / "s.spv").write_bytes(compile_glsl(SCALE, "scale"))
+    text = run("spirv-dis", tmp_path / "s.spv", "--raw-id")
+    entry = re.search(r'^\s*OpEntryPoint GLCompute %(\d+) "main"(.*)$', text, re.M)
+    mode = re.search(rf"^\s*OpExecutionMode %{entry[1]} (.*)$", text, re.M)
+    body = re.search(rf"^\s*%{entry[1]} = OpFunction .*?OpFunctionEnd$", text, re.M | re.S)[0]
+    bound = max(int(n) for n in re.findall(r"%(\d+)", text)) + 1
+    defined = re.findall(r"^\s*%(\d+) =", body, re.M)
+    renamed = {old: str(bound + i) for i, old in enumerate(defined)}
+    copy = re.sub(r"%(\d+)\b", lambda m: f"%{renamed.get(m[1], m[1])}", body)
+    assert "OpFMul" in copy
+    copy = copy.replace("OpFMul", "OpFAdd", 1)
+    new = renamed[entry[1]]
+    text = text.replace(entry[0], f'{entry[0]}\nOpEntryPoint GLCompute %{new} "plus"{entry[2]}'
+                        f"\nOpExecutionMode %{new} {mode[1]}")
+    text = text.replace(body, body + "\n" + copy)
+    (tmp_path / "two.spvasm").write_text(text)
+    run("spirv-as", "--target-env", "vulkan1.0", tmp_path / "two.spvasm", "-o",
+        tmp_path / "two.spv")
+    run("spirv-val", "--target-env", "vulkan1.0", tmp_path / "two.spv")
+    return (tmp_path / "two.spv").read_bytes()
+
+
+@needs_tools
+@pytest.mark.parametrize(("shader", "error", "match"), [
+    (b"\x01\x02\x03\x04" * 8, modpack.ArgumentError, "not SPIR-V"),
+    (3.5, modpack.ArgumentError, "SPIR-V bytes or GLSL compute source"),
+    ("#version 450\nvoid main() { undefined(); }\n", modpack.CompileError,
+     "glslangValidator -V failed"),
+    ("#version 450\nlayout(local_size_x = 1) in;\nlayout(binding = 0) uniform U { float u; };\n"
+     "layout(std430, binding = 1) buffer B { float b[]; };\nvoid main() { b[0] = u; }\n",
+     modpack.ArgumentError, "uses ubos; Vulkan kernels take storage buffers"),
+    ("#version 450\nlayout(local_size_x = 1) in;\nlayout(push_constant) uniform P { vec2 v; } p;"
+     "\nlayout(std430, binding = 0) buffer B { float b[]; };\nvoid main() { b[0] = p.v.x; }\n",
+     modpack.ArgumentError, "push-constant member v has type vec2"),
+])
+def test_what_is_not_a_vulkan_kernel_is_refused_at_export(shader, error, match):
+    with pytest.raises(error, match=match):
+        modpack.vulkan_module({"k": shader})
+
+
+# ---- running on the device ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scale_kernel(tmp_path_factory):
+    if not TOOLS or modpack.device_count("vulkan") < 1:
+        pytest.skip("no Vulkan device")
+    path = _export(tmp_path_factory.mktemp("vk"), modpack.vulkan_module(
+        {"scale": SCALE, "interface": INTERFACE, "nothing": NO_BUFFERS}, name="vk"))
+    lib = modpack.load_module(path)
+    return lib.imported_modules[0]
+
+
+@needs_vulkan
+def test_a_kernel_runs_and_matches_numpy(scale_kernel):
+    x = np.arange(1000, dtype=np.float32)
+    a = modpack.array(x, device="vulkan:0")
+    out = modpack.empty(1000, "float32", device="vulkan:0")
+    scale_kernel["scale"](a, out, 2.5, 1000, 16, 1, 1)
+    np.testing.assert_array_equal(out.numpy(), x * 2.5)
+    assert a.__dlpack_device__() == (7, 0)  # kDLVulkan
+    # Several push-constant types and buffers in two sets, one of vec4s, one of structs.
+    v = np.ones((64, 4), np.float32)
+    i = np.arange(64, dtype=np.int32)
+    q = np.zeros(128, np.float32)  # 64 Pairs of (float, int)
+    vd, id_, qd = (modpack.array(t, device="vulkan:0") for t in (v.ravel(), i, q))
+    scale_kernel["interface"](id_, vd, qd, -3, 5, 0.5, 1, 1, 1)  # one 8x4x2 workgroup
+    np.testing.assert_array_equal(vd.numpy(), 0.5 * v.ravel())
+    np.testing.assert_array_equal(id_.numpy(), i + 2)
+    assert (qd.numpy().view(np.int32)[1::2] == 1).all()
+    assert scale_kernel["vk/scale"] is not None
+
+
+@needs_vulkan
+def test_wrong_calls_are_refused_before_the_driver(scale_kernel):
+    f = scale_kernel["scale"]
+    x = modpack.array(np.zeros(8, np.float32), device="vulkan:0")
+    cases = [
+        ((x, x, 1.0, 8), "expected 7 arguments \\(4 kernel arguments \\+ 3 launch"),
+        ((1, x, 1.0, 8, 1, 1, 1), "argument 0 must be an array"),
+        ((x, modpack.array(np.zeros(8, np.int32), device="vulkan:0"), 1.0, 8, 1, 1, 1),
+         "argument 1 must have dtype float32, got int32"),
+        ((np.zeros(8, np.float32), x, 1.0, 8, 1, 1, 1),
+         'argument 0 is an array on cpu:0, not on a Vulkan device; create it with '
+         'modpack.array\\(x, device="vulkan:0"\\)'),
+        ((None, x, 1.0, 8, 1, 1, 1), "not None \\(Vulkan has no NULL buffers\\)"),
+        ((x, x, 1.0, 2.5, 1, 1, 1), "argument 3 must be an integer \\(uint32\\), got float"),
+        ((x, x, 1.0, 8, -1, 1, 1), "launch argument 4 \\(workgroups.x\\) must be an int in"),
+    ]
+    for args, message in cases:
+        with pytest.raises(modpack.ArgumentError, match=message):
+            f(*args)
+
+
+@needs_vulkan
+def test_launch_limits_are_the_devices(scale_kernel):
+    x = modpack.array(np.zeros(8, np.float32), device="vulkan:0")
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"4294967295 workgroups along x, but Vulkan device 0 dispatches "
+                             r"at most \d+ \(maxComputeWorkGroupCount\)"):
+        scale_kernel["scale"](x, x, 1.0, 8, 2**32 - 1, 1, 1)
+    scale_kernel["scale"](x, x, 1.0, 8, 0, 1, 1)  # no workgroup: nothing runs
+    scale_kernel["nothing"](7, 1, 1, 1)  # push constants only
+
+
+@needs_vulkan
+def test_threads_share_a_kernel(scale_kernel):
+    """Launches from several threads on one kernel (its descriptor sets rewritten per launch,
+    under the device's lock) each get their own arrays' results."""
+    errors = []
+
+    def work(seed: int) -> None:
+        try:
+            x = np.random.default_rng(seed).standard_normal(4096).astype(np.float32)
+            a = modpack.array(x, device="vulkan:0")
+            out = modpack.empty(4096, "float32", device="vulkan:0")
+            for k in range(10):
+                scale_kernel["scale"](a, out, float(k), 4096, 64, 1, 1)
+                np.testing.assert_array_equal(out.numpy(), x * np.float32(k))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+HOST_COPIES = r"""
+#include "modpack/backend.h"
+/* copies(x, y, z): x -> y on the device, y -> z on the host, then z's double into a workspace
+ * and back into y: every copy host code has, through mp_backend_* calls. */
+static void copies(const DLTensor* x, DLTensor* y, DLTensor* z) {
+  if (mp_backend_copy(x, y) != MP_OK || mp_backend_copy(y, z) != MP_OK) return;
+  float* host = z->data;
+  for (int64_t i = 0; i < z->shape[0]; ++i) host[i] *= 2.0f;
+  void* scratch;
+  if (mp_backend_alloc_workspace(y->device, (uint64_t)z->shape[0] * 4, &scratch) != MP_OK) return;
+  DLTensor w = *y;
+  w.data = scratch;
+  if (mp_backend_copy(z, &w) == MP_OK) mp_backend_copy(&w, y);
+  mp_backend_free_workspace(y->device, scratch);
+}
+MP_EXPORT_TYPED_VOID_FUNC(copies, "x: float32[n] vulkan, y: float32[n] vulkan, z: float32[n] cpu",
+                          const DLTensor*, DLTensor*, DLTensor*)
+"""
+
+
+@needs_vulkan
+@pytest.mark.parametrize("staging", [False, True])
+def test_host_code_copies_through_the_backend(tmp_path, staging):
+    """Host <-> device and device <-> device copies and workspaces, from host code; with
+    MODPACK_VULKAN_STAGING=1 (device memory the host cannot map) through staging buffers."""
+    path = modpack.csource_module(HOST_COPIES).export_library(tmp_path / "copies.so")
+    code = (
+        "import sys, numpy as np, modpack\n"
+        "lib = modpack.load_module(sys.argv[1])\n"
+        "x = np.arange(1, 101, dtype=np.float32)\n"
+        "xd = modpack.array(x, device='vulkan:0')\n"
+        "yd = modpack.empty(100, 'float32', device='vulkan:0')\n"
+        "z = np.zeros(100, np.float32)\n"
+        "lib['copies'](xd, yd, z)\n"
+        "assert (z == 2 * x).all() and (yd.numpy() == 2 * x).all(), (z, yd.numpy())\n"
+        "print('copies OK')\n")
+    env = {**os.environ, "MODPACK_VULKAN_STAGING": "1" if staging else "0"}
+    out = run(sys.executable, "-c", code, path, env=env)
+    assert "copies OK" in out
+
+
+# ---- without a driver -----------------------------------------------------------------------
+
+
+@needs_tools
+@pytest.mark.parametrize(("env", "message"), [
+    ({"VK_ICD_FILENAMES": "/nonexistent/icd.json"}, "no Vulkan driver found"),
+    ({"MODPACK_VULKAN_LIBRARY": "/nonexistent/libvulkan.so.1"},
+     "Vulkan is not available: cannot load /nonexistent/libvulkan.so.1"),
+])
+def test_without_a_driver_loading_works_and_a_launch_says_what_is_missing(tmp_path, env,
+                                                                          message):
+    path = _export(tmp_path, modpack.vulkan_module({"nothing": NO_BUFFERS}))
+    code = (
+        "import sys, modpack\n"
+        "print('count', modpack.device_count('vulkan'))\n"
+        "lib = modpack.load_module(sys.argv[1])\n"
+        "k = lib.imported_modules[0]['nothing']\n"
+        "for what, call in [('launch', lambda: k(1, 1, 1, 1)),\n"
+        "                   ('array', lambda: modpack.empty(4, 'float32', device='vulkan:0'))]:\n"
+        "    try:\n        call()\n"
+        "    except modpack.UnavailableError as e:\n        print(what, 'Unavailable:', e)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "count 0" in proc.stdout
+    for what in ("launch", "array"):
+        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith(what))
+        assert message in line and "mesa-vulkan-drivers" in line, proc.stdout
+
+
+# ---- tools ----------------------------------------------------------------------------------
+
+
+@needs_tools
+def test_inspect_shows_the_kernels_and_extract_writes_each_shader(tmp_path):
+    module = modpack.vulkan_module({"scale": SCALE, "interface": INTERFACE})
+    path = _export(tmp_path, module)
+    report = inspect_library(path)
+    (vk,) = [m for m in report["modules"] if m["type_key"] == "vulkan"]
+    kernels = {k["name"]: k for k in vk["contents"]["kernels"]}
+    assert kernels["scale"]["args"] == ["float32*", "float32*", "float32", "uint32"]
+    assert [i["workgroup_size"] for i in vk["contents"]["interfaces"]] == [[64, 1, 1], [8, 4, 2]]
+    text = run(Path(sys.executable).parent / "modpack", "inspect", path)
+    assert "kernel scale(float32*, float32*, float32, uint32)  launch: workgroups.x" in text
+    assert "kernel interface: shader 1 entry point main, workgroup size 8x4x2, 12 bytes" in text
+    manifest = extract_library(path, tmp_path / "out")
+    (entry,) = [m for m in manifest["modules"] if m["type_key"] == "vulkan"]
+    files = [tmp_path / "out" / f for f in entry["code_files"]]
+    assert [f.suffix for f in files] == [".spv", ".spv"]
+    assert [f.read_bytes() for f in files] == module.shaders
+
+
+# ---- the example, from Python and from C ----------------------------------------------------
+
+
+@needs_vulkan
+def test_example_from_python(tmp_path):
+    out = run(sys.executable, ROOT / "examples" / "vulkan_pipeline" / "pipeline.py",
+              tmp_path / "deploy.so")
+    assert "vulkan_pipeline (Python): OK" in out and "first call" in out
+    print(out)
+
+
+@needs_vulkan
+def test_example_from_c(tmp_path, runtime_prefix):
+    example = ROOT / "examples" / "vulkan_pipeline"
+    build = tmp_path / "build"
+    run("cmake", "-S", example, "-B", build, f"-DCMAKE_PREFIX_PATH={runtime_prefix}")
+    run("cmake", "--build", build)
+    deploy = tmp_path / "deploy.so"
+    run(sys.executable, example / "pipeline.py", "build", deploy)
+    out = run(build / "vulkan_pipeline", deploy)
+    assert "vulkan_pipeline (C): OK, 4096 elements match" in out
+
+
+# ---- the runtime's Vulkan declarations ------------------------------------------------------
+
+
+def test_the_runtimes_vulkan_declarations_match_khronos_header(tmp_path):
+    if not Path("/usr/include/vulkan/vulkan_core.h").exists():
+        pytest.skip("no Vulkan header (apt-get install libvulkan-dev)")
+    source = ROOT / "csrc" / "tests" / "vulkan_abi_check.c"
+    outputs = []
+    for name, flags in (("real", ["-DMP_REAL_VULKAN"]),
+                        ("ours", [f"-I{ROOT / 'csrc' / 'src'}", f"-I{ROOT / 'csrc' / 'include'}"])):
+        exe = tmp_path / name
+        run("cc", "-std=c11", "-Wall", "-Werror", *flags, source, "-o", exe)
+        outputs.append(run(exe))
+    assert outputs[0] == outputs[1]
+    assert len(outputs[0].splitlines()) > 70
