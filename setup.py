@@ -38,7 +38,9 @@ CALLS = Extension(
     "modpack.runtime._calls",
     sources=["modpack/runtime/calls.c"],
     include_dirs=["csrc/include", "modpack/runtime"],
-    extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra"],
+    # pycompat.h: the few 3.10 API functions calls.c uses, defined for 3.9.
+    extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra",
+                        "-include", "modpack/runtime/pycompat.h"],
 )
 
 setup(

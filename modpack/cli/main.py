@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import __version__
+from ..compat import zip_strict
 from ..errors import ModpackError
 from .trust import add_sign, add_verify
 
@@ -204,7 +205,7 @@ def _table(header: Sequence[str], rows: list[Sequence[str]], right: Sequence[int
 
     def line(cells: Sequence[str]) -> str:
         parts = [cell.rjust(w) if c in right else cell.ljust(w)
-                 for c, (cell, w) in enumerate(zip(cells, widths, strict=True))]
+                 for c, (cell, w) in enumerate(zip_strict(cells, widths))]
         return ("  " + "  ".join(parts)).rstrip()
 
     return [line(header)] + [line(r) for r in rows]

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..extras import require_extra
 from ..files.disk_full import full_disk_reported
 from ..files.scratch import new_workspace
 from ..modules.tree import Node
@@ -57,6 +58,7 @@ def export_library(
     weights: str | os.PathLike | None = None,
 ) -> Path:
     """See :meth:`modpack.Module.export_library`."""
+    require_extra("build", "export_library")
     plan = plan_export(root, path, fcompile, options=options, cc=cc, cxx=cxx, packer=packer,
                        fpack_imports=fpack_imports, payload_alignment=payload_alignment,
                        system_lib=system_lib, target=target, weights=weights)

@@ -44,7 +44,7 @@ def check_struct(fmt: struct.Struct, c_type: str) -> struct.Struct:
     codes = re.findall(r"\d*[A-Za-z?]", fmt.format.lstrip("<"))
     offset = 0
     problems = [] if len(codes) == len(fields) else [f"{len(codes)} codes, {len(fields)} fields"]
-    for (name, field), code in zip(fields, codes, strict=False):
+    for (name, field), code in zip(fields, codes):
         size = struct.calcsize("<" + code)
         if field.offset != offset or ffi.sizeof(field.type) != size:
             problems.append(f"{name} at {field.offset} ({ffi.sizeof(field.type)} bytes) vs "

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..errors import ArgumentError, FormatError, ModpackError
+from ..extras import import_extra
 from ..runtime.binding import check, ffi, lib
 from .layout import check_struct
 
@@ -105,8 +106,8 @@ def signature_block(f: BinaryIO) -> tuple[int, list[bytes]]:
 
 
 def _private_key(pem: bytes) -> object:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    Ed25519PrivateKey = _cryptography("asymmetric.ed25519").Ed25519PrivateKey
+    load_pem_private_key = _cryptography("serialization").load_pem_private_key
 
     try:
         key = load_pem_private_key(pem, password=None)
@@ -116,6 +117,13 @@ def _private_key(pem: bytes) -> object:
         raise ArgumentError("the key is not an Ed25519 key: make one with `openssl genpkey "
                             "-algorithm ed25519 -out key.pem`")
     return key
+
+
+def _cryptography(module: str) -> Any:
+    """cryptography's ``hazmat.primitives.<module>``, which signing needs (checks use the
+    runtime's libcrypto)."""
+    return import_extra(f"cryptography.hazmat.primitives.{module}", "sign",
+                        "signing (modpack sign)")
 
 
 def is_weight_file(path: str | os.PathLike) -> bool:
@@ -141,8 +149,8 @@ def sign_library(path: str | os.PathLike, private_key: str | os.PathLike | bytes
     or weight file at |path| (a symbolic link: the file it names), replacing an earlier one by
     the same key; the file is replaced atomically. Returns the key id (hex) the signature
     records."""
-    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
+    serialization = _cryptography("serialization")
+    Encoding, PublicFormat = serialization.Encoding, serialization.PublicFormat
     path = Path(path).resolve()  # sign the file a link names, not replace the link
     pem = private_key if isinstance(private_key, bytes) else Path(private_key).read_bytes()
     key = _private_key(pem)

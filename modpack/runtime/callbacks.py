@@ -127,10 +127,10 @@ def _mp_py_call(self: Any, args: Any, num_args: int, out_ret: Any) -> int:
         result = fn(*(value_to_python(args[i], Function._from_address) for i in range(num_args)))
         if result is None:
             out_ret.type_code = lib.MP_TYPE_NONE
-        elif isinstance(result, bool | int | np.integer | np.bool_):
+        elif isinstance(result, (bool, int, np.integer, np.bool_)):
             out_ret.type_code = lib.MP_TYPE_INT
             out_ret.v_int64 = int(result)
-        elif isinstance(result, float | np.floating):
+        elif isinstance(result, (float, np.floating)):
             out_ret.type_code = lib.MP_TYPE_FLOAT
             out_ret.v_float64 = float(result)
         else:

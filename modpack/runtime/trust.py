@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from ..errors import ArgumentError
 from .binding import error_from_status, ffi, lib
@@ -15,7 +15,7 @@ __all__ = ["TrustedKey", "trusted_keys_array"]
 
 _MAX_KEYS = 16
 
-TrustedKey = str | os.PathLike | bytes
+TrustedKey = Union[str, os.PathLike, bytes]
 """A trusted public key: PEM text (``bytes``), the path of a PEM file, or 32 raw bytes."""
 
 def trusted_keys_array(keys: Iterable[TrustedKey]) -> Any:

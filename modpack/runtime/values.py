@@ -32,7 +32,7 @@ class LocalMemory:
     __slots__ = ("nbytes",)
 
     def __init__(self, nbytes: int) -> None:
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int | np.integer):
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)):
             raise ArgumentError(f"local_memory takes a number of bytes, not {nbytes!r}")
         if not 0 < int(nbytes) <= _INT64[1]:
             raise ArgumentError(f"local_memory({nbytes}): the size must be positive")
@@ -52,16 +52,16 @@ def normalize(value: Any, index: int) -> Any:
     """A form the C call path takes for argument |index|: an int, a float, a str, a DLPack
     capsule, or ``(array view, (code, bits, lanes))`` for an array whose dtype the buffer
     protocol cannot describe (bfloat16, the float8 formats). Raises ArgumentError otherwise."""
-    if isinstance(value, bool | np.bool_):
+    if isinstance(value, (bool, np.bool_)):
         return int(bool(value))
-    if isinstance(value, int | np.integer):
+    if isinstance(value, (int, np.integer)):
         number = int(value)
         if not _INT64[0] <= number <= _INT64[1]:
             raise ArgumentError(
                 f"argument {index}: the integer {number} does not fit in 64 bits (int64)"
             )
         return number
-    if isinstance(value, float | np.floating):
+    if isinstance(value, (float, np.floating)):
         return float(value)
     if isinstance(value, str):
         if "\0" in value:

@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from .views import view_of
 __all__ = ["WeightArrays", "WeightFile", "WeightsLocation", "describe_module", "load_options",
            "load_weights"]
 
-WeightsLocation = str | os.PathLike | Mapping[str, str | os.PathLike]
+WeightsLocation = Union[str, os.PathLike, Mapping[str, Union[str, os.PathLike]]]
 """Where a library's weight files are: one file's path (the library's only weight file), a
 folder (each found there by its name), or the path of each by the name the library records
 for it (``modpack inspect`` shows it)."""

@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from ..errors import CompileError
+from ..extras import import_extra
 from .cc import architecture
 
 __all__ = ["can_assemble", "emit_object", "llvm", "target_machine"]
@@ -26,7 +27,7 @@ def llvm() -> Any:
     initialised (cross targets included). (The asm parser is needed for the ``.incbin``
     packer; llvmlite aborts without it.)"""
     global _initialized
-    import llvmlite.binding as binding
+    binding = import_extra("llvmlite.binding", "build", "LLVM IR (modpack.llvm_module)")
 
     with _init_lock:
         if not _initialized:

@@ -39,6 +39,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import xxhash
 
+from ..compat import zip_strict
 from ..errors import ArgumentError, ModpackError
 from ..files.destination import check_destination
 from ..files.disk_full import full_disk_reported
@@ -408,8 +409,8 @@ def _pack_index(arrays: list[_Array], layout: _Layout) -> bytes:
     parts = [HEADER.pack(MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER_SIZE, layout.index_size,
                          len(arrays), layout.data_offset, layout.data_size, layout.alignment,
                          0, 0)]
-    for a, shape_offset, name_offset in zip(arrays, layout.shape_offsets, layout.name_offsets,
-                                            strict=True):
+    for a, shape_offset, name_offset in zip_strict(arrays, layout.shape_offsets,
+                                                   layout.name_offsets):
         code, bits, lanes = a.dl
         parts.append(RECORD.pack(name_offset, len(a.encoded), code, bits, lanes, a.array.ndim, 0,
                                  shape_offset, a.offset, a.size, a.checksum, a.digest, 0))

@@ -200,7 +200,7 @@ def cuda_module(
         raise ArgumentError("cuda_module expects CUDA C++ source as a str or a path to a .cu file")
     if compiler not in ("nvrtc", "nvcc"):
         raise ArgumentError(f"compiler must be 'nvrtc' or 'nvcc', not {compiler!r}")
-    if isinstance(targets, str | bytes):
+    if isinstance(targets, (str, bytes)):
         raise ArgumentError("targets must be a list such as ['sm_80', 'compute_80'], not a str")
     targets = list(DEFAULT_TARGETS if targets is None else targets)
     if not targets:

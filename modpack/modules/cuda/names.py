@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+from ...compat import zip_strict
 from ...errors import ArgumentError, ModpackError
 from ...toolchain.demangle import demangle
 from ..kernel_info import KernelInfo
@@ -25,7 +26,7 @@ __all__ = ["check_name_expressions", "instantiation_source", "lower_from_ptx",
 
 def check_name_expressions(expressions: Iterable[str]) -> list[str]:
     """The expressions, stripped, each a non-empty str and given once."""
-    if isinstance(expressions, str | bytes):
+    if isinstance(expressions, (str, bytes)):
         raise ArgumentError("name_expressions must be a list such as ['gemm<float, 128>'], not a "
                             "str")
     out = []
@@ -74,7 +75,7 @@ def records_from_symbols(symbols: Mapping[str, str]) -> list[KernelInfo]:
     signature."""
     records = []
     lowered = list(symbols.values())
-    for (expr, symbol), text in zip(symbols.items(), demangle(lowered), strict=True):
+    for (expr, symbol), text in zip_strict(symbols.items(), demangle(lowered)):
         try:
             _, params = split_signature(text)
             args = tuple(parse_cuda_param(expr, p, named=False) for p in params)
@@ -90,7 +91,7 @@ def lower_from_ptx(expressions: Sequence[str], entries: Iterable[str]) -> dict[s
     entries = list(entries)
     by_name: dict[str, str] = {}
     names = []
-    for symbol, text in zip(entries, demangle(entries), strict=True):
+    for symbol, text in zip_strict(entries, demangle(entries)):
         name = split_signature(text)[0] if text.endswith(")") else text  # extern "C": as is
         by_name.setdefault(_compact(name), symbol)
         names.append(name)

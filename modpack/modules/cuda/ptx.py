@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...compat import zip_strict
 from ...errors import ArgumentError, ModpackError
 from ..kernel_info import BUFFER, NULL, SCALAR, UNTYPED_POINTER, KernelArg, KernelInfo
 from .records import LAUNCH_TAGS
@@ -115,7 +116,7 @@ def check_against_ptx(info: KernelInfo, entries: Mapping[str, list[PTXParam]],
             f"({info.signature()}) but {len(params)} in the compiled PTX "
             f"({', '.join('.' + p.type for p in params)})"
         )
-    for i, (arg, p) in enumerate(zip(info.args, params, strict=True)):
+    for i, (arg, p) in enumerate(zip_strict(info.args, params)):
         want = 8 if arg.kind in (BUFFER, NULL) else arg.dtype.itemsize
         float_mismatch = (arg.kind == SCALAR and p.type.startswith("f")
                           and arg.dtype.kind != "f")

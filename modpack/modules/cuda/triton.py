@@ -106,7 +106,7 @@ def _named(kernels: Any) -> Iterable[tuple[str | None, Any]]:
 def _many(value: Any) -> list[Any]:
     if hasattr(value, "asm"):
         return [value]
-    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
         items = list(value)
         bad = [v for v in items if not hasattr(v, "asm")]
         if not bad:

@@ -27,6 +27,7 @@ import numpy as np
 from pycparser import c_ast, c_parser
 from pycparser.c_parser import ParseError
 
+from ...compat import zip_strict
 from ...errors import ArgumentError, CompileError
 from ...toolchain.cc import c_compiler
 from ..kernel_info import BUFFER, LOCAL, SCALAR, UNTYPED_POINTER, KernelArg, KernelInfo
@@ -197,7 +198,7 @@ def _base_type(node: Any, typedefs: dict[str, Any]) -> tuple[int, Any]:
     """(pointer depth, the pointee's resolved type node)."""
     depth = 0
     node = _resolve(node, typedefs)
-    while isinstance(node, c_ast.PtrDecl | c_ast.ArrayDecl):
+    while isinstance(node, (c_ast.PtrDecl, c_ast.ArrayDecl)):
         depth += 1
         node = _resolve(node.type, typedefs)
     return depth, node
@@ -220,7 +221,7 @@ def _scalar(node: Any) -> tuple[str | None, int, str]:
         if m and m[1] in _VECTOR_ELEMENTS:
             return _VECTOR_ELEMENTS[m[1]], int(m[2]), builtin
         return None, 1, builtin
-    if isinstance(inner, c_ast.Struct | c_ast.Union):
+    if isinstance(inner, (c_ast.Struct, c_ast.Union)):
         return None, 1, f"struct {inner.name or ''}".strip()
     if isinstance(inner, c_ast.Enum):
         return "int32", 1, "enum"
@@ -369,7 +370,7 @@ def parse_kernel_signatures(source: str, build_options: str = "",
         if len(texts) != len(params):
             raise ArgumentError(f"kernel {decl.name}: cannot match its parameters {texts}")
         info = KernelInfo(decl.name, tuple(_argument(decl.name, t, p, typedefs)
-                                           for t, p in zip(texts, params, strict=True)),
+                                           for t, p in zip_strict(texts, params)),
                           launch_tags)
         earlier = declared.get(info.name)
         if earlier is None:

@@ -101,7 +101,7 @@ class VulkanModule(DeviceModule):
 def _spirv(shader: str | bytes | bytearray | memoryview, what: str) -> bytes:
     if isinstance(shader, str):
         return compile_glsl(shader, what)
-    if isinstance(shader, bytes | bytearray | memoryview):
+    if isinstance(shader, (bytes, bytearray, memoryview)):
         data = bytes(shader)
         if not is_spirv(data) or len(data) % 4 or len(data) < 20:
             raise ArgumentError(f"{what}: bytes that are not SPIR-V (no magic number 0x07230203, "

