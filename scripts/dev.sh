@@ -10,9 +10,10 @@ cd "$(dirname "$0")/.."
 # linker: GNU ld and gold come with binutils) for the runtime and exports, the xxHash header the
 # runtime compiles against, PoCL + the OpenCL ICD loader for the OpenCL device path, clang
 # with its libFuzzer and sanitizer runtimes for the fuzzer, and the aarch64 cross toolchain with
-# qemu-user for the cross-compiled exports and runtime.
+# qemu-user for the cross-compiled exports and runtime (debootstrap fetches Debian's arm64 CPython
+# into a folder, for the aarch64 wheel).
 DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config lld mold libxxhash-dev ocl-icd-libopencl1
-  pocl-opencl-icd clang libclang-rt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+  pocl-opencl-icd clang libclang-rt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user debootstrap
   libvulkan1 libvulkan-dev mesa-vulkan-drivers glslang-tools spirv-tools spirv-cross)
 
 setup() {

@@ -6,7 +6,8 @@ virtualenv) loads and runs, ``modpack inspect`` and ``verify`` read it, and expo
 it needs (``pip install modpack[build]`` in a load-only install, a compiler in one with it).
 
 The default suite builds two wheels, once a session: this Python's and the oldest supported's
-(3.9). ``-m slow`` installs one in every CPython the machine has.
+(3.9). ``-m slow`` installs one in every CPython the machine has, and runs the aarch64 wheel
+under qemu-user in Debian's arm64 CPython (unpacked by debootstrap into a folder).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class Wheels:
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        self.built: dict[str, Path] = {}
+        self.built: dict[tuple[str, str], Path] = {}
         self.pythons: dict[str, Path] = {}
 
     def python(self, version: str) -> Path:
@@ -66,17 +67,17 @@ class Wheels:
             self.pythons[version] = found
         return self.pythons[version]
 
-    def get(self, *versions: str) -> list[Path]:
-        missing = {v: self.python(v) for v in versions if v not in self.built}
+    def get(self, *versions: str, arch: str = build_wheels.HOST_ARCH) -> list[Path]:
+        missing = {v: self.python(v) for v in versions if (v, arch) not in self.built}
         if missing:
             lines: list[str] = []
             try:
-                wheels = build_wheels.build(missing, self.out, log=lines.append)
+                wheels = build_wheels.build(missing, self.out, log=lines.append, arches=(arch,))
             except build_wheels.BuildError as exc:
                 pytest.fail(str(exc))
             for version, wheel in zip(missing, wheels):
-                self.built[version] = wheel
-        return [self.built[v] for v in versions]
+                self.built[version, arch] = wheel
+        return [self.built[v, arch] for v in versions]
 
 
 @pytest.fixture(scope="session")
@@ -246,3 +247,64 @@ def test_every_python_of_the_machine_loads_from_its_wheel(wheels, library, versi
     total, own = site_packages_mb(venv)
     print(f"load-only install, Python {version}: {total:.0f} MB in site-packages, "
           f"{own:.0f} MB without pip and setuptools")
+
+
+ARM_TARGET = "aarch64-linux-gnu"
+DEBIAN = ("bookworm", "3.11", "http://deb.debian.org/debian")  # its CPython is 3.11
+
+
+@pytest.fixture(scope="session")
+def arm64_python(tmp_path_factory) -> Path:
+    """Debian's arm64 CPython, unpacked into a folder (debootstrap downloads the packages; no
+    chroot, nothing installed on this machine), to run under qemu-user."""
+    for tool in ("qemu-aarch64", "debootstrap", "dpkg", f"{ARM_TARGET}-gcc"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"needs {tool} (scripts/dev.sh installs it)")
+    suite, version, mirror = DEBIAN
+    root = tmp_path_factory.mktemp("arm64-root")
+    proc = subprocess.run(["debootstrap", "--arch=arm64", "--foreign", "--variant=minbase",
+                           f"--include=python{version},libssl3", suite, str(root), mirror],
+                          capture_output=True, text=True, timeout=1200)
+    if proc.returncode != 0:
+        pytest.skip(f"debootstrap could not fetch Debian's arm64 packages: {proc.stderr[-500:]}")
+    for deb in sorted((root / "var" / "cache" / "apt" / "archives").glob("*.deb")):
+        run("dpkg", "-x", deb, root)
+    return root
+
+
+@pytest.mark.slow
+def test_the_aarch64_wheel_loads_under_qemu(wheels, arm64_python, tmp_path):
+    _, version, _ = DEBIAN
+    (wheel,) = wheels.get(version, arch="aarch64")
+    assert re.search(r"-manylinux_2_(\d+)_aarch64\.whl$", wheel.name), wheel.name
+    assert int(re.search(r"manylinux_2_(\d+)_", wheel.name).group(1)) <= 28, wheel.name
+    site = tmp_path / "site"  # the wheel and its dependencies' aarch64 wheels, from here
+    run(BIN / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
+        "--target", site, "--implementation", "cp", "--python-version", version,
+        "--only-binary=:all:", *(f"--platform=manylinux_2_{n}_aarch64" for n in range(17, 29)),
+        "--platform=manylinux2014_aarch64", wheel)
+
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({"w": np.arange(5, dtype=np.int64)}))
+    library = host.export_library(tmp_path / "arm.so", target=ARM_TARGET)
+    script = tmp_path / "use.py"
+    script.write_text(USE.replace(", trusted_keys=[sys.argv[2]]", "") + """
+import platform
+from modpack.cli.main import main
+print("machine", platform.machine())
+sys.exit(main(["verify", sys.argv[1]]))
+""")
+    (tmp_path / "bin").mkdir()  # PATH: no compiler, nothing at all
+    env = {"PATH": str(tmp_path / "bin"), "PYTHONPATH": str(site), "HOME": str(tmp_path),
+           "QEMU_LD_PREFIX": str(arm64_python), "LANG": "C.UTF-8"}
+    python = arm64_python / "usr" / "bin" / f"python{version}"
+    command = [shutil.which("qemu-aarch64"), python, script, library, "-", tmp_path / "new.so"]
+    proc = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "machine aarch64" in proc.stdout, proc.stdout
+    assert f"from {site}" in proc.stdout, proc.stdout
+    assert "vadd [0.0, 2.0, 4.0, 6.0] add_int 5" in proc.stdout, proc.stdout
+    assert "weights [0, 1, 2]" in proc.stdout, proc.stdout
+    assert "pip install modpack[build]" in proc.stdout, proc.stdout
+    assert "payloads: ok" in proc.stdout, proc.stdout
