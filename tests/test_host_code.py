@@ -5,6 +5,7 @@ and from a C program — unless host code clears a failure it handled on purpose
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from conftest import run
 
 import modpack
+from modpack.runtime.binding import lib
 
 # Each function makes a kernel call that fails (a cuda kernel called with too few arguments:
 # refused before any driver is needed, so it fails the same way on every machine), ignores the
@@ -120,6 +122,118 @@ def test_host_code_may_clear_a_failure_it_handled(library):
     assert root["optional_kernel"](21) == 42
     # The mark does not leak into the next call of the same thread.
     assert root["optional_kernel"](5) == 10
+
+
+# Host code re-entered through the runtime: host function -> a Python module's function ->
+# another host function of the same library. Each call has its own failure mark.
+REENTER_HOST = r"""
+#include "modpack/backend.h"
+
+static void* python_side(void) {
+  static void* f;
+  if (!f && mp_backend_get_function("reenter", &f) != MP_OK) return NULL;
+  return f;
+}
+
+static void fails_quietly(void) {
+  void* k;
+  mp_backend_get_function("no_such_kernel", &k); /* NOT_FOUND, ignored */
+}
+MP_EXPORT_VOID_FUNC0(fails_quietly)
+
+static int64_t handles_a_failure(int64_t x) {
+  void* k;
+  if (mp_backend_get_function("optional_fast_path", &k) != MP_OK) mp_backend_clear_error();
+  return x;
+}
+MP_EXPORT_FUNC(handles_a_failure, int64_t, int64_t)
+
+/* The nested call failed (and Python handled it): not this call's failure. */
+static int64_t after_a_nested_failure(int64_t x) {
+  mp_value_t ret;
+  if (mp_backend_call(python_side(), NULL, 0, &ret) != MP_OK) return -1;
+  return x + 1;
+}
+MP_EXPORT_FUNC(after_a_nested_failure, int64_t, int64_t)
+
+/* This call went on from a failure; a nested call that clears its own mark keeps this one. */
+static int64_t failure_then_nested_success(int64_t x) {
+  void* k;
+  mp_backend_get_function("no_such_kernel", &k); /* NOT_FOUND, ignored */
+  mp_value_t ret;
+  mp_backend_call(python_side(), NULL, 0, &ret);
+  return x;
+}
+MP_EXPORT_FUNC(failure_then_nested_success, int64_t, int64_t)
+"""
+
+NESTED: dict = {}
+
+
+class Reenter(modpack.BinaryModule):
+    """A Python-loaded kind whose one function runs NESTED["call"]()."""
+
+    type_key = "test.reenter"
+
+    def save_to_binary(self) -> bytes:
+        return b"reenter"
+
+    def get_function(self, name, query_imports=False):
+        if name == "reenter":
+            return lambda: NESTED["call"]()
+        raise KeyError(name)
+
+
+@pytest.fixture(scope="module")
+def reentrant_root(tmp_path_factory: pytest.TempPathFactory):
+    modpack.register_loader("test.reenter")(lambda payload: Reenter())
+    try:
+        host = modpack.csource_module(REENTER_HOST)
+        host.import_module(Reenter())
+        yield modpack.load_module(host.export_library(tmp_path_factory.mktemp("re") / "re.so"))
+    finally:
+        modpack.unregister_loader("test.reenter")
+
+
+def test_a_nested_calls_failure_is_its_own(reentrant_root):
+    root = reentrant_root
+    seen = []
+
+    def nested():
+        with pytest.raises(modpack.NotFoundError, match="no_such_kernel") as caught:
+            root["fails_quietly"]()
+        seen.append(caught.value)
+
+    NESTED["call"] = nested
+    assert root["after_a_nested_failure"](1) == 2
+    assert len(seen) == 1
+
+
+def test_a_nested_call_keeps_the_enclosing_failure_and_its_message(reentrant_root):
+    root = reentrant_root
+    NESTED["call"] = lambda: root["handles_a_failure"](3)
+    # The nested call succeeded and cleared its own mark: this call still fails, and says why.
+    with pytest.raises(modpack.NotFoundError, match="no_such_kernel"):
+        root["failure_then_nested_success"](1)
+    assert root["handles_a_failure"](4) == 4
+
+
+def test_without_a_runtime_the_library_keeps_the_mark(library, tmp_path):
+    """Host code called by hand (no runtime filled its context): a helper fails with
+    MP_ERR_UNAVAILABLE, and the wrapper fails the call although the code ignored it."""
+    alone = tmp_path / "alone.so"  # another file, so not the copy the runtime loaded
+    shutil.copyfile(library, alone)
+    handle = ctypes.CDLL(str(alone))
+    packed = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
+                              ctypes.c_void_p)
+    ignore_missing = packed(("__mp_func_ignore_missing", handle))
+    ret = (ctypes.c_uint8 * 16)()
+    assert ignore_missing(None, None, 0, ret) == lib.MP_ERR_UNAVAILABLE
+    optional_kernel = packed(("__mp_func_optional_kernel", handle))
+    arg = (ctypes.c_uint8 * 16)()
+    ctypes.memmove(arg, (ctypes.c_int64 * 2)(lib.MP_TYPE_INT, 21), 16)  # type_code, v_int64
+    assert optional_kernel(None, arg, 1, ret) == lib.MP_OK  # the failure was cleared on purpose
+    assert ctypes.c_int64.from_buffer(ret, 8).value == 42
 
 
 C_PROGRAM = r"""

@@ -159,6 +159,7 @@ static inline const char* mp_type_code_name(int32_t type_code) {
 #define MP_CTX_FREE_WORKSPACE __mp_ctx_free_workspace
 #define MP_CTX_COPY __mp_ctx_copy             /* copy arrays between devices */
 #define MP_CTX_CHECK_ARGS __mp_ctx_check_args /* check arguments against a signature */
+#define MP_CTX_MARK_CALL __mp_ctx_mark_call   /* mark the current call failed (or not) */
 
 #define MP__STRINGIFY(x) MP__STRINGIFY_(x)
 #define MP__STRINGIFY_(x) #x
@@ -172,6 +173,7 @@ static inline const char* mp_type_code_name(int32_t type_code) {
 #define MP_CTX_FREE_WORKSPACE_SYMBOL MP__STRINGIFY(MP_CTX_FREE_WORKSPACE)
 #define MP_CTX_COPY_SYMBOL MP__STRINGIFY(MP_CTX_COPY)
 #define MP_CTX_CHECK_ARGS_SYMBOL MP__STRINGIFY(MP_CTX_CHECK_ARGS)
+#define MP_CTX_MARK_CALL_SYMBOL MP__STRINGIFY(MP_CTX_MARK_CALL)
 
 /* The context functions' types: what the runtime installs and host code calls. */
 typedef mp_status_t (*mp_ctx_get_function_t)(void* ctx, const char* name, void** out_function);
@@ -186,6 +188,9 @@ typedef mp_status_t (*mp_ctx_free_workspace_t)(DLDevice device, void* data);
 typedef mp_status_t (*mp_ctx_copy_t)(const DLTensor* from, DLTensor* to);
 typedef mp_status_t (*mp_ctx_check_args_t)(const char* function, const char* signature,
                                            const mp_value_t* args, int32_t num_args);
+/* Sets the failure mark of the calling thread's innermost call to |status| (MP_OK clears it);
+ * mp_function_call fails a call whose mark is set when it returns, whatever it returned. */
+typedef void (*mp_ctx_mark_call_t)(mp_status_t status);
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_value_t) == 16, "mp_value_t must be 16 bytes");

@@ -10,6 +10,7 @@
  *   __mp_ctx_call           call a function found that way
  *   __mp_ctx_set_error      report an error through the runtime's error channel
  *   __mp_ctx_get_array      find a named constant array in the imports
+ *   __mp_ctx_mark_call      mark the current call failed (see "the failure mark" below)
  *
  * They are weak, default-visibility definitions so that any number of translation units may
  * include this header and the linker keeps one copy.
@@ -47,6 +48,7 @@
 #ifndef MODPACK_BACKEND_H_
 #define MODPACK_BACKEND_H_
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -62,14 +64,11 @@ extern "C" {
 
 #define MP_CTX_SYMBOL __attribute__((weak, visibility("default")))
 #define MP_EXPORT_ATTR __attribute__((visibility("default")))
-/* C and C++ alike: the exported functions have C linkage (found by their plain names), and the
- * failure mark is per thread. */
+/* C and C++ alike: the exported functions have C linkage (found by their plain names). */
 #ifdef __cplusplus
 #define MP__C_LINKAGE extern "C"
-#define MP__THREAD_LOCAL thread_local
 #else
 #define MP__C_LINKAGE
-#define MP__THREAD_LOCAL _Thread_local
 #endif
 
 /* ---- the module context (filled in by the runtime at load time) -------------------------- */
@@ -84,24 +83,66 @@ MP_CTX_SYMBOL mp_ctx_alloc_workspace_t MP_CTX_ALLOC_WORKSPACE = 0;
 MP_CTX_SYMBOL mp_ctx_free_workspace_t MP_CTX_FREE_WORKSPACE = 0;
 MP_CTX_SYMBOL mp_ctx_copy_t MP_CTX_COPY = 0;
 MP_CTX_SYMBOL mp_ctx_check_args_t MP_CTX_CHECK_ARGS = 0;
+MP_CTX_SYMBOL mp_ctx_mark_call_t MP_CTX_MARK_CALL = 0;
 
 /* The failure mark of the current call: set by mp_backend_errorf and by every mp_backend_*
- * call that fails. Every exported function (MP_EXPORT_*) clears it when the call starts and
- * fails the call when it is set at the end, even if the code went on and returned MP_OK or
- * returned nothing: a failed kernel launch can never turn into a silent wrong result. Per
- * thread, private to the library. */
-__attribute__((weak, visibility("hidden"))) MP__THREAD_LOCAL mp_status_t __mp_backend_reported = 0;
+ * call that fails, and the call fails when it is set at the end, even if the code went on and
+ * returned MP_OK or returned nothing: a failed kernel launch can never turn into a silent
+ * wrong result. A call's mark is its own: a nested call (host code re-entered through the
+ * runtime) neither sees nor clears the enclosing one's.
+ *
+ * The runtime keeps the mark, per thread and per call (MP_CTX_MARK_CALL). A library keeps no
+ * thread-local variable: its mere presence gives the library a TLS block, and after dlopen of
+ * such a library the process's next thread-local access in every thread takes glibc's slow
+ * path (several hundred nanoseconds on a function's first call). Only code running without a
+ * runtime that keeps the mark (called by hand, or by a runtime older than the slot) keeps it
+ * itself, per thread in a pthread key made on first use, and its wrappers check it. */
+__attribute__((weak, visibility("hidden"))) pthread_once_t __mp_backend_mark_once = PTHREAD_ONCE_INIT;
+__attribute__((weak, visibility("hidden"))) pthread_key_t __mp_backend_mark_key;
+__attribute__((weak, visibility("hidden"))) bool __mp_backend_mark_key_made;
+
+static inline void mp_backend__make_mark_key(void) {
+  /* Fails only past PTHREAD_KEYS_MAX keys; the mark is then not kept without a runtime. */
+  __mp_backend_mark_key_made = pthread_key_create(&__mp_backend_mark_key, NULL) == 0;
+}
+
+/* This thread's mark when no runtime keeps it. */
+static inline mp_status_t mp_backend__own_mark(void) {
+  pthread_once(&__mp_backend_mark_once, mp_backend__make_mark_key);
+  if (!__mp_backend_mark_key_made) return MP_OK;
+  return (mp_status_t)(intptr_t)pthread_getspecific(__mp_backend_mark_key);
+}
+
+static inline void mp_backend__set_own_mark(mp_status_t status) {
+  pthread_once(&__mp_backend_mark_once, mp_backend__make_mark_key);
+  if (__mp_backend_mark_key_made)
+    pthread_setspecific(__mp_backend_mark_key, (void*)(intptr_t)status);
+}
 
 /* Marks the current call failed when |status| is a failure; returns |status|. */
 static inline mp_status_t mp_backend__mark(mp_status_t status) {
-  if (status != MP_OK) __mp_backend_reported = status;
+  if (status != MP_OK) {
+    if (MP_CTX_MARK_CALL)
+      MP_CTX_MARK_CALL(status);
+    else
+      mp_backend__set_own_mark(status);
+  }
   return status;
 }
 
 /* Host code that handled a failing mp_backend_* call on purpose (an optional kernel it falls
  * back from, say) clears the failure mark with this, so the call can still succeed. */
 static inline void mp_backend_clear_error(void) {
-  __mp_backend_reported = MP_OK;
+  if (MP_CTX_MARK_CALL)
+    MP_CTX_MARK_CALL(MP_OK);
+  else
+    mp_backend__set_own_mark(MP_OK);
+}
+
+/* The mark a wrapper running without a runtime that keeps it fails its call with (MP_OK when
+ * none, and always under such a runtime, which fails the call itself when it returns). */
+static inline mp_status_t mp_backend__marked_here(void) {
+  return MP_CTX_MARK_CALL ? MP_OK : mp_backend__own_mark();
 }
 
 /* Report an error (printf-style) and return |code|, for `return mp_backend_errorf(...);`. */
@@ -114,8 +155,7 @@ static inline mp_status_t mp_backend_errorf(mp_status_t code, const char* fmt, .
   vsnprintf(message, sizeof message, fmt, ap);
   va_end(ap);
   if (MP_CTX_SET_ERROR) MP_CTX_SET_ERROR(code, message);
-  __mp_backend_reported = code;
-  return code;
+  return mp_backend__mark(code);
 }
 
 static inline mp_status_t mp_backend__no_context(const char* what) {
@@ -191,19 +231,21 @@ static inline mp_status_t mp_backend_check_args(const char* function, const char
 
 /* Define a function in the packed ABI by hand:
  *   MP_EXPORT_PACKED(add_one) { ... use args, num_args, out_ret ...; return MP_OK; }
- * The exported symbol wraps the body: it clears the failure mark, runs the body and fails the
- * call if the body failed or any mp_backend_* call in it did. An enclosing call's mark (host
- * code re-entered through the runtime) is kept. */
+ * The exported symbol wraps the body: the call fails if the body failed or any mp_backend_*
+ * call in it did (the failure mark above). Under a runtime that keeps the mark the wrapper is
+ * a plain tail call; otherwise it clears the library's own mark, runs the body, checks the
+ * mark and restores an enclosing call's. */
 #define MP_EXPORT_PACKED(name)                                                             \
   static mp_status_t mp__body_##name(void* self, const mp_value_t* args, int32_t num_args, \
                                      mp_value_t* out_ret);                                 \
   MP__C_LINKAGE MP_EXPORT_ATTR mp_status_t __mp_func_##name(                               \
       void* self, const mp_value_t* args, int32_t num_args, mp_value_t* out_ret) {         \
-    mp_status_t mp__enclosing = __mp_backend_reported;                                     \
-    __mp_backend_reported = MP_OK;                                                         \
+    if (MP_CTX_MARK_CALL) return mp__body_##name(self, args, num_args, out_ret);           \
+    mp_status_t mp__enclosing = mp_backend__own_mark();                                    \
+    mp_backend__set_own_mark(MP_OK);                                                       \
     mp_status_t mp__status = mp__body_##name(self, args, num_args, out_ret);               \
-    if (mp__status == MP_OK) mp__status = __mp_backend_reported;                           \
-    __mp_backend_reported = mp__enclosing;                                                 \
+    if (mp__status == MP_OK) mp__status = mp_backend__own_mark();                          \
+    mp_backend__set_own_mark(mp__enclosing);                                               \
     return mp__status;                                                                     \
   }                                                                                        \
   static mp_status_t mp__body_##name(void* self, const mp_value_t* args, int32_t num_args, \
@@ -398,7 +440,10 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
   MP__WRAPPER_PROLOGUE(name, MP__NARGS(__VA_ARGS__))                                         \
   MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                    \
   R mp__result = name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                          \
-  if (__mp_backend_reported != MP_OK) return __mp_backend_reported;                          \
+  {                                                                                          \
+    mp_status_t mp__marked = mp_backend__marked_here();                                      \
+    if (mp__marked != MP_OK) return mp__marked;                                              \
+  }                                                                                          \
   MP__SET_RET(R, out_ret, mp__result);                                                       \
   return MP_OK;                                                                              \
   }
@@ -429,7 +474,10 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
   MP__CHECK_SIGNATURE(signature)                                                             \
   MP__CAT(MP__ARGS_, MP__NARGS(__VA_ARGS__))(__VA_ARGS__)                                    \
   R mp__result = name(MP__CAT(MP__NAMES_, MP__NARGS(__VA_ARGS__)));                          \
-  if (__mp_backend_reported != MP_OK) return __mp_backend_reported;                          \
+  {                                                                                          \
+    mp_status_t mp__marked = mp_backend__marked_here();                                      \
+    if (mp__marked != MP_OK) return mp__marked;                                              \
+  }                                                                                          \
   MP__SET_RET(R, out_ret, mp__result);                                                       \
   return MP_OK;                                                                              \
   }
@@ -450,7 +498,10 @@ static inline void mp_backend__ret_handle(mp_value_t* r, const void* v) {
   MP__WRAPPER_PROLOGUE(name, 0)                                                              \
   (void)args;                                                                                \
   R mp__result = name();                                                                     \
-  if (__mp_backend_reported != MP_OK) return __mp_backend_reported;                          \
+  {                                                                                          \
+    mp_status_t mp__marked = mp_backend__marked_here();                                      \
+    if (mp__marked != MP_OK) return mp__marked;                                              \
+  }                                                                                          \
   MP__SET_RET(R, out_ret, mp__result);                                                       \
   return MP_OK;                                                                              \
   }

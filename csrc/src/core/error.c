@@ -1,42 +1,43 @@
-/* The per-thread error channel: a status code and a message, set where a failure happens and
- * read by whoever reports it (the Python binding, a C application). */
+/* The per-thread error channel (its state is in core/thread_state.h): a status code and a
+ * message, set where a failure happens and read by whoever reports it (the Python binding, a
+ * C application). */
 #include "core/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-enum { MP_ERROR_MESSAGE_CAPACITY = 4096 };
-
-static _Thread_local mp_status_t tls_code = MP_OK;
-static _Thread_local char tls_message[MP_ERROR_MESSAGE_CAPACITY];
+#include "core/thread_state.h"
 
 const char* mp_error_message(void) {
-  return tls_message;
+  return mp_thread_state()->error_message;
 }
 
 mp_status_t mp_error_code(void) {
-  return tls_code;
+  return mp_thread_state()->error_code;
 }
 
 mp_status_t mp_error_set(mp_status_t code, const char* message) {
-  tls_code = code;
-  if (message != tls_message)
-    snprintf(tls_message, sizeof tls_message, "%s", message ? message : "");
+  mp_thread_state_t* thread = mp_thread_state();
+  thread->error_code = code;
+  if (message != thread->error_message)
+    snprintf(thread->error_message, sizeof thread->error_message, "%s", message ? message : "");
   return code;
 }
 
 void mp_error_clear(void) {
-  tls_code = MP_OK;
-  tls_message[0] = '\0';
+  mp_thread_state_t* thread = mp_thread_state();
+  thread->error_code = MP_OK;
+  thread->error_message[0] = '\0';
 }
 
 mp_status_t mp_errorf(mp_status_t code, const char* fmt, ...) {
+  mp_thread_state_t* thread = mp_thread_state();
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(tls_message, sizeof tls_message, fmt, ap);
+  vsnprintf(thread->error_message, sizeof thread->error_message, fmt, ap);
   va_end(ap);
-  tls_code = code;
+  thread->error_code = code;
   return code;
 }
 
@@ -47,17 +48,18 @@ mp_status_t mp_error_prefix(mp_status_t code, const char* fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(prefix, sizeof prefix, fmt, ap);
   va_end(ap);
-  memcpy(previous, tls_message, sizeof previous);
+  mp_thread_state_t* thread = mp_thread_state();
+  memcpy(previous, thread->error_message, sizeof previous);
   /* Truncating an over-long message is intended. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
-  snprintf(tls_message, sizeof tls_message, "%s: %s", prefix, previous);
+  snprintf(thread->error_message, sizeof thread->error_message, "%s: %s", prefix, previous);
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-  tls_code = code;
+  thread->error_code = code;
   return code;
 }
 

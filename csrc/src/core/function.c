@@ -2,6 +2,7 @@
  * module (and so the library whose code it points into) alive. */
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/call_scope.h"
 #include "core/error.h"
@@ -50,6 +51,17 @@ void mp_function_release(mp_function_t* function) {
   mp_module_release(owner);
 }
 
+/* A nested call (host code re-entering the runtime) inside a call whose failure mark is set
+ * would clear the message of the failure that set it; it is kept aside and put back when the
+ * nested call succeeds, so the enclosing call fails with its own message. Rare: only a call
+ * that went on from a failure pays for the copy. */
+static char* keep_enclosing_message(const mp_thread_state_t* thread) {
+  size_t size = strlen(thread->error_message) + 1;
+  char* kept = malloc(size);
+  if (kept) memcpy(kept, thread->error_message, size);
+  return kept;
+}
+
 mp_status_t mp_function_call(mp_function_t* function, const mp_value_t* args, int32_t num_args,
                              mp_value_t* out_ret) {
   if (!function || !out_ret)
@@ -59,12 +71,21 @@ mp_status_t mp_function_call(mp_function_t* function, const mp_value_t* args, in
   out_ret->v_int64 = 0;
   if (num_args < 0 || (num_args > 0 && !args))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_function_call: bad argument array");
-  mp_error_clear();
-  mp_call_scope_enter();
+  mp_thread_state_t* thread = mp_thread_state(); /* once: the error channel and the scope */
+  mp_status_t enclosing_mark = mp_call_scope_enter(thread);
+  char* enclosing_message = enclosing_mark != MP_OK ? keep_enclosing_message(thread) : NULL;
+  thread->error_code = MP_OK;
+  thread->error_message[0] = '\0';
   mp_status_t status = function->fn(function->self, args, num_args, out_ret);
-  mp_call_scope_exit();
-  if (status != MP_OK && mp_error_message()[0] == '\0')
+  if (status == MP_OK) status = mp_call_scope_mark(thread); /* a failure the code went on from */
+  mp_call_scope_exit(thread, enclosing_mark);
+  if (enclosing_message) {
+    if (status == MP_OK) mp_error_set(enclosing_mark, enclosing_message);
+    free(enclosing_message);
+  }
+  if (status == MP_OK) return MP_OK;
+  if (thread->error_message[0] == '\0')
     return mp_errorf(status, "a function returned status %d without an error message", (int)status);
-  if (status != MP_OK && mp_error_code() != status) mp_error_set(status, mp_error_message());
+  if (thread->error_code != status) mp_error_set(status, thread->error_message);
   return status;
 }

@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "core/call_scope.h"
 #include "core/error.h"
 #include "core/module.h"
 #include "device/signature.h"
@@ -87,6 +88,7 @@ static const mp_ctx_alloc_workspace_t alloc_workspace = mp_workspace_alloc;
 static const mp_ctx_free_workspace_t free_workspace = mp_workspace_free;
 static const mp_ctx_copy_t copy = context_copy;
 static const mp_ctx_check_args_t check_args = mp_signature_check;
+static const mp_ctx_mark_call_t mark_call = mp_call_scope_set_mark;
 
 static const struct {
   const char* symbol;
@@ -102,6 +104,7 @@ static const struct {
     {MP_CTX_FREE_WORKSPACE_SYMBOL, &free_workspace, sizeof free_workspace},
     {MP_CTX_COPY_SYMBOL, &copy, sizeof copy},
     {MP_CTX_CHECK_ARGS_SYMBOL, &check_args, sizeof check_args},
+    {MP_CTX_MARK_CALL_SYMBOL, &mark_call, sizeof mark_call},
 };
 
 void mp_context_install(mp_library_t* library, mp_module_t* node) {
