@@ -95,8 +95,10 @@ ffibuilder.set_source(
     include_dirs=["csrc/include", "csrc/src", "modpack/runtime"],
     extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra"],
     # The runtime's calls to its own API functions bind inside the library, not through the
-    # PLT: no lazy symbol resolution on a first call, no indirect jump on every call.
-    extra_link_args=["-Wl,-Bsymbolic-functions"],
+    # PLT: no lazy symbol resolution on a first call, no indirect jump on every call. (All
+    # symbols, not only functions: nothing links against this extension, so no program has a
+    # copy of its data; zig cc, which builds the wheels, has no -Bsymbolic-functions.)
+    extra_link_args=["-Wl,-Bsymbolic"],
     libraries=["dl", "pthread"],
     py_limited_api=False,
 )
