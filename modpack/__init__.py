@@ -46,6 +46,7 @@ from .modules import (
     object_module,
     opencl_binaries,
     opencl_module,
+    rocm_module,
     vulkan_module,
     weights_module,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "opencl_binaries",
     "opencl_module",
     "register_loader",
+    "rocm_module",
     "save_weights",
     "set_stream",
     "synchronize",

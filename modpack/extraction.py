@@ -94,8 +94,8 @@ def _extract_file(path: str, shown: str, out: Path, judged: bool = True) -> dict
 def _device_code(module: dict[str, Any], payload: bytes, folder: Path, stem: str) -> list[Path]:
     """The code of a modpack device module, as its kind's loader places it in the payload: an
     OpenCL module's source (``.cl``) and prebuilt binaries; a CUDA module's PTX (``.ptx``),
-    cubins (``.cubin``) and fatbins (``.fatbin``), one file per variant; a Vulkan module's
-    SPIR-V shaders (``.spv``)."""
+    cubins (``.cubin``) and fatbins (``.fatbin``), one file per variant; a ROCm module's code
+    objects (``.hsaco``), one per target ID; a Vulkan module's SPIR-V shaders (``.spv``)."""
     contents = module.get("contents") or {}
     pieces: list[tuple[str, int, int]] = []  # (file name, offset, size)
     if module["type_key"] == "opencl" and "source_offset" in contents:
@@ -106,7 +106,7 @@ def _device_code(module: dict[str, Any], payload: bytes, folder: Path, stem: str
     elif module["type_key"] == "vulkan":
         for k, shader in enumerate(contents.get("shaders", [])):
             pieces.append((f"{stem}-{k}.spv", shader["offset"], shader["size"]))
-    elif module["type_key"] == "cuda":
+    elif module["type_key"] in ("cuda", "rocm"):
         for k, variant in enumerate(contents.get("variants", [])):
             suffix = _CODE_SUFFIXES.get(variant["kind"], ".bin")
             data_size = variant["size"] - (variant["kind"] == "ptx")  # PTX ends in a NUL

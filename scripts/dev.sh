@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 # Debian packages: the C toolchain, CMake, and lld and mold (exports are tested with every
 # linker: GNU ld and gold come with binutils) for the runtime and exports, the xxHash header the
 # runtime compiles against, PoCL + the OpenCL ICD loader for the OpenCL device path, clang
-# with its libFuzzer and sanitizer runtimes for the fuzzer, and the aarch64 cross toolchain with
+# with its libFuzzer and sanitizer runtimes for the fuzzer (clang and lld also build the ROCm
+# kind's AMD GPU code objects: clang's amdgcn-amd-amdhsa target, linked by ld.lld), and the aarch64 cross toolchain with
 # qemu-user for the cross-compiled exports and runtime (debootstrap fetches Debian's arm64 CPython
 # into a folder, for the aarch64 wheel).
 DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config lld mold libxxhash-dev ocl-icd-libopencl1

@@ -99,3 +99,12 @@ def stub_driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run(os.environ.get("CC", "cc"), "-shared", "-fPIC", "-Wall", "-Werror", "-o", out,
         ROOT / "tests" / "data" / "stub_libcuda.c")
     return out
+
+
+@pytest.fixture(scope="session")
+def stub_hip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in HIP runtime (tests/data/stub_libamdhip64.c) for MODPACK_ROCM_LIBRARY."""
+    out = tmp_path_factory.mktemp("stub_hip") / "libamdhip64.so"
+    run(os.environ.get("CC", "cc"), "-shared", "-fPIC", "-Wall", "-Werror", "-o", out,
+        ROOT / "tests" / "data" / "stub_libamdhip64.c")
+    return out

@@ -78,6 +78,14 @@ def golden_seeds() -> dict[str, bytes]:
     return seeds
 
 
+# OpenCL C for AMD GPUs without ROCm's device libraries (built by clang for two target IDs).
+ROCM = """
+__kernel void scale(__global float* x, float s, uint n) {
+  size_t i = __builtin_amdgcn_workgroup_id_x() * 64 + __builtin_amdgcn_workitem_id_x();
+  if (i < n) x[i] *= s;
+}
+"""
+
 def writer_modules() -> dict[str, modpack.BinaryModule]:
     """Small modules of every built-in kind made by modpack's writers, by seed name (the kind,
     then what the seed shows)."""
@@ -103,8 +111,10 @@ def writer_modules() -> dict[str, modpack.BinaryModule]:
     # Two shaders (GLSL compiled, interfaces reflected), named; buffers in two sets, an untyped
     # one, push constants of three scalars.
     vulkan = modpack.vulkan_module({"scale": VULKAN_SCALE, "mix": VULKAN_MIX}, name="vk")
+    # Two code objects (one for a target with xnack off), named.
+    rocm = modpack.rocm_module(ROCM, targets=["gfx90a:xnack-", "gfx906"], name="amd")
     return {"const": const, "opencl": opencl, "cuda": cuda, "opencl-v2": opencl_v2,
-            "cuda-v2": cuda_v2, "cuda-per-kernel": per_kernel, "vulkan": vulkan}
+            "cuda-v2": cuda_v2, "cuda-per-kernel": per_kernel, "vulkan": vulkan, "rocm": rocm}
 
 
 def writer_seeds() -> dict[str, bytes]:

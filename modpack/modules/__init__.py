@@ -8,6 +8,7 @@ from .kernel_info import KernelArg, KernelInfo
 from .llvm import LLVMModule, llvm_module
 from .objects import ObjectModule, object_module
 from .opencl import OpenCLModule, opencl_binaries, opencl_module
+from .rocm import ROCmModule, rocm_module
 from .vulkan import VulkanModule, vulkan_module
 from .weights import WeightsModule, weights_module
 
@@ -23,6 +24,7 @@ __all__ = [
     "Module",
     "ObjectModule",
     "OpenCLModule",
+    "ROCmModule",
     "VulkanModule",
     "WeightsModule",
     "const_module",
@@ -33,6 +35,7 @@ __all__ = [
     "object_module",
     "opencl_binaries",
     "opencl_module",
+    "rocm_module",
     "vulkan_module",
     "weights_module",
 ]

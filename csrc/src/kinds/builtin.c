@@ -11,12 +11,14 @@ extern const mp_kind_t mp_const_kind;
 extern const mp_kind_t mp_opencl_kind;
 extern const mp_kind_t mp_cuda_kind;
 extern const mp_kind_t mp_vulkan_kind;
+extern const mp_kind_t mp_rocm_kind;
 
 static const mp_kind_t* const builtin_kinds[] = {
     &mp_const_kind,
     &mp_opencl_kind,
     &mp_cuda_kind,
     &mp_vulkan_kind,
+    &mp_rocm_kind,
 };
 
 enum { BUILTIN_COUNT = sizeof builtin_kinds / sizeof builtin_kinds[0] };
