@@ -50,6 +50,7 @@ from .modules import (
     vulkan_module,
     weights_module,
 )
+from .preflight import preflight
 from .runtime.array import Array, array, empty
 from .runtime.binding import lib as _lib
 from .runtime.devices import device_count, device_name, get_stream, set_stream, synchronize
@@ -113,6 +114,7 @@ __all__ = [
     "object_module",
     "opencl_binaries",
     "opencl_module",
+    "preflight",
     "register_loader",
     "rocm_module",
     "save_weights",

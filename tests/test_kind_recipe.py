@@ -40,7 +40,8 @@ def test_each_kind_has_every_place_of_the_recipe(key):
     assert c_folder.is_dir(), f"csrc/src/kinds/{key}/"
     assert (ROOT / "csrc" / "include" / "modpack" / "kinds" / f"{key}.h").is_file()
     if launch_tags(key):  # a device kind: the template's files
-        for name in (f"{key}_module.h", f"{key}_payload.c", f"{key}_module.c"):
+        for name in (f"{key}_module.h", f"{key}_payload.c", f"{key}_module.c",
+                     f"{key}_preflight.c"):
             assert (c_folder / name).is_file(), f"csrc/src/kinds/{key}/{name}"
     assert (ROOT / "modpack" / "modules" / key / "__init__.py").is_file()
     assert callable(getattr(modpack, f"{key}_module")), f"modpack.{key}_module"

@@ -378,3 +378,44 @@ def test_argument_errors_need_no_runtime(library):
         vadd(a, a, a, 8, 1, 1, 1, 0, 1, 1)
     with pytest.raises(modpack.ArgumentError, match="argument 1 must have dtype float32"):
         vadd(a, a.astype(np.float64), a, 8, 1, 1, 1, 8, 1, 1)
+# ---- the example ---------------------------------------------------------------------------------
+
+
+@needs_clang
+def test_example_exports_inspects_and_preflights(tmp):
+    proc = subprocess.run([sys.executable, ROOT / "examples" / "rocm_vadd" / "build.py",
+                           tmp / "deploy.so"], capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    assert "variant gfx90a:xnack-: hsaco" in proc.stdout
+    assert "NO CODE: no code object runs on gfx1100" in proc.stdout
+    if proc.returncode == 77:  # no ROCm runtime or no AMD GPU: the launch says why
+        assert "rocm_vadd: cannot launch here: no ROCm runtime" in proc.stdout, proc.stdout
+    else:
+        assert proc.returncode == 0 and "rocm_vadd: OK" in proc.stdout, proc.stdout
+    report = json.loads((tmp / "preflight.json").read_text())
+    (rocm,) = [m for m in report["modules"] if m["type_key"] == "rocm"]
+    assert rocm["answers"][0]["variant"] == "gfx90a:xnack-"
+
+
+@needs_clang
+def test_example_preflight_from_c(tmp, runtime_prefix):
+    example = ROOT / "examples" / "rocm_vadd"
+    subprocess.run([sys.executable, example / "build.py", tmp / "deploy.so"],
+                   capture_output=True, text=True, timeout=300)
+    build = tmp / "build"
+    run("cmake", "-S", example, "-B", build, f"-DCMAKE_PREFIX_PATH={runtime_prefix}")
+    run("cmake", "--build", build)
+    proc = subprocess.run([build / "rocm_vadd_preflight", tmp / "deploy.so",
+                           "rocm:gfx90a:sramecc+:xnack-", "rocm:gfx1100"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # gfx1100 gets nothing
+    first = json.loads(proc.stdout.splitlines()[0])
+    (rocm,) = [m for m in first["modules"] if m["type_key"] == "rocm"]
+    assert rocm["answers"][0]["variant"] == "gfx90a:xnack-"
+    assert first == modpack.preflight(tmp / "deploy.so", "rocm:gfx90a:sramecc+:xnack-") | {
+        "path": str(tmp / "deploy.so")}
+    assert "rocm:gfx90a:sramecc+:xnack-: fits (read " in proc.stdout
+    assert "rocm:gfx1100: does not fit" in proc.stdout
+    bad = subprocess.run([build / "rocm_vadd_preflight", tmp / "deploy.so", "rocm:gfx90a:xnack"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown feature 'xnack'" in bad.stderr

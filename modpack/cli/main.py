@@ -9,6 +9,7 @@ missing files) print one line on stderr and exit with status 1; usage errors exi
     modpack sign deploy.so --key key.pem       # add an Ed25519 signature (cli/trust.py)
     modpack verify deploy.so --key key.pub.pem # seal, payloads, signatures; exit 0 if all hold
     modpack extract deploy.so out/             # payloads, code, arrays (.npy), manifest.json
+    modpack preflight deploy.so --device cuda:sm_90  # which code that GPU would get, and why
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from ..compat import zip_strict
 from ..errors import ModpackError
 from .trust import add_sign, add_verify
 
-__all__ = ["build_parser", "format_inspection", "main"]
+__all__ = ["build_parser", "format_inspection", "format_preflight", "main"]
 
 _Subparsers = Any  # argparse's _SubParsersAction is private
 
@@ -285,8 +286,81 @@ def _run_extract(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- preflight ----------------------------------------------------------------------------
+
+
+def _add_preflight(subparsers: _Subparsers) -> None:
+    p = subparsers.add_parser(
+        "preflight",
+        help="say which code a device would get from each module (reads only the index)",
+        description=(
+            "Say, per module of a library, which of its code a device would get and why, or "
+            "why none fits: what the file has against what the device is. Only the library's "
+            "seal, its blob index and the variant table at the head of each device module's "
+            "payload are read (never code), and nothing runs. The choice is the loader's. Exit "
+            "status 0 when every module has code for the device, 1 when one has none, 2 for a "
+            "DEVICE that names no device."
+        ),
+    )
+    p.add_argument("library", help="the library (e.g. deploy.so)")
+    p.add_argument("--device", required=True,
+                   help="cuda:sm_XY (e.g. cuda:sm_90), rocm:TARGET_ID (e.g. rocm:gfx90a:xnack-), "
+                        "opencl, vulkan, or host (this machine's devices)")
+    p.add_argument("--json", action="store_true", help="print the answer as JSON on stdout")
+    p.set_defaults(run=_run_preflight)
+
+
+def _run_preflight(args: argparse.Namespace) -> int:
+    from ..errors import ArgumentError
+    from ..preflight import preflight
+
+    try:
+        report = preflight(args.library, args.device)
+    except ArgumentError as exc:
+        print(f"modpack preflight: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        sys.stdout.write(format_preflight(report))
+    return 0 if report["fits"] else 1
+
+
+def format_preflight(report: dict[str, Any]) -> str:
+    """The human-readable form of a :func:`~modpack.preflight.preflight` answer."""
+    verdict = "fits" if report["fits"] else "DOES NOT FIT"
+    out = [f"{report['path']} on {report['device']}: {verdict}: {report['reason']}"]
+    for d in report["unavailable"]:
+        out.append(f"  no {d['type']} device here: {d['message']}")
+    for m in report["modules"]:
+        head = f"  module {m['index']} ({m['type_key']})"
+        if not m["answers"]:
+            out.append(f"{head}: {m['status']}: {m['reason']}")
+            continue
+        for a in m["answers"]:
+            where = f"{head} on {a['device']}"
+            if "kernels" in a:
+                for k in a["kernels"]:
+                    out.append(f"{where}, kernel {k['kernel']}: " + _answer_line(k))
+            else:
+                out.append(f"{where}: " + _answer_line(a))
+    read = report["read"]
+    out.append(f"  (read {read['bytes']} bytes of the file in {read['reads']} reads)")
+    return "\n".join(out) + "\n"
+
+
+def _answer_line(a: dict[str, Any]) -> str:
+    if not a["fits"]:
+        has = ", ".join(v["variant"] if isinstance(v, dict) else v for v in a.get("variants", []))
+        return f"NO CODE: {a['reason']}" + (f" (the file has: {has})" if has else "")
+    line = f"{a['variant']} ({a['kind']}): {a['reason']}"
+    if a.get("fallbacks"):
+        line += f"; then {', '.join(a['fallbacks'])}"
+    return line
+
+
 _COMMANDS: list[Callable[[_Subparsers], None]] = [_add_inspect, add_sign, add_verify,
-                                                   _add_extract]
+                                                   _add_extract, _add_preflight]
 
 
 def build_parser() -> argparse.ArgumentParser:

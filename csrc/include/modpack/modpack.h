@@ -231,6 +231,39 @@ enum {
 MP_API mp_status_t mp_library_check_file(const char* path, const mp_load_options_t* options,
                                          int32_t* out_stage);
 
+/* ---- preflight: which code a device would get ------------------------------------------
+ * Which of each module's code a device would get from the library at |path|, and why, or why
+ * none fits (what the file has against what the device is), without running or mapping the
+ * library: only its seal, its blob's index (checksum checked) and the head of each device
+ * module's payload (the variant table: target architectures, records; never code) are read,
+ * with pread. The choice is the loader's: the same parsers and the same ranking.
+ *
+ * |device|: "cuda:sm_XY" (compute capability X.Y), "rocm:TARGET_ID" ("rocm:gfx90a:sramecc+:xnack-",
+ * "rocm:gfx1100"), "opencl", "vulkan", or "host": every device this machine's drivers report
+ * (a kind whose driver is missing is listed with the reason). The answer is one JSON object
+ * written NUL-terminated into |buffer| (truncated to |capacity|; |*out_length| receives the
+ * length it needs, so a caller can retry):
+ *   {"path", "device", "devices": [{"device", "type", "arch"}], "unavailable": [{"type",
+ *    "message"}], "fits", "reason", "modules": [{"index", "type_key", "size", "status",
+ *    "reason", "answers": [{"device", "fits", "variant", "kind", "reason", "fallbacks",
+ *    "variants", ...}]}], "read": {"bytes", "reads"}}
+ * A module's "status" is "fits" (every device of its type gets code), "no-code" (one gets
+ * none), "other-device" (a device module for another device type than those asked), "no-device-code"
+ * (host code, arrays) or "unknown-kind". "fits" is true when no module is "no-code" and, if the
+ * library has device modules, at least one fits. MP_OK whenever the answer is made (|out|'s
+ * fits says whether it fits); MP_ERR_INVALID_ARGUMENT for a DEVICE string that names no device
+ * (the message gives the forms); MP_ERR_FORMAT for a file that is not a sealed library, or whose
+ * index or a payload's head is damaged. modpack preflight and modpack.preflight ask this. */
+typedef struct {
+  uint32_t struct_size; /* sizeof(mp_preflight_result_t), set by the caller */
+  int32_t fits;         /* 1: every module has code for the device (the JSON's "fits") */
+  uint64_t bytes_read;  /* bytes this call read from the file */
+  uint64_t reads;       /* and in how many reads */
+} mp_preflight_result_t;
+MP_API mp_status_t mp_preflight(const char* path, const char* device, char* buffer,
+                                uint64_t capacity, uint64_t* out_length,
+                                mp_preflight_result_t* out_result);
+
 /* Check the seal of the library at |path| by reading the file (nothing is mapped or run):
  * MP_OK, with the seal in |*out_seal|, when it carries one and every byte outside the payloads
  * matches it; MP_ERR_NOT_FOUND when it carries none; MP_ERR_FORMAT, naming the damage, when it

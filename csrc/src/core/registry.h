@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/json.h"
 #include "modpack/kind.h"
 
 /* What a device type implements. Memory is addressed by the `data` pointer a DLTensor of that
@@ -33,14 +34,41 @@ typedef struct {
   mp_status_t (*synchronize)(int32_t device_id);
 } mp_device_api_t;
 
-/* A built-in kind. */
+typedef struct mp_kind mp_kind_t;
+
+/* modpack preflight (load/preflight.c, mp_preflight): which of a module's code a device would
+ * get, answered by its kind from the first bytes of its payload, read on demand. */
 typedef struct {
+  uint64_t size; /* the payload's */
+  void* context;
+  /* |*out| points at the |size| bytes at |offset| of the payload (valid until the next read);
+   * MP_ERR_FORMAT past its end. */
+  mp_status_t (*read)(void* context, uint64_t offset, uint64_t size, const uint8_t** out);
+} mp_payload_reader_t;
+
+typedef struct {
+  /* What follows "KIND:" in a device string (|arch|; NULL when nothing does), as the kind's
+   * canonical architecture into |canonical| ("" for kinds without one); MP_ERR_INVALID_ARGUMENT
+   * naming the form the kind takes. */
+  mp_status_t (*parse_device)(const char* arch, char* canonical, size_t capacity);
+  /* The canonical architecture of this machine's device |id| (DEVICE "host"). */
+  mp_status_t (*host_device)(int32_t id, char* canonical, size_t capacity);
+  /* The answer for a device of canonical architecture |arch|, written as JSON members
+   * (`"fits": ..., "variant": ..., "reason": ...`), with *out_fits; an error for a payload it
+   * cannot read. The choice must be the loader's: the same parser and ranking. */
+  mp_status_t (*answer)(const mp_kind_t* kind, const mp_payload_reader_t* payload,
+                        const char* arch, mp_json_t* out, bool* out_fits);
+} mp_preflight_api_t;
+
+/* A built-in kind. */
+struct mp_kind {
   const char* type_key;
   mp_loader_fn_t load;
   const mp_device_api_t* device;  /* NULL for a kind without a device of its own */
   const char* const* launch_tags; /* its kernels' launch arguments, in launch-slot order */
   uint32_t launch_tag_count;
-} mp_kind_t;
+  const mp_preflight_api_t* preflight; /* NULL: its modules need no device code */
+};
 
 /* Register |kind|'s loader (and its device, if any). MP_ERR_ALREADY_EXISTS if the type key or
  * the device type is taken. */

@@ -27,6 +27,7 @@
 #include "kinds/cuda/cuda_select.h"
 
 extern const mp_kind_t mp_cuda_kind; /* this kind's descriptor, at the end */
+extern const mp_preflight_api_t mp_cuda_preflight; /* cuda_preflight.c */
 
 _Static_assert(offsetof(mp_cuda_module_t, base) == 0, "the device module base must come first");
 
@@ -171,14 +172,7 @@ static mp_status_t load_kernel_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda
   /* One candidate per (variant, arch): a fatbin takes part with each arch it holds. */
   const char* arches[MP_CUDA_MAX_VARIANTS];
   uint32_t owner[MP_CUDA_MAX_VARIANTS];
-  uint32_t count = 0;
-  for (uint32_t v = 0; v < m->variant_count; ++v) {
-    if (!mp_cuda_variant_defines(&m->variants[v], k)) continue;
-    for (uint32_t a = 0; a < m->variants[v].arch_count && count < MP_CUDA_MAX_VARIANTS; ++a) {
-      arches[count] = m->variants[v].arches[a];
-      owner[count++] = v;
-    }
-  }
+  uint32_t count = mp_cuda_candidates(m, k, arches, owner);
   uint32_t order[MP_CUDA_MAX_VARIANTS];
   int64_t scores[MP_CUDA_MAX_VARIANTS];
   uint32_t usable = 0;
@@ -437,4 +431,5 @@ const mp_kind_t mp_cuda_kind = {
     .device = &mp_cuda_device,
     .launch_tags = launch_tags,
     .launch_tag_count = MP_CUDA_SLOT_COUNT,
+    .preflight = &mp_cuda_preflight,
 };

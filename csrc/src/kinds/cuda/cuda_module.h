@@ -44,6 +44,16 @@ typedef struct {
   uint32_t* shared_optin[MP_CUDA_MAX_DEVICES]; /* [device][kernel]: opted-in bytes */
 } mp_cuda_module_t;
 
+/* Parse and validate the head of |payload| (everything before the variants' bytes: header,
+ * name, variant headers, records) into |m| (a zeroed state) and set *|out_end| to where it
+ * ends. |payload| may be a prefix of the payload (modpack preflight reads no more). */
+mp_status_t mp_cuda_payload_parse_head(mp_cuda_module_t* m, const mp_kind_t* kind,
+                                       mp_const_byte_span_t payload, uint64_t* out_end);
+/* The candidates for kernel |k|: one per (variant that defines it, arch it holds), into
+ * |arches| and |owner| (the variant), both MP_CUDA_MAX_VARIANTS long; returns their number. The
+ * loader and modpack preflight rank them with mp_cuda_rank_arches. */
+uint32_t mp_cuda_candidates(const mp_cuda_module_t* m, uint32_t k, const char** arches,
+                            uint32_t* owner);
 /* Parse and validate |payload| into |m| (a zeroed state: variants and kernels, whose launch
  * tags must be |kind|'s; the variants' bytes stay in place). No driver call. On failure |m|
  * holds what was read, for mp_cuda_payload_free. */

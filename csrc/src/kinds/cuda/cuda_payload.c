@@ -131,9 +131,21 @@ static mp_status_t check_variant_bytes(uint32_t index, mp_cuda_variant_t* v) {
   return MP_OK;
 }
 
-mp_status_t mp_cuda_payload_parse(void* state, const mp_kind_t* kind,
-                                  mp_const_byte_span_t payload) {
-  mp_cuda_module_t* m = state;
+uint32_t mp_cuda_candidates(const mp_cuda_module_t* m, uint32_t k, const char** arches,
+                            uint32_t* owner) {
+  uint32_t count = 0;
+  for (uint32_t v = 0; v < m->variant_count; ++v) {
+    if (!mp_cuda_variant_defines(&m->variants[v], k)) continue;
+    for (uint32_t a = 0; a < m->variants[v].arch_count && count < MP_CUDA_MAX_VARIANTS; ++a) {
+      arches[count] = m->variants[v].arches[a];
+      owner[count++] = v;
+    }
+  }
+  return count;
+}
+
+mp_status_t mp_cuda_payload_parse_head(mp_cuda_module_t* m, const mp_kind_t* kind,
+                                       mp_const_byte_span_t payload, uint64_t* out_end) {
   mp_reader_t r = {payload.data, payload.size, 0, "cuda payload"};
   uint32_t version, reserved, count;
   if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
@@ -166,6 +178,16 @@ mp_status_t mp_cuda_payload_parse(void* state, const mp_kind_t* kind,
                          "cuda payload: kernel %s argument %u is __local memory, which CUDA "
                          "kernels do not have (use dyn_shared_memory)",
                          m->base.table.kernels[k].name, a);
+  *out_end = r.pos;
+  return MP_OK;
+}
+
+mp_status_t mp_cuda_payload_parse(void* state, const mp_kind_t* kind,
+                                  mp_const_byte_span_t payload) {
+  mp_cuda_module_t* m = state;
+  uint64_t end = 0;
+  MP_RETURN_IF_ERROR(mp_cuda_payload_parse_head(m, kind, payload, &end));
+  mp_reader_t r = {payload.data, payload.size, end, "cuda payload"};
   /* The variants' bytes, each 64-byte aligned within the payload, read in place. */
   for (uint32_t v = 0; v < m->variant_count; ++v) {
     mp_cuda_variant_t* variant = &m->variants[v];

@@ -26,6 +26,7 @@ static const char* const launch_tags[SLOT_COUNT] = {"global.x", "global.y", "glo
 typedef mp_opencl_module_t opencl_module_t;
 
 extern const mp_kind_t mp_opencl_kind; /* this kind's descriptor, at the end */
+extern const mp_preflight_api_t mp_opencl_preflight; /* opencl_preflight.c */
 
 _Static_assert(offsetof(opencl_module_t, base) == 0, "the device module base must come first");
 
@@ -234,4 +235,5 @@ const mp_kind_t mp_opencl_kind = {
     .device = &mp_opencl_device,
     .launch_tags = launch_tags,
     .launch_tag_count = SLOT_COUNT,
+    .preflight = &mp_opencl_preflight,
 };

@@ -3,7 +3,9 @@
 #ifndef MODPACK_KINDS_OPENCL_MODULE_H_
 #define MODPACK_KINDS_OPENCL_MODULE_H_
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kinds/common/device_module.h"
 #include "kinds/opencl/opencl_abi.h"
@@ -27,6 +29,13 @@ typedef struct {
 /* Parse and validate |payload| into |m| (a zeroed state; kernels' launch tags must be
  * |kind|'s). No OpenCL call. On failure |m| holds what was read, for mp_opencl_payload_free. */
 mp_status_t mp_opencl_payload_parse(void* m, const mp_kind_t* kind, mp_const_byte_span_t payload);
+/* The part after the source (version 2: build options and name; the kernel records) at |r|,
+ * into |m|; |r| advances past it. modpack preflight parses it alone. */
+mp_status_t mp_opencl_payload_parse_build(mp_opencl_module_t* m, const mp_kind_t* kind,
+                                          uint32_t version, mp_reader_t* r);
+/* Whether the prebuilt binary keyed |key| is the one for a device of key |device_key| (the
+ * loader's choice, which modpack preflight reports). */
+bool mp_opencl_binary_for(const char* key, const char* device_key);
 /* Frees what the parser made (not the base: mp_device_module_free). */
 void mp_opencl_payload_free(mp_opencl_module_t* m);
 

@@ -8,6 +8,32 @@
 #include "core/error.h"
 #include "kinds/opencl/opencl_module.h"
 
+bool mp_opencl_binary_for(const char* key, const char* device_key) {
+  return strcmp(key, device_key) == 0;
+}
+
+mp_status_t mp_opencl_payload_parse_build(mp_opencl_module_t* m, const mp_kind_t* kind,
+                                          uint32_t version, mp_reader_t* reader) {
+  mp_reader_t r = *reader;
+  uint32_t options_size = 0;
+  const uint8_t* options = NULL;
+  if (version >= 2 &&
+      (!mp_read_u32(&r, &options_size) || !mp_read_bytes(&r, options_size, &options)))
+    return mp_reader_error(&r, "build options");
+  if (options_size > MP_OPENCL_MAX_BUILD_OPTIONS || (options && memchr(options, 0, options_size)))
+    return mp_errorf(MP_ERR_FORMAT,
+                     "opencl payload: build options of %u bytes (at most %d, no NUL byte)",
+                     options_size, MP_OPENCL_MAX_BUILD_OPTIONS);
+  m->build_options = malloc((size_t)options_size + 1);
+  if (!m->build_options) return mp_out_of_memory("the OpenCL build options");
+  if (options_size) memcpy(m->build_options, options, options_size);
+  m->build_options[options_size] = '\0';
+  if (version >= 2) MP_RETURN_IF_ERROR(mp_kernel_read_module_name(&r, &m->base.name));
+  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, version, false, &m->base.table));
+  *reader = r;
+  return MP_OK;
+}
+
 mp_status_t mp_opencl_payload_parse(void* state, const mp_kind_t* kind,
                                     mp_const_byte_span_t payload) {
   mp_opencl_module_t* m = state;
@@ -32,21 +58,7 @@ mp_status_t mp_opencl_payload_parse(void* state, const mp_kind_t* kind,
   memcpy(m->source, source, source_size);
   m->source[source_size] = '\0';
   m->source_size = source_size;
-  uint32_t options_size = 0;
-  const uint8_t* options = NULL;
-  if (version >= 2 &&
-      (!mp_read_u32(&r, &options_size) || !mp_read_bytes(&r, options_size, &options)))
-    return mp_reader_error(&r, "build options");
-  if (options_size > MP_OPENCL_MAX_BUILD_OPTIONS || (options && memchr(options, 0, options_size)))
-    return mp_errorf(MP_ERR_FORMAT,
-                     "opencl payload: build options of %u bytes (at most %d, no NUL byte)",
-                     options_size, MP_OPENCL_MAX_BUILD_OPTIONS);
-  m->build_options = malloc((size_t)options_size + 1);
-  if (!m->build_options) return mp_out_of_memory("the OpenCL build options");
-  if (options_size) memcpy(m->build_options, options, options_size);
-  m->build_options[options_size] = '\0';
-  if (version >= 2) MP_RETURN_IF_ERROR(mp_kernel_read_module_name(&r, &m->base.name));
-  MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, version, false, &m->base.table));
+  MP_RETURN_IF_ERROR(mp_opencl_payload_parse_build(m, kind, version, &r));
   if (!mp_read_u32(&r, &count) || count > r.size / 12) return mp_reader_error(&r, "binary count");
   m->binaries = calloc(count ? count : 1, sizeof *m->binaries);
   if (!m->binaries) return mp_out_of_memory("the OpenCL binaries");

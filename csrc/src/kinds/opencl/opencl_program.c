@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kinds/opencl/opencl_module.h"
 #include "modpack/kinds/opencl.h"
 
 /* The build error, with the compiler's log. The log's size is queried first: OpenCL rejects a
@@ -59,7 +60,7 @@ mp_status_t mp_opencl_program_build(const mp_opencl_t* cl, int32_t device, const
   cl_program program = NULL;
   cl_device_id dev = cl->devices[device];
   for (uint32_t b = 0; b < binary_count && !program; ++b) {
-    if (strcmp(binaries[b].key, cl->device_keys[device]) != 0) continue;
+    if (!mp_opencl_binary_for(binaries[b].key, cl->device_keys[device])) continue;
     size_t size = binaries[b].size;
     const unsigned char* data = binaries[b].data;
     cl_int binary_status = CL_SUCCESS;

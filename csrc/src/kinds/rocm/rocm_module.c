@@ -21,6 +21,7 @@
 #include "kinds/rocm/rocm_select.h"
 
 extern const mp_kind_t mp_rocm_kind; /* this kind's descriptor, at the end */
+extern const mp_preflight_api_t mp_rocm_preflight; /* rocm_preflight.c */
 
 _Static_assert(offsetof(mp_rocm_module_t, base) == 0, "the device module base must come first");
 
@@ -69,10 +70,8 @@ static bool image_rejected(hipError_t result) {
 static mp_status_t load_locked(mp_rocm_module_t* m, const mp_rocm_t* rocm, int32_t device) {
   mp_rocm_target_t target;
   MP_RETURN_IF_ERROR(mp_rocm_parse_device(rocm->targets[device], &target));
-  const char* targets[MP_ROCM_MAX_VARIANTS];
-  for (uint32_t v = 0; v < m->variant_count; ++v) targets[v] = m->variants[v].target;
   uint32_t order[MP_ROCM_MAX_VARIANTS], usable = 0;
-  MP_RETURN_IF_ERROR(mp_rocm_rank_targets(targets, m->variant_count, &target, order, &usable));
+  MP_RETURN_IF_ERROR(mp_rocm_module_rank(m, &target, order, &usable));
   char list[1024];
   list_targets(m, list, sizeof list);
   if (usable == 0)
@@ -303,4 +302,5 @@ const mp_kind_t mp_rocm_kind = {
     .device = &mp_rocm_device,
     .launch_tags = launch_tags,
     .launch_tag_count = MP_ROCM_SLOT_COUNT,
+    .preflight = &mp_rocm_preflight,
 };

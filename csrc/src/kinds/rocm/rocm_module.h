@@ -7,6 +7,7 @@
 
 #include "kinds/common/device_module.h"
 #include "kinds/rocm/rocm_abi.h"
+#include "kinds/rocm/rocm_select.h"
 #include "modpack/kinds/rocm.h"
 
 /* The launch slots, in the order of the kind's launch tags: grid x, y, z, block x, y, z,
@@ -53,6 +54,10 @@ mp_status_t mp_rocm_payload_parse_head(mp_rocm_module_t* m, const mp_kind_t* kin
                                        mp_const_byte_span_t payload, uint64_t* out_end);
 /* The whole payload: the head, then each code object in place (checked). */
 mp_status_t mp_rocm_payload_parse(void* m, const mp_kind_t* kind, mp_const_byte_span_t payload);
+/* The code objects of |m| that run on |device|, best first (mp_rocm_rank_targets): what the
+ * loader tries, in order, and what modpack preflight reports. */
+mp_status_t mp_rocm_module_rank(const mp_rocm_module_t* m, const mp_rocm_target_t* device,
+                                uint32_t* order, uint32_t* out_usable);
 /* Frees what the parser made (not the base: mp_device_module_free). */
 void mp_rocm_payload_free(mp_rocm_module_t* m);
 

@@ -183,6 +183,13 @@ mp_status_t mp_rocm_payload_parse(void* state, const mp_kind_t* kind,
   return MP_OK;
 }
 
+mp_status_t mp_rocm_module_rank(const mp_rocm_module_t* m, const mp_rocm_target_t* device,
+                                uint32_t* order, uint32_t* out_usable) {
+  const char* targets[MP_ROCM_MAX_VARIANTS];
+  for (uint32_t v = 0; v < m->variant_count; ++v) targets[v] = m->variants[v].target;
+  return mp_rocm_rank_targets(targets, m->variant_count, device, order, out_usable);
+}
+
 void mp_rocm_payload_free(mp_rocm_module_t* m) {
   for (uint32_t v = 0; m->variants && v < m->variant_count; ++v) free(m->variants[v].facts);
   free(m->variants);

@@ -24,6 +24,7 @@
 #include "core/registry.h"
 
 extern const mp_kind_t mp_vulkan_kind; /* this kind's descriptor, at the end */
+extern const mp_preflight_api_t mp_vulkan_preflight; /* vulkan_preflight.c */
 
 _Static_assert(offsetof(mp_vulkan_module_t, base) == 0, "the device module base must come first");
 
@@ -371,4 +372,5 @@ const mp_kind_t mp_vulkan_kind = {
     .device = &mp_vulkan_device,
     .launch_tags = launch_tags,
     .launch_tag_count = MP_VULKAN_SLOT_COUNT,
+    .preflight = &mp_vulkan_preflight,
 };

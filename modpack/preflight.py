@@ -1,0 +1,48 @@
+"""``modpack preflight FILE --device DEVICE``: which code a device would get from each module of
+a library, and why, or why none fits — read from the library's index and the variant table at
+the head of each device module's payload, never its code, and never run. The answer is the C
+runtime's (``mp_preflight``), whose choice is the loader's own."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from .errors import MissingFileError
+from .runtime.binding import error_from_status, ffi, lib
+
+__all__ = ["preflight"]
+
+
+def preflight(path: str | os.PathLike, device: str) -> dict[str, Any]:
+    """Which code |device| would get from each module of the library at |path|.
+
+    device : ``"cuda:sm_90"`` (a compute capability), ``"rocm:gfx90a:sramecc+:xnack-"`` (a
+        target ID), ``"opencl"``, ``"vulkan"``, or ``"host"`` (every device this machine's
+        drivers report).
+
+    Returns ``{"path", "device", "devices", "unavailable", "fits", "reason", "modules": [{"index",
+    "type_key", "size", "status", "reason", "answers": [{"device", "fits", "variant", "kind",
+    "reason", ...}]}], "read": {"bytes", "reads"}}``; ``fits`` is True when every module has
+    code for the device. Raises ArgumentError for a DEVICE that names no device, FormatError for
+    a file that is not a sealed library (or is damaged).
+    """
+    shown = os.fspath(path)
+    if not os.path.isfile(shown):
+        raise MissingFileError(f"no such library: {shown}")
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a str such as 'cuda:sm_90', not {type(device).__name__}")
+    result = ffi.new("mp_preflight_result_t*")
+    result.struct_size = ffi.sizeof("mp_preflight_result_t")
+    needed = ffi.new("uint64_t*")
+    capacity = 1 << 16
+    while True:
+        buffer = ffi.new("char[]", capacity)
+        status = lib.mp_preflight(shown.encode(), device.encode(), buffer, capacity, needed,
+                                  result)
+        if status != 0:
+            raise error_from_status(status)
+        if needed[0] < capacity:
+            return json.loads(ffi.string(buffer).decode())
+        capacity = needed[0] + 1
