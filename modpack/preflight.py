@@ -9,7 +9,7 @@ import json
 import os
 from typing import Any
 
-from .errors import MissingFileError
+from .errors import ArgumentError, MissingFileError
 from .runtime.binding import error_from_status, ffi, lib
 
 __all__ = ["preflight"]
@@ -32,7 +32,8 @@ def preflight(path: str | os.PathLike, device: str) -> dict[str, Any]:
     if not os.path.isfile(shown):
         raise MissingFileError(f"no such library: {shown}")
     if not isinstance(device, str):
-        raise TypeError(f"device must be a str such as 'cuda:sm_90', not {type(device).__name__}")
+        raise ArgumentError(f"device must be a str such as 'cuda:sm_90', not "
+                            f"{type(device).__name__}")
     result = ffi.new("mp_preflight_result_t*")
     result.struct_size = ffi.sizeof("mp_preflight_result_t")
     needed = ffi.new("uint64_t*")
