@@ -30,7 +30,7 @@ from .format.layout import ALIGNMENT
 from .format.seal import seal_library
 from .format.tar_seal import check_tar_seal, has_tar_seal
 from .modules.base import Module
-from .runtime.binding import check, error_from_status, ffi, lib
+from .runtime.binding import error_from_status, ffi, lib
 from .runtime.callbacks import register_python_loader, unregister_python_loader
 from .runtime.module import LoadedModule, wrap_module
 from .runtime.trust import TrustedKey
@@ -42,6 +42,7 @@ __all__ = ["load_module", "load_module_from_bytes", "load_system_lib", "register
 
 Loader = TypeVar("Loader", bound=Callable[[memoryview], Module])
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MODULE_OUT = ffi.typeof("mp_module_t**")  # parsed at import, not by the first load
 
 
 def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
@@ -92,11 +93,6 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
     first time it is read (a large model whose arrays are touched over minutes).
     """
     path = Path(path)
-    if not path.exists():
-        raise MissingFileError(f"no such library: {path}")
-    if not path.is_file():  # a FIFO would block the archive reader (the runtime refuses too)
-        raise ArgumentError(f"{path} is not a regular file: give the path of an exported "
-                            ".so or .tar")
     if private_copy and trusted_keys is None:
         raise ArgumentError("private_copy=True is for signed loads: give trusted_keys too (an "
                             "unsigned load maps the file, checked by its seal and checksums)")
@@ -107,16 +103,33 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
         lib.MP_LOAD_PRIVATE_COPY if private_copy else 0) | (
         lib.MP_LOAD_VERIFY_ON_FIRST_USE if verify_on_first_use else 0)
     if path.suffix == ".tar":
+        _check_file(path)  # a FIFO would block the archive reader
         if trusted_keys is not None:
             raise ArgumentError(f"{path}: signatures are for shared libraries (.so); export one "
                                 "and sign it to load with trusted_keys")
         return _load_relinked(path, verify_checksums, allow_unsealed, weights)
     options = load_options(flags, trusted_keys, weights)
-    out = ffi.new("mp_module_t**")
-    check(lib.mp_module_load(os.fsencode(path.resolve()), options.pointer, out))
+    out = ffi.new(_MODULE_OUT)
+    # The runtime resolves the path, and refuses what is not a regular file without blocking;
+    # a failure is explained in Python terms only when it happens.
+    status = lib.mp_module_load(os.fsencode(path), options.pointer, out)
+    if status != 0:
+        error = error_from_status(status)
+        _check_file(path)
+        raise error
     root = wrap_module(out[0])
     lib.mp_module_release(out[0])  # wrap_module took its own reference
     return root
+
+
+def _check_file(path: Path) -> None:
+    """MissingFileError for a path that does not exist, ArgumentError for one that is not a
+    regular file."""
+    if not path.exists():
+        raise MissingFileError(f"no such library: {path}")
+    if not path.is_file():
+        raise ArgumentError(f"{path} is not a regular file: give the path of an exported "
+                            ".so or .tar")
 
 
 def _flags(verify_checksums: bool, allow_unsealed: bool) -> int:

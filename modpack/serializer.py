@@ -36,6 +36,7 @@ from .modules.tree import HostNode, Node, walk
 __all__ = ["BlobPlan", "ModuleSerializer"]
 
 PROGRESS_THRESHOLD = 256 << 20  # bytes of payload before a progress bar is worth showing
+SMALL_PAYLOAD = 64 << 10  # payloads up to this size are joined and written at once
 
 
 @dataclass
@@ -91,6 +92,7 @@ class ModuleSerializer:
         # Preorder DFS: index on first visit, children in import order.
         order: list[object] = []
         index: dict[int, int] = {}
+        kids: list[list[object]] = []  # children(order[i]), found once
         stack = [node(root)]
         while stack:
             n = stack.pop()
@@ -98,11 +100,13 @@ class ModuleSerializer:
                 continue
             index[id(n)] = len(order)
             order.append(n)
-            stack.extend(reversed([c for c in children(n) if id(c) not in index]))
+            found = children(n)
+            kids.append(found)
+            stack.extend(reversed([c for c in found if id(c) not in index]))
 
         row_ptr, child_indices = [0], []
-        for n in order:
-            child_indices.extend(index[id(c)] for c in children(n))
+        for found in kids:
+            child_indices.extend(index[id(c)] for c in found)
             row_ptr.append(len(child_indices))
         _check_acyclic(order, row_ptr, child_indices)
         nodes = [None if n is lib_node else n for n in order]
@@ -159,6 +163,14 @@ class ModuleSerializer:
 
 def _stream_payload(node: Node, size: int, f: BinaryIO, progress: Any) -> int:
     """Write |node|'s payload chunks to |f| as they come; returns their XXH3-64."""
+    if size <= SMALL_PAYLOAD:  # joined: one hash and one write instead of one per chunk
+        data = b"".join(node.payload_chunks())
+        if len(data) != size:
+            _size_mismatch(node, len(data), size)
+        f.write(data)
+        if progress is not None:
+            progress.update(size)
+        return xxhash.xxh3_64_intdigest(data)
     digest = xxhash.xxh3_64()
     written = 0
     for chunk in node.payload_chunks():
@@ -169,11 +181,15 @@ def _stream_payload(node: Node, size: int, f: BinaryIO, progress: Any) -> int:
         if progress is not None:
             progress.update(len(view))
     if written != size:
-        raise ModpackError(
-            f"the {node.type_key} module wrote {written} payload bytes but declared {size}; "
-            "its payload_size() and payload_chunks() disagree"
-        )
+        _size_mismatch(node, written, size)
     return digest.intdigest()
+
+
+def _size_mismatch(node: Node, written: int, size: int) -> None:
+    raise ModpackError(
+        f"the {node.type_key} module wrote {written} payload bytes but declared {size}; "
+        "its payload_size() and payload_chunks() disagree"
+    )
 
 
 def _same_bytes(f: BinaryIO, a: int, b: int, size: int, chunk: int = 1 << 20) -> bool:

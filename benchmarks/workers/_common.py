@@ -158,3 +158,34 @@ static void add_one(DLTensor* x, DLTensor* out) {
 }
 MP_EXPORT_VOID_FUNC(add_one, DLTensor*, DLTensor*)
 """
+
+# The like-for-like row: the same C loop compiled into both runtimes' libraries by the same
+# compiler at the same level (cc -O2 for modpack, c++ -O2 for tvm-ffi's typed export), so the
+# rows compare the runtimes, not gcc's code against TVM's vectorised LLVM IR.
+ADD_ONE_LOOP = r"""
+static void add_one_loop(const float* xv, float* ov, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) ov[i] = xv[i] + 1.0f;
+}
+"""
+
+SAME_C_MODPACK = r"""
+#include "modpack/backend.h"
+""" + ADD_ONE_LOOP + r"""
+static void add_one(DLTensor* x, DLTensor* out) {
+  add_one_loop((const float*)x->data, (float*)out->data, x->shape[0]);
+}
+MP_EXPORT_VOID_FUNC(add_one, DLTensor*, DLTensor*)
+"""
+
+SAME_C_TVM = r"""
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/function.h>
+extern "C" {
+""" + ADD_ONE_LOOP + r"""
+}
+static void add_one(tvm::ffi::TensorView x, tvm::ffi::TensorView out) {
+  add_one_loop(static_cast<const float*>(x.data_ptr()), static_cast<float*>(out.data_ptr()),
+               x.shape()[0]);
+}
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(add_one, add_one);
+"""

@@ -1,7 +1,8 @@
 """W1 through modpack: a tiny C host (add_one on an int64 scalar and on float32 vectors).
 
 Modes:
-  export  export the tiny library, report compile+export time
+  export  export the tiny library (or, with "same_c", only add_one over the loop both sides
+          compile alike), report compile+export time
   call    load it, then time ``f = lib[name]`` and the first ``f(...)`` separately, then the
           steady-state time per call (best of several timeit rounds)
 """
@@ -19,7 +20,7 @@ import modpack
 
 def export(a: dict) -> dict:
     t0 = c.now()
-    host = modpack.csource_module(c.HOST_C)
+    host = modpack.csource_module(c.SAME_C_MODPACK if a.get("same_c") else c.HOST_C)
     host.export_library(a["out"])
     return {"export_s": c.now() - t0, "file_size": os.path.getsize(a["out"])}
 

@@ -42,7 +42,9 @@ class Module:
         if not isinstance(module, Module):
             raise ArgumentError(
                 f"import_module expects a modpack.Module, got {type(module).__name__}")
-        if module is self or any(m is self for m in walk(module)):
+        # A cycle is this module in the imported one's subtree: only a module with imports of
+        # its own has one to walk.
+        if module is self or (module.imported_modules and any(m is self for m in walk(module))):
             raise ModpackError(
                 f"importing this {module.type_key} module into the {self.type_key} module "
                 "would create a cycle in the import tree"

@@ -95,10 +95,11 @@ ffibuilder.set_source(
     include_dirs=["csrc/include", "csrc/src", "modpack/runtime"],
     extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra"],
     # The runtime's calls to its own API functions bind inside the library, not through the
-    # PLT: no lazy symbol resolution on a first call, no indirect jump on every call. (All
-    # symbols, not only functions: nothing links against this extension, so no program has a
-    # copy of its data; zig cc, which builds the wheels, has no -Bsymbolic-functions.)
-    extra_link_args=["-Wl,-Bsymbolic"],
+    # PLT, and what it imports is bound at import (-z now, with full RELRO): no lazy symbol
+    # resolution inside a load or a first call, no indirect jump on every call. (-Bsymbolic
+    # binds data too: nothing links against this extension, so no program has a copy of its
+    # data; zig cc, which builds the wheels, has no -Bsymbolic-functions.)
+    extra_link_args=["-Wl,-Bsymbolic", "-Wl,-z,now", "-Wl,-z,relro"],
     libraries=["dl", "pthread"],
     py_limited_api=False,
 )

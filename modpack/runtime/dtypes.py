@@ -76,6 +76,13 @@ def dtype_name(code: int, bits: int, lanes: int) -> str:
 
 def dtype_to_dl(dtype: Any) -> tuple[int, int, int]:
     """(code, bits, lanes) for a numpy dtype (or an ml_dtypes one, or the name of one)."""
+    if type(dtype) is not str:  # a dtype seen before: one dict lookup (names go through
+        try:                    # as_dtype, which knows the ml_dtypes names)
+            found = _cache.get(dtype)
+        except TypeError:  # unhashable: not a dtype, as_dtype says why
+            found = None
+        if found is not None:
+            return found
     dtype = as_dtype(dtype)
     found = _cache.get(dtype)
     if found is None:

@@ -32,22 +32,30 @@ folder (each found there by its name), or the path of each by the name the libra
 for it (``modpack inspect`` shows it)."""
 
 
+# Parsed once at import rather than by the first load (cffi parses a type's text on its first
+# use, tens of microseconds).
+_OPTIONS_TYPE = ffi.typeof("mp_load_options_t*")
+_OPTIONS_SIZE = ffi.sizeof("mp_load_options_t")
+
+
 def load_options(flags: int, trusted_keys: Iterable[TrustedKey] | None = None,
                  weights: WeightsLocation | None = None) -> Any:
     """The runtime's ``mp_load_options_t`` (kept alive by the returned object)."""
     keep: list[Any] = []
-    options = ffi.new("mp_load_options_t*")
-    options.struct_size = ffi.sizeof("mp_load_options_t")
+    options = ffi.new(_OPTIONS_TYPE)
+    options.struct_size = _OPTIONS_SIZE
     options.flags = flags
     if trusted_keys is not None:
         keys = trusted_keys_array(trusted_keys)
         keep.append(keys)
         options.trusted_keys = keys
         options.num_trusted_keys = len(keys)
-    if isinstance(weights, (str, os.PathLike)) and os.path.isdir(weights):
+    if weights is None:  # (before isinstance with os.PathLike, an ABC: slow the first time)
+        pass
+    elif isinstance(weights, (str, os.PathLike)) and os.path.isdir(weights):
         keep.append(ffi.new("char[]", os.fsencode(weights)))
         options.weights_folder = keep[-1]
-    elif weights is not None:
+    else:
         pairs = _locations(weights)
         array = ffi.new("mp_weights_location_t[]", len(pairs))
         for i, (name, path) in enumerate(pairs):

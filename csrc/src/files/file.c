@@ -53,8 +53,8 @@ mp_status_t mp_file_open(const char* path, int* out_fd, mp_file_id_t* out_id) {
                      "'%s' is %s, not a library file: give the path of an exported .so", path,
                      kind_of(st.st_mode));
   }
-  int flags = fcntl(fd, F_GETFL);
-  if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  /* O_NONBLOCK stays: it only kept the open from waiting on a FIFO, and reads and mappings of
+   * a regular file ignore it. */
   *out_id = id_of(&st);
   *out_fd = fd;
   return MP_OK;

@@ -110,13 +110,18 @@ mp_status_t mp_seal_check_fd(int fd, uint64_t file_size, const char* path, mp_se
   mp_seal_v1_t seal;
   MP_RETURN_IF_ERROR(mp_seal_read_fd(fd, file_size, path, &seal, raw, &file_size));
 
-  uint8_t* buffer = malloc(CHUNK);
-  mp_hash128_t* hash = mp_hash128_new();
-  mp_status_t status = buffer && hash ? MP_OK : mp_out_of_memory("checking the seal");
   /* [0, payloads) then [end of payloads, digest field): one range when there are none. */
   uint64_t trailer = file_size - MP_SEAL_SIZE;
   uint64_t first_end = seal.payloads_size ? seal.payloads_offset : 0;
   uint64_t second_begin = seal.payloads_size ? seal.payloads_offset + seal.payloads_size : 0;
+  /* No larger than the longer range: a small library's buffer comes from the heap, not from
+   * a mapping made and unmapped for it. */
+  uint64_t longest = first_end > trailer + DIGEST_FIELD - second_begin
+                         ? first_end
+                         : trailer + DIGEST_FIELD - second_begin;
+  uint8_t* buffer = malloc(longest < CHUNK ? (size_t)longest + 1 : CHUNK);
+  mp_hash128_t* hash = mp_hash128_new();
+  mp_status_t status = buffer && hash ? MP_OK : mp_out_of_memory("checking the seal");
   static const uint8_t zeros[16] = {0};
   if (status == MP_OK) status = hash_range(fd, path, buffer, 0, first_end, hash);
   if (status == MP_OK)

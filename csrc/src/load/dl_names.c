@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,17 @@ static int name_in_use(struct dl_phdr_info* info, size_t size, void* name) {
   return info->dlpi_name && strcmp(info->dlpi_name, name) == 0;
 }
 
+/* Whether /proc/self/fd names this process's descriptors: asked once. */
+static bool proc_fd_names;
+static pthread_once_t proc_fd_names_asked = PTHREAD_ONCE_INIT;
+
+static void ask_proc_fd_names(void) {
+  proc_fd_names = access("/proc/self/fd", X_OK) == 0;
+}
+
 const char* mp_dl_name_for(int* fd, const char* path, char* buffer, size_t size) {
-  if (access("/proc/self/fd", X_OK) != 0) return path;
+  pthread_once(&proc_fd_names_asked, ask_proc_fd_names);
+  if (!proc_fd_names) return path;
   for (int attempt = 0; attempt < 64; ++attempt) {
     snprintf(buffer, size, "/proc/self/fd/%d", *fd);
     if (!dl_iterate_phdr(name_in_use, buffer)) return buffer;

@@ -402,6 +402,7 @@ static mp_status_t precheck_entry(mp_const_byte_span_t payload, const char* libr
 
 mp_status_t mp_weights_precheck(int fd, const mp_seal_v1_t* seal, const char* library_path,
                                 const mp_load_settings_t* settings, mp_weight_files_t* held) {
+  if (seal->blob_size == 0) return MP_OK; /* host code only: no module, no weight file */
   uint8_t* index = NULL;
   mp_blob_t* blob = NULL;
   mp_status_t status = mp_blob_index_read(fd, seal, library_path, &index, &blob);

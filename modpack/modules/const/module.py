@@ -54,7 +54,7 @@ class ConstModule(BinaryModule):
         self._digests: dict[str, int] = {}
         for name, value in arrays.items():
             _check_name(name)
-            array = np.asarray(value)
+            array = value if type(value) is np.ndarray else np.asarray(value)
             if not array.flags.c_contiguous:  # (ascontiguousarray would turn 0-d into 1-d)
                 array = array.copy(order="C")
             dtype_to_dl(array.dtype)  # raises for dtypes DLPack cannot describe
@@ -62,8 +62,10 @@ class ConstModule(BinaryModule):
                 raise ArgumentError(f"array {name!r} has {array.ndim} dimensions; the runtime "
                                     f"reads up to {_MAX_NDIM}: reshape it")
             self._arrays[name] = array
-            self._digests[name] = xxhash.xxh3_64_intdigest(_bytes_of(array))
-        self._layout = self._plan()
+            self._digests[name] = _digest(array)
+        # The payload's layout, planned when first asked for (at export): building a tree of
+        # many small modules stays quick.
+        self._layout: tuple[bytes, list[int], int] | None = None
 
     @property
     def arrays(self) -> Mapping[str, np.ndarray]:
@@ -105,18 +107,23 @@ class ConstModule(BinaryModule):
         meta.extend(names)
         return b"".join(meta), data_offsets, total
 
+    def _planned(self) -> tuple[bytes, list[int], int]:
+        if self._layout is None:
+            self._layout = self._plan()
+        return self._layout
+
     def payload_size(self) -> int:
-        return self._layout[2]
+        return self._planned()[2]
 
     def payload_chunks(self) -> Iterable[Any]:
-        meta, data_offsets, _ = self._layout
+        meta, data_offsets, _ = self._planned()
         yield meta
         cursor = len(meta)
         for offset, (name, array) in zip_strict(data_offsets, self._arrays.items()):
             if offset > cursor:
                 yield bytes(offset - cursor)
             data = _bytes_of(array)
-            if xxhash.xxh3_64_intdigest(data) != self._digests[name]:
+            if _digest(array) != self._digests[name]:
                 raise ModpackError(
                     f"const array {name!r} changed after const_module() was built (its bytes "
                     "differ from when the module was made): build the module after the last "
@@ -127,6 +134,8 @@ class ConstModule(BinaryModule):
 
 def _check_name(name: Any) -> None:
     """Array names are str of 1 to _MAX_NAME bytes of UTF-8, without NUL."""
+    if type(name) is str and name.isascii() and 0 < len(name) <= _MAX_NAME and "\0" not in name:
+        return  # the common case, without encoding the name
     try:
         size = len(name.encode()) if isinstance(name, str) else 0
     except UnicodeEncodeError:  # a lone surrogate
@@ -134,6 +143,15 @@ def _check_name(name: Any) -> None:
     if not 1 <= size <= _MAX_NAME or "\0" in name:
         raise ArgumentError(f"array name {name!r} must be a str of 1 to {_MAX_NAME} bytes of "
                             "UTF-8 without NUL")
+
+
+def _digest(array: np.ndarray) -> int:
+    """XXH3-64 of a C-contiguous array's bytes: straight from its buffer when numpy exports
+    one (every dtype but the ml_dtypes ones), else through a byte view."""
+    try:
+        return xxhash.xxh3_64_intdigest(array)
+    except (TypeError, ValueError, BufferError):
+        return xxhash.xxh3_64_intdigest(_bytes_of(array))
 
 
 def _bytes_of(array: np.ndarray) -> memoryview:
