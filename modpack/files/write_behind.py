@@ -81,6 +81,11 @@ class WriteBehind:
                 self._hand_over(self._start, end)
             self._start = None
         self._drop_handed()
+        # A window's edges fall inside pages, which dropping the window keeps: drop the whole
+        # file once it is on disk, or it stays cached as scattered single pages, and a later
+        # read of it fills the cache in small pieces around them (warm loads 2-3x slower).
+        if not _SYNC_FILE_RANGE(self._fd, 0, 0, _WAIT_BEFORE | _WRITE | _WAIT_AFTER):
+            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
     def _hand_over(self, start: int, end: int) -> None:
         self._f.flush()
