@@ -10,6 +10,7 @@ import ctypes
 import json
 import subprocess
 import sys
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -322,7 +323,10 @@ REAL = object()  # data: a real 4 KiB buffer
 class Crafted:
     """A DLPack capsule over a DLTensor written field by field, as a faulty or hostile producer
     can hand one over (the capsule goes to the call as it is: nothing normalises it on the way).
-    Keeps its parts alive."""
+    Keeps its parts alive, and is kept alive itself for the whole session: the capsule points
+    into it, and tests pass ``Crafted(...).capsule`` with no other reference to the object."""
+
+    alive: ClassVar[list[Crafted]] = []
 
     def __init__(self, shape, *, dtype=FLOAT32, strides=None, byte_offset=0, data=REAL,
                  device=(1, 0)):
@@ -340,6 +344,7 @@ class Crafted:
             t.strides = ctypes.cast(self.strides, ctypes.POINTER(ctypes.c_int64))
         t.byte_offset = byte_offset
         self.capsule = _capsule_new(ctypes.addressof(self.managed), b"dltensor", None)
+        Crafted.alive.append(self)
 
 
 MAX = r"9223372036854775807"  # PTRDIFF_MAX
