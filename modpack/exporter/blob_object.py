@@ -9,6 +9,7 @@ caller's own packer) are the same for all of them.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +19,36 @@ from ..packers import ELF_MACHINES, PACKERS, BlobWriter, Packer
 from ..toolchain.cc import target_machine
 from .plan import ExportPlan
 
-__all__ = ["WRITE_BEHIND_FROM", "anchor_object", "blob_object", "blob_writer"]
+__all__ = ["PREPARE_IN_MEMORY_BELOW", "WRITE_BEHIND_FROM", "anchor_object", "blob_object",
+           "blob_writer", "prepared_blob"]
+
+# A placed blob this small is written to memory while the host code compiles, and copied into
+# the library after the link (the blob's bytes do not depend on where it is placed).
+PREPARE_IN_MEMORY_BELOW = 64 << 20
 
 _PLACEHOLDER = bytes(8)  # the anchor's stand-in for the blob
 
 
-def blob_writer(plan: ExportPlan) -> BlobWriter:
+def prepared_blob(plan: ExportPlan) -> memoryview:
+    """|plan|'s whole blob, in memory (for blobs under PREPARE_IN_MEMORY_BELOW)."""
+    buffer = io.BytesIO()
+    plan.serializer.write_blob_to(buffer, 0, plan.alignment)
+    return buffer.getbuffer()  # (the buffer itself: no copy)
+
+
+def blob_writer(plan: ExportPlan, prepared: memoryview | None = None) -> BlobWriter:
     """``write_blob(f, offset)``: write |plan|'s blob into |f| at |offset| and return its size;
-    large payloads are handed to the disk as they stream (:mod:`.write_behind`)."""
+    large payloads are handed to the disk as they stream (:mod:`.write_behind`). With
+    |prepared| (:func:`prepared_blob`), those bytes are written."""
     serializer, alignment = plan.serializer, plan.alignment
+
+    if prepared is not None:
+        def write_prepared(f: Any, offset: int) -> int:
+            f.seek(offset)
+            f.write(prepared)
+            return len(prepared)
+
+        return write_prepared
 
     def write_blob(f: Any, offset: int) -> int:
         if plan.payload_bytes < WRITE_BEHIND_FROM:

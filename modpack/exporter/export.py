@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,10 @@ from ..extras import require_extra
 from ..files.disk_full import full_disk_reported
 from ..files.scratch import new_workspace
 from ..modules.tree import Node
+from .blob_object import PREPARE_IN_MEMORY_BELOW, prepared_blob
 from .finish import finish_linked, finish_placed, finish_system_lib, finish_tar
 from .host_code import compile_host_code, host_linker
-from .plan import plan_export
+from .plan import ExportPlan, plan_export
 from .weights import write_weights
 
 __all__ = ["export_library"]
@@ -64,14 +66,14 @@ def export_library(
                        system_lib=system_lib, target=target, weights=weights)
     try:
         with _workspace(workspace_dir) as workspace, full_disk_reported(plan.output, workspace):
-            objects = compile_host_code(plan, workspace)
+            objects, prepared = _compile_host_code(plan, workspace)
             linker = host_linker(plan)
             if plan.weights is not None:  # after the compilers, which fail more often
                 write_weights(plan.weights, plan.serializer.plan.nodes, plan.alignment)
             if plan.system_lib is not None:
                 finish_system_lib(plan, objects, workspace)
             elif plan.placed:
-                finish_placed(plan, objects, linker, workspace)
+                finish_placed(plan, objects, linker, workspace, prepared)
             elif plan.as_tar:
                 finish_tar(plan, objects, linker, workspace)
             else:
@@ -80,6 +82,26 @@ def export_library(
         if plan.weights is not None:
             plan.weights.discard()  # a no-op once published with the library
     return plan.output
+
+
+def _compile_host_code(plan: ExportPlan, workspace: Path) -> tuple[list[Path], memoryview | None]:
+    """The host code's objects, and the blob when it was written to memory meanwhile: for a
+    small placed blob, the compilers (processes of their own) run while this thread writes the
+    blob, so the two take the machine's cores side by side. A compiler's error comes first, as
+    when the steps run one after the other."""
+    side_by_side = (plan.placed and plan.weights is None
+                    and plan.payload_bytes < PREPARE_IN_MEMORY_BELOW
+                    and all(m.type_key != "llvm" for m in plan.host_modules))  # LLVM: in-process
+    if not side_by_side:
+        return compile_host_code(plan, workspace), None
+    with ThreadPoolExecutor(1, thread_name_prefix="modpack-compile") as pool:
+        compiling = pool.submit(compile_host_code, plan, workspace)
+        try:
+            prepared = prepared_blob(plan)
+        except BaseException:
+            compiling.result()  # its error first, if it has one
+            raise
+        return compiling.result(), prepared
 
 
 @contextmanager

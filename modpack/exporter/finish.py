@@ -38,15 +38,16 @@ _ET_DYN = 3  # an ELF shared library's e_type
 
 
 def finish_placed(plan: ExportPlan, objects: list[Path], linker: str | None,
-                  workspace: Path) -> None:
+                  workspace: Path, prepared: memoryview | None = None) -> None:
     """A ``.so`` with the blob placed: the host objects are linked with the anchor into a small
     library in the workspace, then finished in an anonymous file beside the output, so a
-    killed export leaves nothing of payload size anywhere."""
+    killed export leaves nothing of payload size anywhere. |prepared|: the blob, when it was
+    written to memory already (:func:`.blob_object.prepared_blob`)."""
     objects = [*objects, anchor_object(plan, workspace)]
     linked = workspace / "linked.so"
     try:
         _link(plan, linked, objects, linker)
-        _place_blob(linked, plan, blob_writer(plan))
+        _place_blob(linked, plan, blob_writer(plan, prepared))
     finally:
         linked.unlink(missing_ok=True)
 
