@@ -12,6 +12,7 @@ from .errors import (
     ArgumentError,
     CallError,
     CompileError,
+    DLPackError,
     FormatError,
     IncompatibleError,
     InternalError,
@@ -51,7 +52,7 @@ from .modules import (
     weights_module,
 )
 from .preflight import preflight
-from .runtime.array import Array, array, empty
+from .runtime.array import Array, array, empty, from_dlpack
 from .runtime.binding import lib as _lib
 from .runtime.devices import device_count, device_name, get_stream, set_stream, synchronize
 from .runtime.function import Function
@@ -75,6 +76,7 @@ __all__ = [
     "BinaryModule",
     "CallError",
     "CompileError",
+    "DLPackError",
     "FormatError",
     "Function",
     "IncompatibleError",
@@ -103,6 +105,7 @@ __all__ = [
     "device_count",
     "device_name",
     "empty",
+    "from_dlpack",
     "from_triton",
     "get_stream",
     "llvm_module",

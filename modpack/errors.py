@@ -15,6 +15,7 @@ __all__ = [
     "ArgumentError",
     "CallError",
     "CompileError",
+    "DLPackError",
     "FormatError",
     "IncompatibleError",
     "InternalError",
@@ -41,6 +42,12 @@ class ModpackWarning(UserWarning):
 
 class ArgumentError(ModpackError, ValueError, TypeError):
     """A call received a wrong argument count, type or value (MP_ERR_INVALID_ARGUMENT)."""
+
+
+class DLPackError(ModpackError, BufferError):
+    """An array cannot be exported through DLPack as its consumer asked (to another device,
+    without the copy that would need, read-only to a consumer older than DLPack 1.0): a
+    ``BufferError``, as the Python array API standard has producers raise."""
 
 
 class FormatError(ModpackError):

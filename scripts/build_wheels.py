@@ -10,15 +10,16 @@ glibc 2.28 and newer, built on this machine and checked by auditwheel.
 (``modpack-0.1.0-cp39-cp39-manylinux_2_27_x86_64.whl``).
 
 How: this machine's glibc is newer than the hosts', and a library built against it asks for its
-newer symbols. So the C (the runtime ``modpack._rt`` and the call path
-``modpack.runtime._calls``) is compiled and linked by ``zig cc`` (PyPI's ``ziglang``) for the
-target ``x86_64-linux-gnu.2.28``, against zig's glibc 2.28 stubs; each CPython builds its own
-wheel with pip (setuptools and cffi from the package index, in pip's build isolation) and its
-own headers. ``auditwheel repair`` then names the platform the wheel's symbols allow (the
-runtime loads OpenCL, CUDA and libcrypto with dlopen, so it links only glibc) and ``auditwheel
-show`` must agree. ``--arch aarch64`` cross-builds for 64-bit ARM the same way (zig targets
-``aarch64-linux-gnu.2.28``; the interpreter's headers are the same there, the extension suffix
-and the wheel's platform are the target's).
+newer symbols. So the C (the runtime ``modpack._rt``, the call path ``modpack.runtime._calls``,
+and the C SDK: the runtime as ``modpack/lib/libmodpack_runtime.so`` and ``.a`` for C and C++
+programs, see modpack/sdk.py) is compiled and linked by ``zig cc`` (PyPI's ``ziglang``; its
+``zig ar`` archives) for the target ``x86_64-linux-gnu.2.28``, against zig's glibc 2.28 stubs;
+each CPython builds its own wheel with pip (setuptools and cffi from the package index, in
+pip's build isolation) and its own headers. ``auditwheel repair`` then names the platform the
+wheel's symbols allow (the runtime loads OpenCL, CUDA and libcrypto with dlopen, so it links
+only glibc) and ``auditwheel show`` must agree. ``--arch aarch64`` cross-builds for 64-bit
+ARM the same way (zig targets ``aarch64-linux-gnu.2.28``; the interpreter's headers are the
+same there, the extension suffix and the wheel's platform are the target's).
 
 Why one wheel per version and not one ``abi3`` wheel: the call path (calls.c) uses the buffer
 protocol and macros outside the limited API of 3.9 (the buffer protocol joined it in 3.11).
@@ -127,6 +128,9 @@ def compiler(work: Path, arch: str) -> dict[str, str]:
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ziglang cc '
                        f'-target {arch}-linux-gnu.{GLIBC} "$@"\n')
     wrapper.chmod(0o755)
+    archiver = work / "zigar"  # the static runtime's archive, with its index, for any target
+    archiver.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ziglang ar "$@"\n')
+    archiver.chmod(0o755)
     # zig's own glibc headers, not the machine's: only the xxHash header is taken from here.
     headers = work / "include"
     headers.mkdir(exist_ok=True)  # one folder for all: the header is the same
@@ -137,8 +141,8 @@ def compiler(work: Path, arch: str) -> dict[str, str]:
             break
     else:
         raise BuildError("the xxHash header (xxhash.h) is missing: apt-get install libxxhash-dev")
-    return {"CC": str(wrapper), "LDSHARED": f"{wrapper} -shared", "CPATH": str(headers),
-            "CFLAGS": "", "LDFLAGS": ""}
+    return {"CC": str(wrapper), "LDSHARED": f"{wrapper} -shared", "AR": str(archiver),
+            "ARFLAGS": "rcs", "CPATH": str(headers), "CFLAGS": "", "LDFLAGS": ""}
 
 
 def build_one(python: Path, version: str, arch: str, source: Path, work: Path,

@@ -34,6 +34,10 @@ setup() {
   # build: the authoring side (a plain `pip install modpack` only loads); test: the suite's
   # tools, zig's compiler and auditwheel for the wheels among them.
   .venv/bin/python -m pip install -q -e ".[test,cuda,triton,build]"
+  # DLPack interop in the suite (tests/test_dlpack.py, which skips each without them): PyTorch's
+  # CPU build and JAX's CPU wheels, pinned to the releases this project's machines hold on
+  # local disk (about 40 s to install there; elsewhere torch 2.13.0 may be the large CUDA build).
+  .venv/bin/python -m pip install -q "torch==2.13.0" "jax[cpu]==0.10.2"
 }
 
 case "${1:-}" in

@@ -5,9 +5,14 @@ used there with only the virtualenv's programs on PATH: a library exported here 
 virtualenv) loads and runs, ``modpack inspect`` and ``verify`` read it, and exporting says what
 it needs (``pip install modpack[build]`` in a load-only install, a compiler in one with it).
 
+The wheel also carries the C SDK (modpack/sdk.py): a C++ program (examples/cpp_embed) builds
+against an installed wheel with CMake (``modpack --cmake-dir``), with the compiler flags
+``modpack --includes`` / ``--libs`` print, and with the static runtime, and runs.
+
 The default suite builds two wheels, once a session: this Python's and the oldest supported's
-(3.9). ``-m slow`` installs one in every CPython the machine has, and runs the aarch64 wheel
-under qemu-user in Debian's arm64 CPython (unpacked by debootstrap into a folder).
+(3.9). ``-m slow`` installs one in every CPython the machine has (and builds a C program
+against each one's SDK), and runs the aarch64 wheel under qemu-user in Debian's arm64 CPython
+(unpacked by debootstrap into a folder).
 """
 
 from __future__ import annotations
@@ -232,6 +237,84 @@ def test_the_oldest_python_with_the_build_extra_still_needs_a_compiler(
     assert "install it or set $CC" in out, out
 
 
+CPP_EXAMPLE = ROOT / "examples" / "cpp_embed"
+C_EXAMPLE = ROOT / "examples" / "c_embed"
+
+
+def sdk_query(venv: Path, *flags: str) -> str:
+    """What the installed wheel's ``modpack FLAG`` prints (``python -m modpack`` for the
+    first flag, to try both entry points)."""
+    env = {"PATH": str(venv / "bin"), "LANG": "C.UTF-8"}
+    command = [venv / "bin" / "python", "-m", "modpack"] if flags[0] == "--cmake-dir" else [
+        venv / "bin" / "modpack"]
+    proc = subprocess.run([*map(str, command), *flags], capture_output=True, text=True, env=env,
+                          cwd=venv)  # not the tree's folder, which python -m would import
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def deploy_so(tmp_path_factory) -> Path:
+    """The C examples' library (examples/c_embed/make_deploy.py), exported here."""
+    out = tmp_path_factory.mktemp("sdk_deploy") / "deploy.so"
+    run(sys.executable, C_EXAMPLE / "make_deploy.py", out)
+    return out
+
+
+def test_a_cpp_program_builds_against_the_installed_wheel(default_wheels, deploy_so,
+                                                          tmp_path):
+    """The wheel's C SDK in a fresh virtualenv: examples/cpp_embed with CMake (find_package
+    through ``modpack --cmake-dir``), then with ``g++ $(modpack --includes) ...
+    $(modpack --libs)``, then linked with the static runtime; each runs with nothing else
+    (no LD_LIBRARY_PATH: the rpath finds the runtime in the package)."""
+    if HERE not in default_wheels:
+        pytest.skip(f"no wheel for {HERE}")
+    for tool in ("cmake", "c++"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"needs {tool} (scripts/dev.sh installs it)")
+    venv = install(Path(sys.executable).resolve(), default_wheels[HERE], tmp_path / "venv")
+    (site,) = (venv / "lib").glob("python3.*/site-packages")
+    package = site / "modpack"
+
+    cmake_dir = Path(sdk_query(venv, "--cmake-dir"))
+    assert cmake_dir == package / "lib" / "cmake" / "modpack", cmake_dir
+    includes = sdk_query(venv, "--includes")
+    assert includes == f"-I{package / 'include'}", includes
+    for header in ("modpack/modpack.h", "modpack/modpack.hpp", "dlpack/dlpack.h"):
+        assert (package / "include" / header).is_file(), header
+    libs = sdk_query(venv, "--libs").split()
+    assert "-lmodpack_runtime" in libs and f"-Wl,-rpath,{package / 'lib'}" in libs, libs
+    pkgconfig = Path(sdk_query(venv, "--pkgconfig-dir"))
+    assert (pkgconfig / "modpack.pc").is_file()
+    clean = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
+
+    build = tmp_path / "cmake-build"
+    run("cmake", "-S", CPP_EXAMPLE, "-B", build, f"-Dmodpack_DIR={cmake_dir}",
+        "-DCMAKE_COMPILE_WARNING_AS_ERROR=ON", env=clean)
+    run("cmake", "--build", build, "-j2", env=clean)
+    out = run(build / "cpp_embed", deploy_so, env=clean)
+    assert "cpp_embed: OK" in out, out
+    needed = run("readelf", "-d", build / "cpp_embed") if shutil.which("readelf") else ""
+    assert not needed or "libmodpack_runtime.so" in needed, needed
+
+    flags = run("pkg-config", "--cflags", "--libs", "modpack",
+                env={**clean, "PKG_CONFIG_PATH": str(pkgconfig)}).split() \
+        if shutil.which("pkg-config") else []
+    assert not flags or ("-lmodpack_runtime" in flags and Path(flags[0][2:]).resolve() ==
+                         (package / "include").resolve()), flags
+
+    exe = tmp_path / "cpp_embed_flags"
+    run("c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", *includes.split(),
+        CPP_EXAMPLE / "main.cpp", *libs, "-o", exe, env=clean)
+    assert "cpp_embed: OK" in run(exe, deploy_so, env=clean)
+
+    static = tmp_path / "cpp_embed_static"
+    run("c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", *includes.split(),
+        CPP_EXAMPLE / "main.cpp", package / "lib" / "libmodpack_runtime.a", "-lpthread", "-ldl",
+        "-o", static, env=clean)
+    assert "cpp_embed: OK" in run(static, deploy_so, env=clean)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("version", build_wheels.VERSIONS)
 def test_every_python_of_the_machine_loads_from_its_wheel(wheels, library, version, tmp_path):
@@ -244,6 +327,13 @@ def test_every_python_of_the_machine_loads_from_its_wheel(wheels, library, versi
     out = use(venv, library, tmp_path)
     assert f"python {version}" in out, out
     assert "pip install modpack[build]" in out, out
+    if shutil.which("cc"):  # its C SDK: the C example, built with the flags it prints
+        exe = tmp_path / "c_embed"
+        run("cc", "-std=c11", "-Wall", "-Werror", *sdk_query(venv, "--includes").split(),
+            C_EXAMPLE / "main.c", *sdk_query(venv, "--libs").split(), "-o", exe)
+        deploy = tmp_path / "deploy.so"
+        run(sys.executable, C_EXAMPLE / "make_deploy.py", deploy)
+        assert "c_embed: OK" in run(exe, deploy)
     total, own = site_packages_mb(venv)
     print(f"load-only install, Python {version}: {total:.0f} MB in site-packages, "
           f"{own:.0f} MB without pip and setuptools")

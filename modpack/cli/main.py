@@ -10,6 +10,13 @@ missing files) print one line on stderr and exit with status 1; usage errors exi
     modpack verify deploy.so --key key.pub.pem # seal, payloads, signatures; exit 0 if all hold
     modpack extract deploy.so out/             # payloads, code, arrays (.npy), manifest.json
     modpack preflight deploy.so --device cuda:sm_90  # which code that GPU would get, and why
+
+and, for C and C++ programs built against this install (modpack/sdk.py):
+
+    modpack --cmake-dir      # the CMake package: cmake -Dmodpack_DIR="$(modpack --cmake-dir)"
+    modpack --includes       # -I<headers>: modpack.h, modpack.hpp, dlpack/dlpack.h
+    modpack --libs           # -L<lib> -Wl,-rpath,<lib> -lmodpack_runtime
+    modpack --pkgconfig-dir  # for PKG_CONFIG_PATH (modpack.pc)
 """
 
 from __future__ import annotations
@@ -369,16 +376,49 @@ def build_parser() -> argparse.ArgumentParser:
         description="Tools for modpack's deployable libraries.",
     )
     parser.add_argument("--version", action="version", version=f"modpack {__version__}")
+    sdk = parser.add_argument_group(
+        "the C/C++ SDK", "where this install's runtime library, headers, CMake package and "
+        "pkg-config file are, for programs built against it; each prints one line and exits")
+    for flag, text in _SDK_QUERIES.items():
+        sdk.add_argument(flag, action="store_const", const=flag, dest="sdk_query", help=text)
     subparsers = parser.add_subparsers(dest="command", metavar="<command>")
     for add in _COMMANDS:
         add(subparsers)
     return parser
 
 
+_SDK_QUERIES = {
+    "--cmake-dir": "the folder of modpackConfig.cmake (cmake -Dmodpack_DIR=...)",
+    "--includes": "the compiler flags for the headers (-I...)",
+    "--libs": "the linker flags for the shared runtime library, with an rpath to it",
+    "--pkgconfig-dir": "the folder of modpack.pc (PKG_CONFIG_PATH)",
+}
+
+
+def _sdk_answer(query: str) -> str:
+    from .. import sdk
+
+    if query == "--cmake-dir":
+        return str(sdk.cmake_dir())
+    if query == "--includes":
+        return sdk.quoted(sdk.compile_flags())
+    if query == "--libs":
+        return sdk.quoted(sdk.link_flags())
+    return str(sdk.pkgconfig_dir())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "sdk_query", None) is not None:
+        if getattr(args, "command", None) is not None:
+            parser.error(f"{args.sdk_query} takes no command")
+        try:
+            print(_sdk_answer(args.sdk_query))
+        except ModpackError as exc:
+            return _fail(args.sdk_query, str(exc))
+        return 0
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)
         return 2

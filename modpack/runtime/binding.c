@@ -11,6 +11,7 @@ uintptr_t modpack_calls_api(void) {
       .function_retain = mp_function_retain,
       .function_release = mp_function_release,
       .module_get_function = mp_module_get_function,
+      .array_flags = mp_array_flags,
   };
   return (uintptr_t)&table;
 }

@@ -5,7 +5,8 @@
  * vectorcall into the conversion below, with no Python frame, attribute lookup or argument tuple
  * in between (the cost of a call that itself takes nanoseconds). Every call from Python goes
  * through call_function(): ints, floats, None, str, modpack arrays and
- * functions, numpy arrays (through the buffer protocol, in place) and DLPack capsules become
+ * functions, numpy arrays (through the buffer protocol, in place) and DLPack capsules (legacy
+ * "dltensor" and DLPack 1.x "dltensor_versioned", whose read-only flag is kept) become
  * tagged values here, and the call runs without the GIL. What this file cannot take as it is
  * (a numpy scalar, an object with __dlpack__, a bfloat16 array, an int past 64 bits, ...) is
  * handed once to the Python `normalize(value, index)` given to init(), which either returns a
@@ -170,6 +171,35 @@ static int buffer_tensor(PyObject* obj, PyObject* dtype, mp_value_t* out, arg_ar
   return 1;
 }
 
+/* The tensor of a DLPack capsule not yet consumed, legacy ("dltensor") or versioned
+ * ("dltensor_versioned", DLPack 1.x: its read-only flag becomes MP_VALUE_READ_ONLY in
+ * |*flags|). NULL with no Python error for another capsule; NULL with ArgumentError for a
+ * versioned tensor of another major version (argument |index|). */
+static DLTensor* capsule_tensor(PyObject* capsule, int index, int* versioned, int32_t* flags) {
+  *versioned = 0;
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    DLManagedTensor* managed = PyCapsule_GetPointer(capsule, "dltensor");
+    return managed ? &managed->dl_tensor : NULL;
+  }
+  if (!PyCapsule_IsValid(capsule, "dltensor_versioned")) return NULL;
+  DLManagedTensorVersioned* managed = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+  if (!managed) return NULL;
+  if (managed->version.major != DLPACK_MAJOR_VERSION) {
+    if (!argument_error) {
+      internal("modpack.runtime._calls is not initialised");
+      return NULL;
+    }
+    PyObject* type = argument_error;
+    unsigned major = managed->version.major, minor = managed->version.minor;
+    PyErr_Format(type, "argument %d: a DLPack %u.%u tensor: modpack reads DLPack %d.x", index,
+                 major, minor, DLPACK_MAJOR_VERSION);
+    return NULL;
+  }
+  *versioned = 1;
+  if (managed->flags & DLPACK_FLAG_BITMASK_READ_ONLY) *flags |= MP_VALUE_READ_ONLY;
+  return &managed->dl_tensor;
+}
+
 /* Fill |out| from |obj| (argument |index|). |keep| receives a new reference to whatever must
  * outlive the call (a normalised replacement). Returns 0, or -1 with a Python error. */
 static int convert(PyObject* obj, int index, mp_value_t* out, arg_array_t* array, PyObject** keep,
@@ -204,7 +234,9 @@ static int convert(PyObject* obj, int index, mp_value_t* out, arg_array_t* array
     }
   } else if ((PyObject*)type == array_type) {
     out->type_code = MP_TYPE_DLTENSOR;
-    return address_of(obj, (void**)&out->v_tensor);
+    if (address_of(obj, (void**)&out->v_tensor) != 0) return -1;
+    if (api->array_flags(out->v_tensor) & MP_ARRAY_READ_ONLY) out->flags = MP_VALUE_READ_ONLY;
+    return 0;
   } else if (type == &FunctionType) {
     out->type_code = MP_TYPE_FUNCTION;
     out->v_handle = ((FunctionObject*)obj)->function;
@@ -216,14 +248,17 @@ static int convert(PyObject* obj, int index, mp_value_t* out, arg_array_t* array
     out->v_int64 = PyLong_AsLongLong(nbytes);
     Py_DECREF(nbytes);
     return out->v_int64 == -1 && PyErr_Occurred() ? -1 : 0;
-  } else if (PyCapsule_IsValid(obj, "dltensor")) {
+  } else if (type == &PyCapsule_Type) {
     /* Borrowed for the call: the capsule keeps ownership, and its destructor runs the
      * producer's deleter when the capsule goes. */
-    DLManagedTensor* managed = PyCapsule_GetPointer(obj, "dltensor");
-    if (!managed) return -1;
-    out->type_code = MP_TYPE_DLTENSOR;
-    out->v_tensor = &managed->dl_tensor;
-    return 0;
+    int versioned;
+    DLTensor* tensor = capsule_tensor(obj, index, &versioned, &out->flags);
+    if (tensor) {
+      out->type_code = MP_TYPE_DLTENSOR;
+      out->v_tensor = tensor;
+      return 0;
+    }
+    if (PyErr_Occurred()) return -1;
   } else if (PyObject_TypeCheck(obj, (PyTypeObject*)ndarray_type)) {
     int done = buffer_tensor(obj, NULL, out, array);
     if (done != 0) return done > 0 ? 0 : -1;
@@ -441,22 +476,59 @@ static PyObject* calls_lookup(PyObject* module, PyObject* const* args, Py_ssize_
   return status == MP_OK ? new_function(function, args[1]) : raise_status(status);
 }
 
+/* A capsule that a consumer did not take over ("used_..." names the taken) owns its tensor. */
 static void capsule_destructor(PyObject* capsule) {
-  if (PyCapsule_IsValid(capsule, "used_dltensor")) return; /* a consumer took it over */
+  if (!PyCapsule_IsValid(capsule, "dltensor") && !PyCapsule_IsValid(capsule, "dltensor_versioned"))
+    return; /* a consumer took it over */
   PyObject *type, *value, *traceback;
   PyErr_Fetch(&type, &value, &traceback);
-  DLManagedTensor* managed = PyCapsule_GetPointer(capsule, "dltensor");
-  if (managed && managed->deleter) managed->deleter(managed);
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    DLManagedTensor* managed = PyCapsule_GetPointer(capsule, "dltensor");
+    if (managed && managed->deleter) managed->deleter(managed);
+  } else {
+    DLManagedTensorVersioned* managed = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+    if (managed && managed->deleter) managed->deleter(managed);
+  }
   PyErr_Clear();
   PyErr_Restore(type, value, traceback);
 }
 
-/* dlpack_capsule(managed_tensor_address) -> a "dltensor" capsule owning the managed tensor */
-static PyObject* calls_dlpack_capsule(PyObject* module, PyObject* address) {
+/* dlpack_capsule(managed_tensor_address, versioned) -> a "dltensor" capsule (a
+ * DLManagedTensor) or a "dltensor_versioned" one (a DLManagedTensorVersioned) owning it */
+static PyObject* calls_dlpack_capsule(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   (void)module;
-  void* managed = PyLong_AsVoidPtr(address);
-  if (!managed) return PyErr_Occurred() ? NULL : internal("dlpack_capsule() of a NULL tensor");
-  return PyCapsule_New(managed, "dltensor", capsule_destructor);
+  if (nargs != 2) return internal("dlpack_capsule(address, versioned)");
+  void* managed = PyLong_AsVoidPtr(args[0]);
+  int versioned = PyObject_IsTrue(args[1]);
+  if (!managed || versioned < 0)
+    return PyErr_Occurred() ? NULL : internal("dlpack_capsule() of a NULL tensor");
+  return PyCapsule_New(managed, versioned ? "dltensor_versioned" : "dltensor",
+                       capsule_destructor);
+}
+
+/* capsule_tensor(capsule) -> (managed tensor address, versioned): a DLPack capsule's tensor,
+ * still the capsule's (None for an object that is no capsule not yet consumed). */
+static PyObject* calls_capsule_tensor(PyObject* module, PyObject* capsule) {
+  (void)module;
+  if (!PyCapsule_CheckExact(capsule)) Py_RETURN_NONE;
+  int versioned = PyCapsule_IsValid(capsule, "dltensor_versioned");
+  if (!versioned && !PyCapsule_IsValid(capsule, "dltensor")) Py_RETURN_NONE;
+  /* The version is the runtime's to check (mp_array_from_dlpack_versioned). */
+  void* managed = PyCapsule_GetPointer(capsule, versioned ? "dltensor_versioned" : "dltensor");
+  if (!managed) return NULL;
+  return Py_BuildValue("(NO)", PyLong_FromVoidPtr(managed), versioned ? Py_True : Py_False);
+}
+
+/* capsule_consume(capsule): mark a DLPack capsule taken over (its tensor now has another owner,
+ * who runs its deleter), as the protocol says: renamed "used_dltensor[_versioned]". */
+static PyObject* calls_capsule_consume(PyObject* module, PyObject* capsule) {
+  (void)module;
+  const char* name = PyCapsule_IsValid(capsule, "dltensor")             ? "used_dltensor"
+                     : PyCapsule_IsValid(capsule, "dltensor_versioned") ? "used_dltensor_versioned"
+                                                                        : NULL;
+  if (!name) return internal("capsule_consume() of a capsule already used");
+  if (PyCapsule_SetName(capsule, name) != 0) return NULL;
+  Py_RETURN_NONE;
 }
 
 /* init(api_address, Array, LocalMemory, ndarray, buffer_formats, normalize, make_error,
@@ -495,8 +567,12 @@ static PyMethodDef methods[] = {
      "call(function, *args): call a Function with Python arguments."},
     {"lookup", (PyCFunction)(void (*)(void))calls_lookup, METH_FASTCALL,
      "lookup(module_address, name, query_imports): look up an mp_function_t."},
-    {"dlpack_capsule", calls_dlpack_capsule, METH_O,
-     "dlpack_capsule(managed_tensor_address): a DLPack capsule owning the tensor."},
+    {"dlpack_capsule", (PyCFunction)(void (*)(void))calls_dlpack_capsule, METH_FASTCALL,
+     "dlpack_capsule(managed_tensor_address, versioned): a DLPack capsule owning the tensor."},
+    {"capsule_tensor", calls_capsule_tensor, METH_O,
+     "capsule_tensor(capsule): (managed tensor address, versioned), or None."},
+    {"capsule_consume", calls_capsule_consume, METH_O,
+     "capsule_consume(capsule): mark a DLPack capsule taken over."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -522,5 +598,13 @@ PyMODINIT_FUNC PyInit__calls(void) {
   }
   /* The most dimensions an array passed by a call may have (values.py names the limit). */
   if (module && PyModule_AddIntConstant(module, "MAX_NDIM", MAX_NDIM) != 0) Py_CLEAR(module);
+  /* The DLPack facts Python needs, from the header that defines them. */
+  if (module && (PyModule_AddIntConstant(module, "DLPACK_MAJOR_VERSION", DLPACK_MAJOR_VERSION) ||
+                 PyModule_AddIntConstant(module, "DLPACK_MINOR_VERSION", DLPACK_MINOR_VERSION) ||
+                 PyModule_AddIntConstant(module, "DLPACK_FLAG_READ_ONLY",
+                                         (long)DLPACK_FLAG_BITMASK_READ_ONLY) ||
+                 PyModule_AddIntConstant(module, "DLPACK_FLAG_IS_COPIED",
+                                         (long)DLPACK_FLAG_BITMASK_IS_COPIED)))
+    Py_CLEAR(module);
   return module;
 }

@@ -18,6 +18,7 @@ typedef struct {
   void (*function_release)(mp_function_t* function);
   mp_status_t (*module_get_function)(mp_module_t* module, const char* name, int32_t query_imports,
                                      mp_function_t** out_function);
+  uint32_t (*array_flags)(const DLTensor* array); /* a modpack.Array's MP_ARRAY_* flags */
 } modpack_calls_api_t;
 
 #endif /* MODPACK_RUNTIME_CALLS_API_H_ */

@@ -50,8 +50,9 @@ def local_memory(nbytes: int) -> LocalMemory:
 
 def normalize(value: Any, index: int) -> Any:
     """A form the C call path takes for argument |index|: an int, a float, a str, a DLPack
-    capsule, or ``(array view, (code, bits, lanes))`` for an array whose dtype the buffer
-    protocol cannot describe (bfloat16, the float8 formats). Raises ArgumentError otherwise."""
+    capsule (versioned when the producer makes one), or ``(array view, (code, bits, lanes))``
+    for an array whose dtype the buffer protocol cannot describe (bfloat16, the float8
+    formats). Raises ArgumentError otherwise."""
     if isinstance(value, (bool, np.bool_)):
         return int(bool(value))
     if isinstance(value, (int, np.integer)):
@@ -70,12 +71,32 @@ def normalize(value: Any, index: int) -> Any:
     if isinstance(value, np.ndarray):
         return _array(value, index)
     if hasattr(value, "__dlpack__"):
-        return value.__dlpack__()
+        return _capsule(value, index)
     raise ArgumentError(
         f"argument {index}: cannot pass {type(value).__name__}: expected a numpy array or an "
         "object implementing __dlpack__ (an array), or an int, float, str, None or modpack "
         "function"
     )
+
+
+_DLPACK_VERSION = (_calls.DLPACK_MAJOR_VERSION, _calls.DLPACK_MINOR_VERSION)
+
+
+def _capsule(value: Any, index: int) -> Any:
+    """|value|'s DLPack capsule, borrowed for the call: a versioned one (DLPack 1.x, which says
+    whether the array is read-only) from producers that make them, else the legacy one."""
+    try:
+        return value.__dlpack__(max_version=_DLPACK_VERSION)
+    except TypeError:  # a producer of DLPack before 1.0: no keywords
+        pass
+    except BufferError as exc:
+        raise ArgumentError(f"argument {index}: {type(value).__name__} refuses DLPack: "
+                            f"{exc}") from None
+    try:
+        return value.__dlpack__()
+    except BufferError as exc:
+        raise ArgumentError(f"argument {index}: {type(value).__name__} refuses DLPack: "
+                            f"{exc}") from None
 
 
 def _array(array: np.ndarray, index: int) -> tuple[np.ndarray, tuple[int, int, int]]:

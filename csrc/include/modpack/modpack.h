@@ -388,19 +388,45 @@ MP_API mp_status_t mp_device_synchronize(DLDevice device);
 MP_API mp_status_t mp_device_set_stream(DLDevice device, void* stream, void** out_previous);
 MP_API void* mp_device_get_stream(DLDevice device);
 
-/* A compact array owned by the runtime, reference counted. mp_array_retain, _release and
- * _to_dlpack take only arrays made by mp_array_empty. */
+/* Arrays owned by the runtime, reference counted: made by mp_array_empty (compact, in memory
+ * the runtime allocated) or adopted from a DLPack producer by mp_array_from_dlpack*. The
+ * mp_array_* functions below that take a DLTensor* (retain, release, flags, to_dlpack*) take
+ * only such arrays; the others take any DLTensor. */
 MP_API mp_status_t mp_array_empty(const int64_t* shape, int32_t ndim, DLDataType dtype,
                                   DLDevice device, DLTensor** out_array);
 MP_API void mp_array_retain(DLTensor* array);
 MP_API void mp_array_release(DLTensor* array);
+enum {
+  /* The array must not be written: adopted from a DLPack tensor flagged read-only (a const
+   * module's weights, a read-only numpy array). Calls pass it with MP_VALUE_READ_ONLY. */
+  MP_ARRAY_READ_ONLY = 1,
+};
+/* The array's MP_ARRAY_* flags. */
+MP_API uint32_t mp_array_flags(const DLTensor* array);
+/* Adopt a DLPack producer's tensor as an array, without a copy: on MP_OK the array owns
+ * |managed| and runs its deleter on its last release (so the producer's memory lives as long
+ * as the array); on a failure the caller still owns it. Its data, byte_offset and strides are
+ * kept (a strided tensor stays strided: mp_array_copy and mp_array_nbytes's callers that need
+ * compact arrays refuse or mis-size it, so check strides == NULL first); shape and strides are
+ * copied. Refused: more than 32 dimensions, a device type this runtime does not know, a tensor
+ * whose bytes cannot be addressed (modpack/tensor_span.h), and, versioned, a major version
+ * other than DLPACK_MAJOR_VERSION (MP_ERR_INCOMPATIBLE). DLPACK_FLAG_BITMASK_READ_ONLY makes
+ * the array MP_ARRAY_READ_ONLY. */
+MP_API mp_status_t mp_array_from_dlpack(DLManagedTensor* managed, DLTensor** out_array);
+MP_API mp_status_t mp_array_from_dlpack_versioned(DLManagedTensorVersioned* managed,
+                                                  DLTensor** out_array);
 /* Bytes of a compact array: product(shape) * bits * lanes / 8. */
 MP_API uint64_t mp_array_nbytes(const DLTensor* array);
 /* Copy between two compact arrays of the same shape and dtype, on any devices. */
 MP_API mp_status_t mp_array_copy(const DLTensor* from, DLTensor* to);
-/* Export |array| for DLPack consumers: the managed tensor holds a reference, released by
- * its deleter. */
+/* Export |array| for DLPack consumers, without a copy: the managed tensor holds a reference,
+ * released by its deleter. The legacy (pre-1.0) form cannot say read-only, so it refuses an
+ * MP_ARRAY_READ_ONLY array; the versioned one (DLPack DLPACK_MAJOR_VERSION.
+ * DLPACK_MINOR_VERSION) sets DLPACK_FLAG_BITMASK_READ_ONLY for it, plus the DLPACK_FLAG_BITMASK_*
+ * bits in |flags| (DLPACK_FLAG_BITMASK_IS_COPIED for an array the caller just copied). */
 MP_API mp_status_t mp_array_to_dlpack(DLTensor* array, DLManagedTensor** out_managed);
+MP_API mp_status_t mp_array_to_dlpack_versioned(DLTensor* array, uint64_t flags,
+                                                DLManagedTensorVersioned** out_managed);
 
 /* ---- blobs: the format reader, usable without loading anything ----------------------------- */
 

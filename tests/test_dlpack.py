@@ -1,0 +1,339 @@
+"""DLPack 1.x both ways: modpack arrays export versioned capsules (the read-only flag) to
+consumers that ask for them and legacy ones otherwise; calls and ``modpack.from_dlpack`` /
+``modpack.array`` take both; ``Array.numpy()`` is a view on the CPU. With numpy, PyTorch (the
+CPU build, ``pip install torch==2.13.0``; scripts/dev.sh installs it) and JAX (``jax[cpu]``),
+each skipped, saying so, where it is not installed. Pointers are compared: no copy is taken
+for one that is not."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+import modpack
+
+HOST = r"""
+#include <stdint.h>
+#include "modpack/backend.h"
+/* where the array's first element is */
+static int64_t address(const DLTensor* x) { return (int64_t)((uintptr_t)x->data + x->byte_offset); }
+MP_EXPORT_FUNC(address, int64_t, const DLTensor*)
+static void fill(DLTensor* out, double v) {
+  float* z = (float*)((char*)out->data + out->byte_offset);
+  for (int64_t i = 0; i < out->shape[0]; ++i) z[i] = (float)v;
+}
+MP_EXPORT_TYPED_VOID_FUNC(fill, "out: float32[n] cpu, v", DLTensor*, double)
+static double total(const DLTensor* x) {
+  const float* v = (const float*)((const char*)x->data + x->byte_offset);
+  double s = 0;
+  for (int64_t i = 0; i < x->shape[0]; ++i) s += v[i];
+  return s;
+}
+MP_EXPORT_TYPED_FUNC(total, double, "x: float32[n] cpu", const DLTensor*)
+"""
+
+NUMPY_2_1 = np.lib.NumpyVersion(np.__version__) >= "2.1.0"  # reads versioned capsules
+needs_numpy_2_1 = pytest.mark.skipif(not NUMPY_2_1,
+                                     reason=f"numpy {np.__version__} reads only legacy DLPack")
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    host = modpack.csource_module(HOST)
+    host.import_module(modpack.const_module({"w": np.arange(8, dtype=np.float32)}))
+    return modpack.load_module(host.export_library(tmp_path_factory.mktemp("dl") / "dl.so"))
+
+
+@pytest.fixture
+def weights(lib: Any) -> np.ndarray:
+    """The const module's weights: a read-only numpy view into the loaded library."""
+    w = lib.imported_modules[0].arrays["w"]
+    assert not w.flags.writeable
+    return w
+
+
+def address(x: Any) -> int:
+    return np.from_dlpack(x).ctypes.data if not isinstance(x, np.ndarray) else x.ctypes.data
+
+
+# ---- capsules, read through ctypes -------------------------------------------------------
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+                ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class Versioned(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
+                ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+
+
+READ_ONLY, IS_COPIED = 1, 2
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype = ctypes.c_void_p
+_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_get_name = ctypes.pythonapi.PyCapsule_GetName
+_get_name.restype = ctypes.c_char_p
+_get_name.argtypes = [ctypes.py_object]
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+def capsule_name(capsule: Any) -> str:
+    return _get_name(capsule).decode()
+
+
+def versioned(capsule: Any) -> Versioned:
+    return Versioned.from_address(_get_pointer(capsule, b"dltensor_versioned"))
+
+
+class Crafted:
+    """A versioned capsule over four float32s, of any version and flags; kept alive for the
+    session (the capsule points into it; no deleter)."""
+
+    alive: ClassVar[list[Crafted]] = []
+
+    def __init__(self, major: int = 1, flags: int = 0) -> None:
+        self.data = np.arange(4, dtype=np.float32)
+        self.shape = (ctypes.c_int64 * 1)(4)
+        self.managed = Versioned(major=major, minor=0, flags=flags)
+        t = self.managed.dl_tensor
+        t.data, t.device_type, t.ndim = self.data.ctypes.data, 1, 1
+        t.code, t.bits, t.lanes = 2, 32, 1
+        t.shape = ctypes.cast(self.shape, ctypes.POINTER(ctypes.c_int64))
+        self.capsule = _capsule_new(ctypes.addressof(self.managed), b"dltensor_versioned", None)
+        Crafted.alive.append(self)
+
+
+# ---- modpack arrays out ------------------------------------------------------------------
+
+
+def test_consumers_of_dlpack_1_get_a_versioned_capsule_others_the_legacy_one():
+    a = modpack.array(np.arange(4, dtype=np.float32))
+    assert a.__dlpack_device__() == (1, 0)
+    new = a.__dlpack__(max_version=(1, 0))
+    assert capsule_name(new) == "dltensor_versioned"
+    v = versioned(new)
+    assert (v.major, v.minor, v.flags) == (1, 0, 0)  # the minor the consumer knows
+    assert v.dl_tensor.data == a.data_ptr
+    assert versioned(a.__dlpack__(max_version=(1, 7))).minor == 1  # ours: DLPack 1.1
+    assert capsule_name(a.__dlpack__()) == "dltensor"
+    assert capsule_name(a.__dlpack__(max_version=(0, 8))) == "dltensor"
+    copied = versioned(a.__dlpack__(max_version=(1, 0), copy=True))
+    assert copied.flags == IS_COPIED and copied.dl_tensor.data != a.data_ptr
+
+
+@needs_numpy_2_1
+def test_numpy_views_a_writable_array_writable():
+    a = modpack.array(np.arange(6, dtype=np.float32).reshape(2, 3))
+    view = np.from_dlpack(a)
+    assert view.flags.writeable and view.ctypes.data == a.data_ptr
+    view[1, 2] = 42
+    assert a.numpy()[1, 2] == 42
+    assert np.from_dlpack(a, copy=False).ctypes.data == a.data_ptr
+    copy = np.from_dlpack(a, copy=True)
+    assert copy.ctypes.data != a.data_ptr and copy.flags.writeable
+    copy[0, 0] = -1
+    assert a.numpy()[0, 0] == 0
+
+
+@needs_numpy_2_1
+def test_the_weights_are_read_only_everywhere(lib, weights):
+    w = modpack.from_dlpack(weights)  # zero-copy: the library's mapping
+    assert w.read_only and w.data_ptr == weights.ctypes.data
+    assert "read_only" in repr(w)
+    view = np.from_dlpack(w)
+    assert not view.flags.writeable and view.ctypes.data == weights.ctypes.data
+    assert versioned(w.__dlpack__(max_version=(1, 0))).flags == READ_ONLY
+    assert not w.numpy().flags.writeable and w.numpy().ctypes.data == w.data_ptr
+    # Calls: a const parameter reads it in place; a writable one refuses it.
+    assert lib["address"](w) == weights.ctypes.data
+    assert lib["total"](w) == 28.0
+    with pytest.raises(modpack.ArgumentError, match="argument 0 is a read-only array"):
+        lib["fill"](w, 1.0)
+    with pytest.raises(modpack.ArgumentError, match="read-only"):
+        w.copy_from(np.zeros(8, np.float32))
+    # A consumer of the legacy form cannot be told: it gets a copy of its own, or an error.
+    legacy = w.__dlpack__()
+    assert capsule_name(legacy) == "dltensor"
+    with pytest.raises(modpack.DLPackError, match="read-only") as caught:
+        w.__dlpack__(copy=False)
+    assert isinstance(caught.value, BufferError)
+    # modpack.array copies by default, and that copy is writable.
+    mine = modpack.array(w)
+    assert not mine.read_only and mine.data_ptr != w.data_ptr
+    assert modpack.array(weights, copy=False).read_only
+
+
+def test_numpy_is_a_view_on_the_cpu_and_keeps_the_array_alive():
+    a = modpack.array(np.arange(4, dtype=np.int64))
+    view = a.numpy()
+    assert view.flags.writeable and view.ctypes.data == a.data_ptr
+    view[0] = 7
+    assert a.numpy()[0] == 7
+    copy = a.numpy(copy=True)
+    assert copy.ctypes.data != a.data_ptr and copy.tolist() == [7, 1, 2, 3]
+    del a
+    gc.collect()
+    assert view.tolist() == [7, 1, 2, 3]  # the view holds the array
+
+
+def test_a_device_the_array_is_not_on_is_refused_or_copied_to_the_cpu():
+    a = modpack.array(np.arange(3, dtype=np.float32))
+    assert versioned(a.__dlpack__(max_version=(1, 0), dl_device=(1, 0))).flags == 0
+    with pytest.raises(modpack.DLPackError, match="device"):
+        a.__dlpack__(max_version=(1, 0), dl_device=(4, 0))
+
+
+# ---- capsules and producers in -----------------------------------------------------------
+
+
+def test_calls_take_versioned_capsules_and_their_read_only_flag(lib):
+    writable = Crafted()
+    lib["fill"](writable.capsule, 2.5)
+    assert writable.data.tolist() == [2.5] * 4
+    assert lib["address"](Crafted().capsule) == Crafted.alive[-1].data.ctypes.data
+    read_only = Crafted(flags=READ_ONLY)
+    with pytest.raises(modpack.ArgumentError, match="read-only"):
+        lib["fill"](read_only.capsule, 1.0)
+    assert lib["total"](read_only.capsule) == 6.0
+    with pytest.raises(modpack.ArgumentError, match=r"argument 0: a DLPack 2\.0 tensor"):
+        lib["total"](Crafted(major=2).capsule)
+
+
+def test_from_dlpack_takes_capsules_once():
+    crafted = Crafted()
+    a = modpack.from_dlpack(crafted.capsule)
+    assert a.data_ptr == crafted.data.ctypes.data and a.shape == (4,)
+    assert capsule_name(crafted.capsule) == "used_dltensor_versioned"
+    with pytest.raises(modpack.ArgumentError, match="not an unused DLPack capsule"):
+        modpack.from_dlpack(crafted.capsule)
+    assert modpack.from_dlpack(Crafted(flags=READ_ONLY).capsule).read_only
+    with pytest.raises(modpack.IncompatibleError, match=r"DLPack 2\.0"):
+        modpack.from_dlpack(Crafted(major=2).capsule)
+    legacy = np.arange(3.0).__dlpack__()
+    assert modpack.from_dlpack(legacy).numpy().tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(modpack.ArgumentError, match="does not implement __dlpack__"):
+        modpack.from_dlpack([1, 2, 3])
+
+
+def test_array_copies_unless_told_otherwise():
+    host = np.arange(5, dtype=np.float64)
+    assert modpack.array(host).data_ptr != host.ctypes.data
+    assert modpack.array(host, copy=None).data_ptr == host.ctypes.data
+    assert modpack.array(host, copy=False).data_ptr == host.ctypes.data
+    assert modpack.array(host, dtype="float32", copy=None).dtype == np.float32  # must copy
+    with pytest.raises(modpack.ArgumentError, match="needs a copy"):
+        modpack.array(host, dtype="float32", copy=False)
+    with pytest.raises(modpack.ArgumentError, match="copy=False"):
+        modpack.array([1, 2, 3], copy=False)
+    assert modpack.array([1, 2, 3], copy=None).numpy().tolist() == [1, 2, 3]
+
+
+# ---- PyTorch ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def torch() -> Any:
+    return pytest.importorskip(
+        "torch", reason="PyTorch is not installed: pip install torch==2.13.0 (the CPU build; "
+        "scripts/dev.sh installs it)")
+
+
+def test_torch_tensors_in(lib, torch):
+    t = torch.arange(8, dtype=torch.float32)
+    assert lib["address"](t) == t.data_ptr()  # in place, no copy
+    assert lib["total"](t) == 28.0
+    out = torch.zeros(8, dtype=torch.float32)
+    lib["fill"](out, 3.0)
+    assert out.tolist() == [3.0] * 8
+    view = t[2:]  # a byte_offset, or a data pointer further on: the same element either way
+    assert lib["address"](view) == view.data_ptr()
+    a = modpack.from_dlpack(t)
+    assert a.data_ptr == t.data_ptr() and not a.read_only
+    a.numpy()[0] = 100
+    assert t[0].item() == 100
+    del t
+    gc.collect()
+    assert a.numpy()[0] == 100  # the tensor lives as long as the array
+    strided = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()
+    s = modpack.from_dlpack(strided)
+    assert s.strides == (1, 4) and s.data_ptr == strided.data_ptr()
+    assert (s.numpy() == strided.numpy()).all()
+    compact = modpack.array(strided, copy=None)  # a compact copy
+    assert compact.strides is None and (compact.numpy() == strided.numpy()).all()
+
+
+def test_modpack_arrays_out_to_torch(torch):
+    a = modpack.array(np.arange(6, dtype=np.float32))
+    t = torch.from_dlpack(a)
+    assert t.data_ptr() == a.data_ptr
+    t[1] = 50
+    assert a.numpy()[1] == 50
+    del a
+    gc.collect()
+    assert t[1].item() == 50  # the array lives as long as the tensor
+    t64 = torch.from_dlpack(modpack.array(np.arange(3, dtype=np.int64)))
+    assert t64.dtype == torch.int64 and t64.tolist() == [0, 1, 2]
+
+
+def test_torch_and_read_only_arrays(weights, torch):
+    """torch asks for DLPack 1.0 and gets the read-only flag; torch has no read-only tensors,
+    and 2.13 shares the memory anyway (writing it would write the library's weights: the
+    flag says not to)."""
+    w = modpack.from_dlpack(weights)
+    seen: dict[str, Any] = {}
+
+    class Spy:
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return w.__dlpack_device__()
+
+        def __dlpack__(self, **kwargs: Any) -> Any:
+            capsule = w.__dlpack__(**kwargs)
+            seen.update(kwargs, flags=versioned(capsule).flags)
+            return capsule
+
+    t = torch.from_dlpack(Spy())
+    assert seen["max_version"][0] >= 1 and seen["flags"] == READ_ONLY
+    assert t.data_ptr() == weights.ctypes.data
+    assert t.tolist() == weights.tolist()
+
+
+# ---- JAX ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def jnp() -> Any:
+    pytest.importorskip("jax", reason="JAX is not installed: pip install 'jax[cpu]' "
+                        "(scripts/dev.sh installs it)")
+    import jax.numpy
+
+    return jax.numpy
+
+
+def test_jax_both_ways(lib, weights, jnp):
+    a = modpack.array(np.arange(16, dtype=np.float32))  # 64-byte aligned, as JAX wants
+    j = jnp.from_dlpack(a)
+    assert j.unsafe_buffer_pointer() == a.data_ptr  # zero-copy
+    assert j.tolist() == list(range(16))
+    # The weights: JAX asks for the legacy form, which cannot say read-only, so it gets a copy
+    # (it refused read-only numpy arrays: BufferError).
+    w = modpack.from_dlpack(weights)
+    jw = jnp.from_dlpack(w)
+    assert jw.tolist() == weights.tolist()
+    assert jw.unsafe_buffer_pointer() != weights.ctypes.data
+    x = jnp.arange(8, dtype=jnp.float32)
+    assert lib["address"](x) == x.unsafe_buffer_pointer()
+    assert lib["total"](x) == 28.0
+    m = modpack.from_dlpack(x)
+    assert m.data_ptr == x.unsafe_buffer_pointer() and m.shape == (8,)
