@@ -5,7 +5,8 @@
  * vectorcall into the conversion below, with no Python frame, attribute lookup or argument tuple
  * in between (the cost of a call that itself takes nanoseconds). Every call from Python goes
  * through call_function(): ints, floats, None, str, modpack arrays and
- * functions, numpy arrays (through the buffer protocol, in place) and DLPack capsules (legacy
+ * functions, numpy arrays (in place: read from numpy's array struct, or through the buffer
+ * protocol) and DLPack capsules (legacy
  * "dltensor" and DLPack 1.x "dltensor_versioned", whose read-only flag is kept) become
  * tagged values here, and the call runs without the GIL. What this file cannot take as it is
  * (a numpy scalar, an object with __dlpack__, a bfloat16 array, an int past 64 bits, ...) is
@@ -171,6 +172,106 @@ static int buffer_tensor(PyObject* obj, PyObject* dtype, mp_value_t* out, arg_ar
   return 1;
 }
 
+/* numpy arrays read in place, as numpy's C ABI lays them out: the head of PyArrayObject_fields
+ * and of PyArray_Descr (numpy/ndarraytypes.h), the same in numpy 1.x and 2.x, which is what lets
+ * an extension built against one run with the other. This skips the buffer protocol, which
+ * builds a format string per array per call: about 100 ns of a 200 ns call with two arrays.
+ * numpy_in_place() checks the layout against a real array first; until it has, or if the
+ * layout differs, arrays go through the buffer protocol as before. */
+typedef struct {
+  PyObject_HEAD
+  char* data;
+  int nd;
+  Py_ssize_t* dimensions;
+  Py_ssize_t* strides;
+  PyObject* base;
+  PyObject* descr;
+  int flags;
+} numpy_array_abi_t;
+typedef struct {
+  PyObject_HEAD
+  PyTypeObject* typeobj;
+  char kind, type, byteorder, former_flags;
+  int type_num;
+} numpy_descr_abi_t;
+enum { NUMPY_C_CONTIGUOUS = 0x0001, NUMPY_WRITEABLE = 0x0400, NUMPY_TYPES = 32 };
+static int numpy_layout_checked;
+static struct {
+  DLDataType dtype; /* bits 0: not taken in place (the buffer protocol decides) */
+  int64_t itemsize;
+} numpy_types[NUMPY_TYPES]; /* by numpy type number */
+
+/* |obj| (a numpy array) as a CPU DLTensor, read in place. 1: done; 0: not possible this way. */
+static int numpy_tensor(PyObject* obj, mp_value_t* out, arg_array_t* array) {
+  const numpy_array_abi_t* a = (const numpy_array_abi_t*)obj;
+  const numpy_descr_abi_t* descr = (const numpy_descr_abi_t*)a->descr;
+  if (descr->type_num < 0 || descr->type_num >= NUMPY_TYPES) return 0;
+  if (descr->byteorder != '=' && descr->byteorder != '|') return 0; /* swapped: not here */
+  DLDataType dl = numpy_types[descr->type_num].dtype;
+  int64_t itemsize = numpy_types[descr->type_num].itemsize;
+  if (dl.bits == 0 || a->nd < 0 || a->nd > MAX_NDIM) return 0;
+  int compact = a->flags & NUMPY_C_CONTIGUOUS;
+  for (int d = 0; d < a->nd; ++d) {
+    array->shape[d] = a->dimensions[d];
+    if (!compact) {
+      if (a->strides[d] % itemsize != 0) return 0;
+      array->strides[d] = a->strides[d] / itemsize;
+    }
+  }
+  if (a->nd == 0) array->shape[0] = 1; /* a DLTensor's shape is never NULL */
+  array->tensor = (DLTensor){
+      a->data, {kDLCPU, 0}, a->nd, dl, array->shape, compact ? NULL : array->strides, 0};
+  out->type_code = MP_TYPE_DLTENSOR;
+  out->flags = a->flags & NUMPY_WRITEABLE ? 0 : MP_VALUE_READ_ONLY;
+  out->v_tensor = &array->tensor;
+  return 1;
+}
+
+/* numpy_in_place(types, probe, expected) -> bool: takes numpy arrays in place from now on if
+ * |probe| (a numpy array) reads through the layout above as |expected| says (else no longer): (data address,
+ * shape, strides, type number, byte order, writeable, C-contiguous). |types|: type number ->
+ * (code, bits, lanes, itemsize), the dtypes whose arrays are taken in place. */
+static PyObject* calls_numpy_in_place(PyObject* module, PyObject* args) {
+  (void)module;
+  PyObject *types, *probe, *expected;
+  if (!PyArg_ParseTuple(args, "O!OO!", &PyDict_Type, &types, &probe, &PyTuple_Type, &expected))
+    return NULL;
+  if (!ndarray_type || !PyObject_TypeCheck(probe, (PyTypeObject*)ndarray_type))
+    return internal("numpy_in_place() before init(), or of a probe that is not an array");
+  unsigned long long address;
+  PyObject *shape, *strides;
+  int type_num, byteorder, writeable, contiguous;
+  if (!PyArg_ParseTuple(expected, "KO!O!iCpp", &address, &PyTuple_Type, &shape, &PyTuple_Type,
+                        &strides, &type_num, &byteorder, &writeable, &contiguous))
+    return NULL;
+  const numpy_array_abi_t* a = (const numpy_array_abi_t*)probe;
+  const numpy_descr_abi_t* descr = (const numpy_descr_abi_t*)a->descr;
+  int same = (uintptr_t)a->data == (uintptr_t)address && a->nd == PyTuple_GET_SIZE(shape) &&
+             a->nd == PyTuple_GET_SIZE(strides) && descr && descr->type_num == type_num &&
+             descr->byteorder == byteorder && !(a->flags & NUMPY_WRITEABLE) == !writeable &&
+             !(a->flags & NUMPY_C_CONTIGUOUS) == !contiguous;
+  for (int d = 0; same && d < a->nd; ++d)
+    same = a->dimensions[d] == PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d)) &&
+           a->strides[d] == PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, d));
+  if (PyErr_Occurred()) return NULL;
+  numpy_layout_checked = 0; /* the latest probe decides */
+  if (!same) Py_RETURN_FALSE;
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(types, &pos, &key, &value)) {
+    long number = PyLong_AsLong(key);
+    unsigned code, bits, lanes;
+    long long itemsize;
+    if (number == -1 && PyErr_Occurred()) return NULL;
+    if (!PyArg_ParseTuple(value, "IIIL", &code, &bits, &lanes, &itemsize)) return NULL;
+    if (number < 0 || number >= NUMPY_TYPES || itemsize <= 0) continue;
+    numpy_types[number].dtype = (DLDataType){(uint8_t)code, (uint8_t)bits, (uint16_t)lanes};
+    numpy_types[number].itemsize = itemsize;
+  }
+  numpy_layout_checked = 1;
+  Py_RETURN_TRUE;
+}
+
 /* The tensor of a DLPack capsule not yet consumed, legacy ("dltensor") or versioned
  * ("dltensor_versioned", DLPack 1.x: its read-only flag becomes MP_VALUE_READ_ONLY in
  * |*flags|). NULL with no Python error for another capsule; NULL with ArgumentError for a
@@ -260,6 +361,7 @@ static int convert(PyObject* obj, int index, mp_value_t* out, arg_array_t* array
     }
     if (PyErr_Occurred()) return -1;
   } else if (PyObject_TypeCheck(obj, (PyTypeObject*)ndarray_type)) {
+    if (numpy_layout_checked && numpy_tensor(obj, out, array)) return 0;
     int done = buffer_tensor(obj, NULL, out, array);
     if (done != 0) return done > 0 ? 0 : -1;
     if (array->has_view) {
@@ -563,6 +665,8 @@ static PyObject* calls_init(PyObject* module, PyObject* args) {
 
 static PyMethodDef methods[] = {
     {"init", calls_init, METH_VARARGS, "Connect to the runtime (see modpack/runtime/function.py)."},
+    {"numpy_in_place", calls_numpy_in_place, METH_VARARGS,
+     "numpy_in_place(types, probe, expected): take numpy arrays in place if the layout holds."},
     {"call", (PyCFunction)(void (*)(void))calls_call, METH_FASTCALL,
      "call(function, *args): call a Function with Python arguments."},
     {"lookup", (PyCFunction)(void (*)(void))calls_lookup, METH_FASTCALL,

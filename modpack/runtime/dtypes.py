@@ -19,8 +19,16 @@ import numpy as np
 from ..errors import ArgumentError
 from .binding import ffi, lib
 
-__all__ = ["BUFFER_FORMATS", "ML_DTYPES_HINT", "ML_DTYPE_NAMES", "as_dtype", "dtype_from_dl",
-           "dtype_name", "dtype_to_dl"]
+__all__ = [
+    "BUFFER_FORMATS",
+    "ML_DTYPES_HINT",
+    "ML_DTYPE_NAMES",
+    "NUMPY_TYPES",
+    "as_dtype",
+    "dtype_from_dl",
+    "dtype_name",
+    "dtype_to_dl",
+]
 
 _KIND_TO_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _CODE_TO_KIND = {0: "i", 1: "u", 2: "f", 5: "c"}
@@ -130,3 +138,19 @@ def _buffer_formats() -> dict[str, tuple[int, int, int]]:
 
 
 BUFFER_FORMATS: dict[str, tuple[int, int, int]] = _buffer_formats()
+
+
+def _numpy_types() -> dict[int, tuple[int, int, int, int]]:
+    """numpy type number -> (DLPack code, bits, lanes, itemsize), for the dtypes whose arrays
+    calls read in place from numpy's array struct: each the DLPack type its buffer format
+    gives, so that both ways to read an array agree."""
+    types = {}
+    for name in _STANDARD:
+        dtype = np.dtype(name)
+        dl = BUFFER_FORMATS.get(memoryview(np.zeros(0, dtype)).format)
+        if dl is not None:
+            types[dtype.num] = (*dl, dtype.itemsize)
+    return types
+
+
+NUMPY_TYPES: dict[int, tuple[int, int, int, int]] = _numpy_types()

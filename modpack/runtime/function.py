@@ -12,7 +12,7 @@ from ..errors import ArgumentError, InternalError
 from . import _calls
 from .array import Array
 from .binding import error_from_status, lib
-from .dtypes import BUFFER_FORMATS
+from .dtypes import BUFFER_FORMATS, NUMPY_TYPES
 from .values import LocalMemory, normalize
 
 __all__ = ["Function", "lookup"]
@@ -40,3 +40,17 @@ def lookup(module_address: int, name: str, query_imports: bool) -> Function:
 
 _calls.init(lib.modpack_calls_api(), Array, LocalMemory, np.ndarray, BUFFER_FORMATS, normalize,
             error_from_status, ArgumentError, InternalError)
+
+
+def _take_numpy_arrays_in_place() -> bool:
+    """Let calls read numpy arrays from numpy's array struct (no buffer protocol: about 50 ns
+    less per array), once a probe array reads through that layout as numpy says it is; with a
+    numpy whose layout differed, arrays would keep going through the buffer protocol."""
+    probe = np.zeros((3, 4), np.float32)[:, ::2]
+    probe.flags.writeable = False
+    expected = (probe.ctypes.data, probe.shape, probe.strides, probe.dtype.num,
+                probe.dtype.byteorder, probe.flags.writeable, probe.flags.c_contiguous)
+    return bool(_calls.numpy_in_place(NUMPY_TYPES, probe, expected))
+
+
+NUMPY_IN_PLACE = _take_numpy_arrays_in_place()
