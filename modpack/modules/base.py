@@ -25,10 +25,16 @@ __all__ = ["BinaryModule", "HostModule", "Module"]
 class Module:
     """A module in a tree of imports. Subclasses set ``type_key`` and a capability."""
 
+    # Slots: a tree of 10,000 small modules holds no per-module __dict__ for the base's field
+    # (subclasses without __slots__ of their own, users' among them, still get one).
+    __slots__ = ("__weakref__", "_imports")
+
     type_key: str = ""
 
     def __init__(self) -> None:
-        self._imports: list[Module] = []
+        # No list until the first import: most modules of a large tree are leaves, and every
+        # list is one more object for Python's cyclic garbage collector to track and walk.
+        self._imports: list[Module] | tuple[Module, ...] = ()
 
     # ---- the tree ----------------------------------------------------------------------
 
@@ -44,12 +50,15 @@ class Module:
                 f"import_module expects a modpack.Module, got {type(module).__name__}")
         # A cycle is this module in the imported one's subtree: only a module with imports of
         # its own has one to walk.
-        if module is self or (module.imported_modules and any(m is self for m in walk(module))):
+        if module is self or (module._imports and any(m is self for m in walk(module))):
             raise ModpackError(
                 f"importing this {module.type_key} module into the {self.type_key} module "
                 "would create a cycle in the import tree"
             )
-        self._imports.append(module)
+        imports = self._imports
+        if isinstance(imports, tuple):
+            imports = self._imports = list(imports)
+        imports.append(module)
 
     # ---- capabilities --------------------------------------------------------------------
 
@@ -164,6 +173,8 @@ class BinaryModule(Module):
     for large payloads); a loader registered with ``modpack.register_loader(type_key)``
     rebuilds them at load time.
     """
+
+    __slots__ = ()
 
     @property
     def is_binary_serializable(self) -> bool:

@@ -45,10 +45,11 @@ class ConstModule(BinaryModule):
     """Named numpy arrays carried inside the library."""
 
     type_key = "const"
+    __slots__ = ("_arrays", "_digests", "_layout")
 
     def __init__(self, arrays: Mapping[str, Any]) -> None:
-        super().__init__()
-        if not isinstance(arrays, Mapping):
+        self._imports = ()  # Module.__init__, inlined: trees of 10,000 const modules are built
+        if type(arrays) is not dict and not isinstance(arrays, Mapping):
             raise ArgumentError("const_module expects a mapping of name -> numpy array")
         self._arrays: dict[str, np.ndarray] = {}
         self._digests: dict[str, int] = {}
