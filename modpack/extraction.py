@@ -20,7 +20,7 @@ from .errors import ArgumentError, FormatError
 from .files.names import safe_file_name
 from .interop.tvm import decode_device_payload
 from .runtime.binding import check, ffi, lib
-from .runtime.module import wrap_module
+from .runtime.module import LoadedModule, wrap_module
 from .weight_reports import extract_weight_file, is_weight_file
 
 __all__ = ["extract_library"]
@@ -40,6 +40,7 @@ def _const_arrays(payload: bytes, folder: Path, index: int) -> list[dict[str, An
     check(lib.mp_module_load_from_payload(b"const", span[0], out))
     module = wrap_module(out[0])
     lib.mp_module_release(out[0])
+    assert isinstance(module, LoadedModule)  # the built-in const loader, not a Python one
     saved = []
     for k, (name, array) in enumerate(module.arrays.items()):
         file = folder / safe_file_name(f"{index}-{k}", name, ".npy")
@@ -120,7 +121,8 @@ def _device_code(module: dict[str, Any], payload: bytes, folder: Path, stem: str
     return written
 
 
-def extract_library(path: str | os.PathLike, directory: str | os.PathLike) -> dict[str, Any]:
+def extract_library(path: str | os.PathLike[str],
+                    directory: str | os.PathLike[str]) -> dict[str, Any]:
     """Write the contents of the library at |path| into |directory| (new, or empty) and return
     the manifest also written there as ``manifest.json``."""
     shown = os.fspath(path)

@@ -56,7 +56,7 @@ _ELF_READ_ERRORS = (ELFError, ConstructError, struct.error, ValueError, IndexErr
                     UnicodeDecodeError, EOFError, OverflowError, ZeroDivisionError, OSError)
 
 
-def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
+def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Describe the library at |path|: its blob, module tree and exported host functions.
 
     Returns ``{"path", "format_version", "writer_version", "blob", "modules", "import_tree",
@@ -100,16 +100,24 @@ def inspect_library(path: str | os.PathLike) -> dict[str, Any]:
         f.seek(0)
         try:
             elf = ELFFile(f)
-            headers = _section_headers(elf, shown, file_size)
-            tables = _symbol_tables(elf, headers, shown)
+            headers: list[Any] | None
+            try:
+                headers = _section_headers(elf, shown, file_size)
+                tables = _symbol_tables(elf, headers, shown)
+            except (FormatError, *_ELF_READ_ERRORS):
+                # What a stripper may rewrite, damaged: a library sealed by its note loads
+                # without it, and is read as its loader reads it.
+                if not _sealed_by_note(shown):
+                    raise
+                headers, tables = None, _dynamic_tables(elf, shown)
             prefix = _system_lib_prefix(tables)
             blob_symbol = _find_symbol(tables, prefix + BLOB_SYMBOL)
             functions = _host_functions(tables, prefix)
             signatures = _host_signatures(f, headers, tables, functions, file_size, prefix)
             location = (_locate_blob(elf, headers, blob_symbol, shown, file_size)
-                        if blob_symbol is not None else None)
-            tvm = None if blob_symbol is not None else _tvm_blob(elf, headers, tables, shown,
-                                                                  file_size)
+                        if blob_symbol is not None and headers is not None else None)
+            tvm = (None if blob_symbol is not None or headers is None
+                   else _tvm_blob(elf, headers, tables, shown, file_size))
         except ModpackError:
             raise
         except _ELF_READ_ERRORS as exc:
@@ -353,6 +361,50 @@ def _section_headers(elf: ELFFile, shown: str, file_size: int) -> list[Any]:
     return headers
 
 
+def _sealed_by_note(path: str) -> bool:
+    """Whether the library at |path| holds a valid version 2 seal, which covers none of what
+    strippers rewrite (section headers, .symtab)."""
+    seal = ffi.new("mp_seal_v1_t*")
+    return bool(lib.mp_seal_check_file(os.fsencode(path), seal) == 0
+                and seal.version == lib.MP_SEAL_VERSION)
+
+
+class _DynamicSymbols:
+    """The dynamic symbol table as the dynamic loader finds it (``PT_DYNAMIC``: ``DT_SYMTAB``,
+    ``DT_STRTAB`` and the hash table), standing in for ``.dynsym`` where section headers are
+    gone or damaged."""
+
+    def __init__(self, segment: Any) -> None:
+        self._segment = segment
+
+    def __getitem__(self, key: str) -> str:
+        return {"sh_type": "SHT_DYNSYM"}[key]
+
+    def iter_symbols(self) -> Any:
+        return self._segment.iter_symbols()
+
+    def get_symbol_by_name(self, name: str) -> list[Any] | None:
+        return [s for s in self.iter_symbols() if s.name == name] or None
+
+
+class _LoaderView(ELFFile):
+    """The file as the dynamic loader reads it: its program headers, no section headers
+    (pyelftools otherwise consults them, damaged or not, to read the dynamic segment)."""
+
+    def num_sections(self) -> int:
+        return 0
+
+    def iter_sections(self, type: str | None = None) -> Any:
+        return iter(())
+
+
+def _dynamic_tables(elf: ELFFile, shown: str) -> list[Any]:
+    for segment in _LoaderView(elf.stream).iter_segments():
+        if segment["p_type"] == "PT_DYNAMIC":
+            return [_DynamicSymbols(segment)]
+    raise FormatError(f"{shown} has neither usable section headers nor a dynamic segment")
+
+
 def _symbol_tables(elf: ELFFile, headers: list[Any], shown: str) -> list[SymbolTableSection]:
     """.dynsym first (what the dynamic loader sees), then .symtab. Only these sections are
     built, so damage elsewhere (say a hash table) does not matter."""
@@ -366,12 +418,15 @@ def _symbol_tables(elf: ELFFile, headers: list[Any], shown: str) -> list[SymbolT
             if (sh["sh_entsize"] != entry_size or not 0 < link < len(headers)
                     or headers[link]["sh_type"] != "SHT_STRTAB"):
                 raise FormatError(f"{shown} is damaged: symbol table section {i} is malformed")
-            tables.append(elf.get_section(i))
+            table = elf.get_section(i)
+            if not isinstance(table, SymbolTableSection):
+                raise FormatError(f"{shown} is damaged: symbol table section {i} is malformed")
+            tables.append(table)
     return tables
 
 
 def _defined(sym: Any) -> bool:
-    return sym["st_shndx"] != "SHN_UNDEF"
+    return bool(sym["st_shndx"] != "SHN_UNDEF")
 
 
 def _find_symbol(tables: list[SymbolTableSection], name: str) -> Any | None:
@@ -409,16 +464,22 @@ def _host_functions(tables: list[SymbolTableSection], prefix: str = "") -> list[
     return sorted(names)
 
 
-def _host_signatures(f: Any, headers: list[Any], tables: list[SymbolTableSection],
+def _host_signatures(f: Any, headers: list[Any] | None, tables: list[SymbolTableSection],
                      functions: list[str], file_size: int, prefix: str = "") -> dict[str, str]:
     """The signatures typed exports declare (``__mp_sig_<name>``, a NUL-terminated string), by
-    function name. Read from the file, bounded by the symbol's section; one that does not fit
-    (a damaged file) is left out rather than guessed."""
+    function name. Read from the file, bounded by the symbol's section (without section
+    headers: by the loaded segment that holds it); one that does not fit (a damaged file) is
+    left out rather than guessed."""
     found: dict[str, str] = {}
     for name in functions:
         sym = _find_symbol(tables, prefix + SIGNATURE_SYMBOL_PREFIX + name)
+        if headers is None:
+            text = _read_loaded(f, sym) if sym is not None else None
+            if text is not None:
+                found[name] = text
+            continue
         shndx = sym["st_shndx"] if sym is not None else None
-        if not isinstance(shndx, int) or shndx >= len(headers):
+        if sym is None or not isinstance(shndx, int) or shndx >= len(headers):
             continue
         section = headers[shndx]
         start = sym["st_value"] - section["sh_addr"]  # relocatable objects: sh_addr is 0
@@ -431,6 +492,20 @@ def _host_signatures(f: Any, headers: list[Any], tables: list[SymbolTableSection
         text = f.read(size).split(b"\0", 1)[0]
         found[name] = text.decode("utf-8", errors="replace")
     return found
+
+
+def _read_loaded(f: Any, sym: Any) -> str | None:
+    """The NUL-terminated string symbol |sym| holds, read where a PT_LOAD segment maps it."""
+    size = sym["st_size"]
+    if not 0 < size <= 4096:
+        return None
+    for segment in _LoaderView(f).iter_segments():
+        start = sym["st_value"] - segment["p_vaddr"]
+        if (segment["p_type"] == "PT_LOAD" and 0 <= start
+                and start + size <= segment["p_filesz"]):
+            f.seek(segment["p_offset"] + start)
+            return str(f.read(size).split(b"\0", 1)[0].decode("utf-8", errors="replace"))
+    return None
 
 
 def _locate_blob(elf: ELFFile, headers: list[Any], sym: Any, shown: str,
@@ -604,9 +679,10 @@ def _describe(module: Any) -> dict[str, Any]:
             break
         capacity = needed[0] + 1
     try:
-        return json.loads(ffi.string(buffer).decode())
+        description: dict[str, Any] = json.loads(ffi.string(buffer).decode())
     except ValueError:
         return {"error": "the module's description is not valid JSON"}
+    return description
 
 
 def _module(index: int, type_key: str, offset: int, size: int, checksum: int | None,

@@ -15,7 +15,7 @@ import shutil
 import tarfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from .errors import (
     AlreadyExistsError,
@@ -32,6 +32,7 @@ from .format.tar_seal import check_tar_seal, has_tar_seal
 from .modules.base import Module
 from .runtime.binding import error_from_status, ffi, lib
 from .runtime.callbacks import register_python_loader, unregister_python_loader
+from .runtime.load_log import follow_logger
 from .runtime.module import LoadedModule, wrap_module
 from .runtime.trust import TrustedKey
 from .runtime.weight_files import WeightsLocation, load_options
@@ -45,12 +46,12 @@ _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODULE_OUT = ffi.typeof("mp_module_t**")  # parsed at import, not by the first load
 
 
-def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
+def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
                 allow_unsealed: bool = False,
                 trusted_keys: Iterable[TrustedKey] | None = None,
                 private_copy: bool = False,
                 weights: WeightsLocation | None = None,
-                verify_on_first_use: bool = False) -> LoadedModule | Any:
+                verify_on_first_use: bool = False) -> LoadedModule:
     """Load a library made by ``export_library`` and return the root of its module tree (a
     :class:`~modpack.runtime.module.LoadedModule`, or the object a Python loader made when the
     root is such a module).
@@ -110,6 +111,7 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
         return _load_relinked(path, verify_checksums, allow_unsealed, weights)
     options = load_options(flags, trusted_keys, weights)
     out = ffi.new(_MODULE_OUT)
+    follow_logger()  # the load's phases to the modpack.load logger, if it logs DEBUG
     # The runtime resolves the path, and refuses what is not a regular file without blocking;
     # a failure is explained in Python terms only when it happens.
     status = lib.mp_module_load(os.fsencode(path), options.pointer, out)
@@ -117,9 +119,18 @@ def load_module(path: str | os.PathLike, *, verify_checksums: bool = True,
         error = error_from_status(status)
         _check_file(path)
         raise error
+    return _root(out)
+
+
+def _root(out: Any) -> LoadedModule:
+    """The root of the tree the runtime put in |out| (whose reference this releases).
+
+    Typed as a :class:`LoadedModule`, which it is unless the root module is of a kind
+    registered from Python (a library with no host code whose root is such a module): the
+    object that kind's loader made is returned as it is, and is a :class:`~modpack.Module`."""
     root = wrap_module(out[0])
     lib.mp_module_release(out[0])  # wrap_module took its own reference
-    return root
+    return cast(LoadedModule, root)  # see above: a Python kind at the root is the exception
 
 
 def _check_file(path: Path) -> None:
@@ -140,7 +151,7 @@ def _flags(verify_checksums: bool, allow_unsealed: bool) -> int:
 def load_module_from_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *,
                            verify_checksums: bool = True,
                            allow_unsealed: bool = False,
-                           weights: WeightsLocation | None = None) -> LoadedModule | Any:
+                           weights: WeightsLocation | None = None) -> LoadedModule:
     """Load a library from its bytes (decrypted, downloaded or embedded, never written to a
     path), with the checks :func:`load_module` makes. The bytes are copied once into a sealed
     memfd, which is what is mapped and what the payloads are zero-copy views of: ``data`` may
@@ -165,18 +176,17 @@ def load_module_from_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *,
                             ".tar to a file and load it with load_module, which links it")
     options = load_options(_flags(verify_checksums, allow_unsealed), None, weights)
     out = ffi.new("mp_module_t**")
+    follow_logger()
     try:
         status = lib.mp_module_load_memory(buffer, len(buffer), options.pointer, out)
     finally:
         ffi.release(buffer)  # the runtime has its own copy: the caller may free |data| now
     if status != 0:
         raise error_from_status(status)
-    root = wrap_module(out[0])
-    lib.mp_module_release(out[0])  # wrap_module took its own reference
-    return root
+    return _root(out)
 
 
-def load_system_lib(name: str) -> LoadedModule | Any:
+def load_system_lib(name: str) -> LoadedModule:
     """Load the system library ``name`` linked into the running process (an
     ``export_library(..., system_lib=name)`` object linked into the program, or into a shared
     library loaded with ``RTLD_GLOBAL``): its ``modpack_system_lib_<name>()`` describes it and
@@ -200,12 +210,11 @@ def load_system_lib(name: str) -> LoadedModule | Any:
         raise FormatError(f"{symbol}() returned NULL: the system library {name!r} is damaged "
                           "(export it again)")
     out = ffi.new("mp_module_t**")
+    follow_logger()
     status = lib.mp_module_load_system_lib(ffi.cast("const mp_system_lib_t*", description), out)
     if status != 0:
         raise error_from_status(status)
-    root = wrap_module(out[0])
-    lib.mp_module_release(out[0])  # wrap_module took its own reference
-    return root
+    return _root(out)
 
 
 def _refuse_twins(symbol: str, found: int | None) -> None:
@@ -236,7 +245,7 @@ def _refuse_twins(symbol: str, found: int | None) -> None:
 
 
 def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool,
-                   weights: WeightsLocation | None) -> LoadedModule | Any:
+                   weights: WeightsLocation | None) -> LoadedModule:
     """Link the objects of a ``.tar`` export into a private ``.so`` and load that.
     A ``.tar``'s seal is checked before anything is extracted; the library linked from it is
     sealed in turn. The file can be deleted once loaded: the mapping stays."""

@@ -15,7 +15,7 @@ from .runtime.binding import error_from_status, ffi, lib
 __all__ = ["preflight"]
 
 
-def preflight(path: str | os.PathLike, device: str) -> dict[str, Any]:
+def preflight(path: str | os.PathLike[str], device: str) -> dict[str, Any]:
     """Which code |device| would get from each module of the library at |path|.
 
     device : ``"cuda:sm_90"`` (a compute capability), ``"rocm:gfx90a:sramecc+:xnack-"`` (a
@@ -45,5 +45,6 @@ def preflight(path: str | os.PathLike, device: str) -> dict[str, Any]:
         if status != 0:
             raise error_from_status(status)
         if needed[0] < capacity:
-            return json.loads(ffi.string(buffer).decode())
+            report: dict[str, Any] = json.loads(ffi.string(buffer).decode())
+            return report
         capacity = needed[0] + 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 import xxhash
 
@@ -31,12 +31,23 @@ from .format import (
     type_key_is_valid,
 )
 from .format.layout import ALIGNMENT, align_up
+from .log import export_log, timed
 from .modules.tree import HostNode, Node, walk
 
-__all__ = ["BlobPlan", "ModuleSerializer"]
+__all__ = ["BlobFile", "BlobPlan", "ModuleSerializer"]
 
 PROGRESS_THRESHOLD = 256 << 20  # bytes of payload before a progress bar is worth showing
 SMALL_PAYLOAD = 64 << 10  # payloads up to this size are joined and written at once
+
+
+class BlobFile(Protocol):
+    """What the blob is written into: a seekable binary file opened for reading and writing
+    (or :class:`~modpack.files.write_behind.WriteBehind` over one)."""
+
+    def write(self, data: Any, /) -> int: ...
+    def read(self, size: int = -1, /) -> bytes: ...
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+    def truncate(self, size: int | None = None, /) -> int: ...
 
 
 @dataclass
@@ -81,7 +92,7 @@ class ModuleSerializer:
             members = dso if n is lib_node else [n]
             out: list[object] = []
             seen: set[int] = set()
-            for member in members:
+            for member in members:  # Nodes: the merged host library's node is not a member
                 for child in member.imported_modules:  # type: ignore[union-attr]
                     c = node(child)
                     if c is not n and id(c) not in seen:
@@ -104,20 +115,22 @@ class ModuleSerializer:
             kids.append(found)
             stack.extend(reversed([c for c in found if id(c) not in index]))
 
-        row_ptr, child_indices = [0], []
+        row_ptr: list[int] = [0]
+        child_indices: list[int] = []
         for found in kids:
             child_indices.extend(index[id(c)] for c in found)
             row_ptr.append(len(child_indices))
         _check_acyclic(order, row_ptr, child_indices)
         nodes = [None if n is lib_node else n for n in order]
+        # Every node but the merged host library's (None now) is a Node.
         return BlobPlan(nodes, dso, row_ptr, child_indices)  # type: ignore[arg-type]
 
-    def write_blob(self, path: str | os.PathLike, alignment: int = ALIGNMENT) -> int:
+    def write_blob(self, path: str | os.PathLike[str], alignment: int = ALIGNMENT) -> int:
         """Write the blob to the file |path|; returns its size."""
         with open(path, "w+b") as f:
             return self.write_blob_to(f, 0, alignment)
 
-    def write_blob_to(self, f: BinaryIO, base: int, alignment: int = ALIGNMENT) -> int:
+    def write_blob_to(self, f: BlobFile, base: int, alignment: int = ALIGNMENT) -> int:
         """Write the blob into the seekable file |f| starting at byte |base| (e.g. inside an
         object file's section); returns its size and leaves |f| at its end.
 
@@ -134,7 +147,8 @@ class ModuleSerializer:
         sizes = [0 if n is None else n.payload_size() for n in plan.nodes]
         stored: dict[tuple[int, int], int] = {}  # (size, checksum) -> offset of the first copy
 
-        with _progress(sum(sizes)) as progress:
+        with timed(export_log, "write the blob: %d modules, %d payload bytes",
+                   len(plan.nodes), sum(sizes)), _progress(sum(sizes)) as progress:
             f.seek(base)
             f.write(bytes(layout.index_size))
             cursor = layout.index_size
@@ -161,7 +175,7 @@ class ModuleSerializer:
         return cursor
 
 
-def _stream_payload(node: Node, size: int, f: BinaryIO, progress: Any) -> int:
+def _stream_payload(node: Node, size: int, f: BlobFile, progress: Any) -> int:
     """Write |node|'s payload chunks to |f| as they come; returns their XXH3-64."""
     if size <= SMALL_PAYLOAD:  # joined: one hash and one write instead of one per chunk
         data = b"".join(node.payload_chunks())
@@ -192,7 +206,7 @@ def _size_mismatch(node: Node, written: int, size: int) -> None:
     )
 
 
-def _same_bytes(f: BinaryIO, a: int, b: int, size: int, chunk: int = 1 << 20) -> bool:
+def _same_bytes(f: BlobFile, a: int, b: int, size: int, chunk: int = 1 << 20) -> bool:
     """Compare two regions of |f| in bounded memory (guards dedup against hash collisions)."""
     for start in range(0, size, chunk):
         n = min(chunk, size - start)

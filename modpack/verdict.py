@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import FormatError, ModpackError
+from .errors import FormatError
 from .format.signatures import is_weight_file
 from .format.tar_seal import check_tar_seal
 from .runtime.binding import error_from_status, ffi, lib
@@ -31,7 +31,7 @@ class Verdict:
 
     ok: bool
     stage: str | None = None
-    error: ModpackError | None = None
+    error: BaseException | None = None  # a ModpackError, or a Python loader's own exception
 
     @property
     def message(self) -> str | None:
@@ -45,7 +45,7 @@ class Verdict:
             self.stage))
 
 
-def check_file(path: str | os.PathLike, *, verify_checksums: bool = True) -> Verdict:
+def check_file(path: str | os.PathLike[str], *, verify_checksums: bool = True) -> Verdict:
     """The verdict on the library, ``.tar`` export or weight file at |path|, as a load with
     default options (and ``verify_checksums``) would give it; nothing of the file runs."""
     shown = os.fspath(path)

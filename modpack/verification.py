@@ -30,7 +30,7 @@ _COVERS = {  # what each check vouches for, shown with its result
 }
 
 
-def verify_library(path: str | os.PathLike,
+def verify_library(path: str | os.PathLike[str],
                    trusted_keys: Iterable[TrustedKey] | None = None) -> dict[str, Any]:
     """Check |path| without loading it: the seal, every payload and, when |trusted_keys| are
     given, that a signature by one of them holds (and none of theirs fails). Returns
@@ -82,4 +82,6 @@ def verify_library(path: str | os.PathLike,
 
 
 def _refers_to_weight_files(report: dict[str, Any] | None) -> bool:
-    return bool(report) and any(m["type_key"] == "weights" for m in report["modules"])
+    if not report:
+        return False
+    return any(m["type_key"] == "weights" for m in report["modules"])

@@ -43,7 +43,7 @@ def _open(path: str, flags: int) -> Any:
     return ffi.gc(out[0], lib.mp_module_release)
 
 
-def inspect_weight_file(path: str | os.PathLike) -> dict[str, Any]:
+def inspect_weight_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The weight file at |path| as the runtime reads it (checksums checked): its format, size,
     alignment, content digest, seal, signers and every array with its place and digests."""
     shown = os.fspath(path)
@@ -72,7 +72,7 @@ def inspect_weight_file(path: str | os.PathLike) -> dict[str, Any]:
     }
 
 
-def verify_weight_file(path: str | os.PathLike,
+def verify_weight_file(path: str | os.PathLike[str],
                        trusted_keys: Iterable[TrustedKey] | None = None) -> dict[str, Any]:
     """Every check a weight file admits, without using it: the seal, every array's checksum,
     every array's digest and the content digest, and with |trusted_keys| its signatures. The
@@ -106,7 +106,7 @@ def _message() -> str:
     return string(lib.mp_error_message())
 
 
-def extract_weight_file(path: str | os.PathLike, out: Path) -> dict[str, Any]:
+def extract_weight_file(path: str | os.PathLike[str], out: Path) -> dict[str, Any]:
     """Every array of the weight file at |path| as ``.npy`` in |out|/arrays, and the manifest
     (the :func:`inspect_weight_file` report, each array with its file)."""
     report = inspect_weight_file(path)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine: installs everything the project needs, then runs
-# the demo (`scripts/dev.sh demo`), the whole test suite (`scripts/dev.sh test`), or builds the
+# the demo (`scripts/dev.sh demo`), the whole test suite (`scripts/dev.sh test`), builds the
 # binary wheels for deployment hosts into wheelhouse/ (`scripts/dev.sh wheels`: every CPython
-# 3.9-3.13 that pyenv has, scripts/build_wheels.py).
+# 3.9-3.13 that pyenv has, scripts/build_wheels.py), or the API reference into build/api/
+# (`scripts/dev.sh docs`: Sphinx over the docstrings, a warning fails it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,8 +33,8 @@ setup() {
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
   # build: the authoring side (a plain `pip install modpack` only loads); test: the suite's
-  # tools, zig's compiler and auditwheel for the wheels among them.
-  .venv/bin/python -m pip install -q -e ".[test,cuda,triton,build]"
+  # tools, zig's compiler and auditwheel for the wheels and mypy among them; docs: Sphinx.
+  .venv/bin/python -m pip install -q -e ".[test,docs,cuda,triton,build]"
   # DLPack interop in the suite (tests/test_dlpack.py, which skips each without them): PyTorch's
   # CPU build and JAX's CPU wheels, pinned to the releases this project's machines hold on
   # local disk (about 40 s to install there; elsewhere torch 2.13.0 may be the large CUDA build).
@@ -54,8 +55,13 @@ case "${1:-}" in
     setup
     .venv/bin/python scripts/build_wheels.py "${@:2}"
     ;;
+  docs)
+    setup
+    .venv/bin/python -m sphinx -E -W --keep-going -q -b html docs/api build/api
+    echo "API reference: build/api/index.html"
+    ;;
   *)
-    echo "usage: scripts/dev.sh demo|test [pytest args]|wheels [build_wheels.py args]" >&2
+    echo "usage: scripts/dev.sh demo|test [pytest args]|wheels [build_wheels.py args]|docs" >&2
     exit 2
     ;;
 esac

@@ -1,15 +1,17 @@
 """Test helpers for taking libraries apart: find the blob in a file, re-seal edited indexes and
-libraries, and run the C reader on raw bytes."""
+libraries, say which bytes a library's seal covers, and run the C reader on raw bytes."""
 
 from __future__ import annotations
 
 import struct
 from pathlib import Path
 
+import numpy as np
 import xxhash
 from elftools.elf.elffile import ELFFile
 
-from modpack.format.seal import SEAL_SIZE, write_seal
+from modpack.format.coverage import read_coverage
+from modpack.format.seal import reseal_library
 from modpack.runtime.binding import error_from_status, ffi, lib
 
 
@@ -40,13 +42,38 @@ def write_blob(path: Path, blob: bytes, seal: bool = True) -> None:
         reseal_library(path)
 
 
-def reseal_library(path: Path) -> None:
-    """Replace the library's seal with one over its current bytes."""
+def covered(path: Path) -> np.ndarray:
+    """Per byte of the library at |path|: whether a change to it is caught by every load, which
+    checks what its seal (version 2) covers: the digest over the unmasked bytes, the payload
+    checksums, the digest itself, and that each signature slot is free or holds a record in its
+    form (whether a signature holds only a signed load can tell). The rest (section headers,
+    .symtab, debug sections, the trailer, the other masked fields) nothing reads when it loads."""
+    with open(path, "rb") as f:
+        coverage = read_coverage(f)
+    assert coverage is not None, f"{path} has no seal note"
+    mask = np.zeros(path.stat().st_size, dtype=bool)
+    for begin, end in coverage.ranges:
+        mask[begin:end] = True
+    for at, size in coverage.masks:
+        mask[at:at + size] = False
+    mask[coverage.note + 48:coverage.note + 64] = True  # the digest
     data = path.read_bytes()
-    fields = struct.unpack_from("<6Q", data, len(data) - SEAL_SIZE)
-    path.write_bytes(data[:-SEAL_SIZE])
-    with open(path, "r+b") as f:
-        write_seal(f, *fields[1:])
+    for slot in range(4):
+        at = coverage.note + 72 + 128 * slot
+        if not any(data[at:at + 128]):
+            mask[at:at + 128] = True
+        else:  # its form: magic, algorithm and reserved fields; not the key id or signature
+            mask[at:at + 16] = True
+            mask[at + 112:at + 128] = True
+    return mask
+
+
+def note_offset(path: Path) -> int:
+    """The file offset of the seal note's header (its descriptor follows 20 bytes later)."""
+    with open(path, "rb") as f:
+        coverage = read_coverage(f)
+    assert coverage is not None, f"{path} has no seal note"
+    return coverage.note - 20
 
 
 def reseal(blob: bytearray) -> bytearray:

@@ -49,7 +49,7 @@ def test_good_blob_parses(good):
     assert parse(read_blob(good)) is None
 
 
-@pytest.mark.parametrize("keep", [0, 100, 0.5, "in-blob", -1])
+@pytest.mark.parametrize("keep", [0, 100, 0.5, "in-blob"])
 def test_truncated_file(copy, keep):
     path = copy()
     data = path.read_bytes()
@@ -66,6 +66,15 @@ def test_truncated_file(copy, keep):
     err = load_error(path)
     assert isinstance(err, modpack.FormatError)
     assert "truncated" in str(err) or "not an ELF" in str(err)
+
+
+def test_a_file_cut_short_after_its_loaded_part_still_loads(copy):
+    """A library ends with what no loader reads (section headers, .symtab, the trailer that
+    tells older readers its seal's version): losing some of it loses nothing."""
+    path = copy()
+    data = path.read_bytes()
+    path.write_bytes(data[:-1])
+    assert modpack.load_module(path)["add_int"](2, 3) == 5
 
 
 def test_truncated_file_in_fresh_process_does_not_crash(copy):

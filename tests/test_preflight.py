@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xxhash
+from elftools.elf.elffile import ELFFile
 
 import modpack
+from modpack.format.seal import check_seal, reseal_library
 from modpack.modules.cuda import CUDAModule, CUDAVariant
 from modpack.runtime.binding import ffi, lib
 
@@ -247,12 +249,13 @@ def test_preflight_names_the_code_object_the_loader_loads(library, stub_hip, tmp
 
 def stretch(path: Path, extra: int) -> None:
     """Grow the blob's last payload (the const module's) by |extra| bytes of hole: the index (its
-    entry, blob_size, checksum) and the seal (sizes, digest) are rewritten to match, so the seal
-    holds; the payload's checksum is not (nothing that reads the index alone can tell)."""
+    entry, blob_size, checksum), the blob's segment and symbol and the seal (its sizes, digest)
+    are rewritten to match, so the seal holds; the payload's checksum is not (nothing that reads
+    the index alone can tell). What follows the blob (nothing loads it) moves after the hole."""
     data = bytearray(path.read_bytes())
-    seal_at = len(data) - 80
-    file_size, blob_offset, vaddr, blob_size, payloads_offset, payloads_size = struct.unpack_from(
-        "<6Q", data, seal_at)
+    seal = check_seal(path)
+    blob_offset, blob_size = seal.blob_offset, seal.blob_size
+    blob_end = blob_offset + blob_size
     header_size, = struct.unpack_from("<I", data, blob_offset + 12)
     count, = struct.unpack_from("<Q", data, blob_offset + 32)
     index_size, = struct.unpack_from("<Q", data, blob_offset + 48)
@@ -265,18 +268,38 @@ def stretch(path: Path, extra: int) -> None:
     struct.pack_into("<Q", data, blob_offset + 56, 0)
     index = bytes(data[blob_offset:blob_offset + index_size])
     struct.pack_into("<Q", data, blob_offset + 56, xxhash.xxh3_64_intdigest(index))
-    seal = bytearray(data[seal_at:])
-    struct.pack_into("<6Q", seal, 0, file_size + extra, blob_offset, vaddr, blob_size + extra,
-                     payloads_offset, payloads_size + extra)
-    seal[48:64] = bytes(16)
-    digest = xxhash.xxh3_128_intdigest(bytes(data[:payloads_offset]) + bytes(seal))
-    struct.pack_into("<QQ", seal, 48, digest & (2**64 - 1), digest >> 64)
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        segments = list(elf.iter_segments())
+        (load,) = [i for i, s in enumerate(segments) if s["p_type"] == "PT_LOAD"
+                   and s["p_offset"] <= blob_offset < s["p_offset"] + s["p_filesz"]]
+        symbols = [table["sh_offset"] + i * table["sh_entsize"]
+                   for table in (elf.get_section_by_name(n) for n in (".dynsym", ".symtab"))
+                   if table is not None
+                   for i, sym in enumerate(table.iter_symbols()) if sym.name == "__dev_mblob"]
+        shoff = elf["e_shoff"]
+        moved = [i for i, sec in enumerate(elf.iter_sections())
+                 if sec["sh_offset"] >= blob_end and sec["sh_type"] != "SHT_NOBITS"]
+        anchor = elf.get_section_index(".modpack.blob")
+    at = elf["e_phoff"] + load * 56 + 32  # p_filesz, p_memsz
+    struct.pack_into("<QQ", data, at, segments[load]["p_filesz"] + extra,
+                     segments[load]["p_memsz"] + extra)
+    for entry in symbols:
+        struct.pack_into("<Q", data, entry + 16, blob_size + extra)
+    struct.pack_into("<Q", data, shoff + anchor * 64 + 32, blob_size + extra)
+    for i in moved:
+        sh_offset, = struct.unpack_from("<Q", data, shoff + i * 64 + 24)
+        struct.pack_into("<Q", data, shoff + i * 64 + 24, sh_offset + extra)
+    struct.pack_into("<Q", data, 40, shoff + extra)
+    trailer = bytearray(data[-80:])
+    struct.pack_into("<Q", trailer, 24, blob_size + extra)
+    struct.pack_into("<Q", trailer, 40, seal.payloads_size + extra)
     with open(path, "r+b") as f:
-        f.seek(blob_offset)
-        f.write(data[blob_offset:blob_offset + index_size])
-        f.truncate(seal_at + extra)  # the hole
-        f.seek(seal_at + extra)
-        f.write(seal)
+        f.write(data[:blob_end])
+        f.truncate(blob_end + extra)  # the hole
+        f.seek(blob_end + extra)
+        f.write(data[blob_end:-80] + trailer)
+    reseal_library(path)
 
 
 def rchar() -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from blobtools import covered, note_offset
 from conftest import build_c_program, run
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
@@ -104,26 +105,43 @@ def test_a_library_signed_by_a_trusted_key_loads(unsigned, keys, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["unsigned", "another key", "a code byte", "a payload byte",
-                                  "the seal", "the signature", "the trailer"])
+                                  "the seal", "the signature", "the seal note's header"])
 def test_refused_before_any_of_its_code_runs(unsigned, keys, tmp_path, case):
     path = unsigned if case == "unsigned" else signed_copy(
         unsigned, tmp_path, keys["bob" if case == "another key" else "alice"][0])
-    if case in ("a code byte", "a payload byte", "the seal", "the signature", "the trailer"):
+    if case not in ("unsigned", "another key"):
         data = bytearray(path.read_bytes())
         report = inspect_library(unsigned)
         blob = report["blob"]
-        offset = {"a code byte": 0x1000 + 16,  # in the text segment
+        note = note_offset(unsigned)
+        offset = {"a code byte": data.index(b"first_weight"),  # in .dynstr
                   "a payload byte": blob["file_offset"] + report["modules"][1]["offset"] + 8,
-                  "the seal": unsigned.stat().st_size - 30,
-                  "the signature": unsigned.stat().st_size + 60,
-                  "the trailer": len(data) - 20}[case]
+                  "the seal": note + 20 + 48,  # its digest
+                  "the signature": note + 20 + 72 + 48,  # the first slot's signature
+                  "the seal note's header": note}[case]
         data[offset] ^= 0x01
         path.write_bytes(bytes(data))
     marker = tmp_path / "marker"
     out = load_in_a_fresh_process(path, [keys["alice"][1]], marker)
-    expected = "FormatError" if case == "the trailer" else "SignatureError"  # damaged block
+    expected = ("FormatError" if case in ("the seal", "the seal note's header")  # damage
+                else "SignatureError")
     assert out.startswith(f"refused: {expected} "), out
     assert not marker.exists(), f"{case}: the library's constructor ran"
+
+
+def test_signatures_live_in_the_seal_note_and_survive_stripping(unsigned, keys, tmp_path):
+    """A library sealed by its note is signed in place (no block appended): its size does not
+    change, and a stripper, which keeps the seal, keeps the signatures valid."""
+    path = signed_copy(unsigned, tmp_path, keys["alice"][0], keys["bob"][0])
+    assert path.stat().st_size == unsigned.stat().st_size
+    if shutil.which("strip") is None:
+        pytest.skip("strip is not installed here")
+    subprocess.run(["strip", "--strip-unneeded", str(path)], check=True)
+    assert path.stat().st_size < unsigned.stat().st_size
+    marker = tmp_path / "marker"
+    assert load_in_a_fresh_process(path, [keys["bob"][1]], marker) == "loaded 1.5"
+    report = modpack.verify_library(path, trusted_keys=[keys["alice"][1]])
+    assert report["ok"] and len(report["signatures"]) == 2, report
 
 
 def test_several_signatures_and_signing_again(unsigned, keys, tmp_path):
@@ -252,22 +270,36 @@ print(len(loaded), *loaded)
 
 def test_one_changed_byte_anywhere_is_refused_before_any_code_runs(unsigned, keys, tmp_path):
     """A byte changed at 97 places spread over the whole signed file (headers, code, blob
-    index, payloads, seal, signature, trailer): every copy refused, no constructor ever run."""
-    good = signed_copy(unsigned, tmp_path, keys["alice"][0]).read_bytes()
-    copies = []
+    index, payloads, seal, signatures): every copy whose change reaches what a load reads is
+    refused, no constructor ever run; a change to what nothing loads (section headers, .symtab,
+    the trailer) is not signed, and the copy loads."""
+    signed = signed_copy(unsigned, tmp_path, keys["alice"][0])
+    good = signed.read_bytes()
+    note = note_offset(signed)
+    signed_part = covered(signed)
+    signed_part[note + 20 + 72:note + 20 + 584] = True  # the slots: a changed one is refused
+    copies: dict[bool, list[Path]] = {True: [], False: []}
     for k, offset in enumerate(sorted({*range(0, len(good), max(1, len(good) // 96)),
-                                       len(good) - 1})):
+                                       len(good) - 1, note + 30, note + 20 + 72 + 60})):
         bad = bytearray(good)
         bad[offset] ^= 1 << (k % 8)
-        copies.append(tmp_path / f"copy{offset}.so")
-        copies[-1].write_bytes(bytes(bad))
+        path = tmp_path / f"copy{offset}.so"
+        path.write_bytes(bytes(bad))
+        copies[bool(signed_part[offset])].append(path)
+
+    def sweep(paths: list[Path]) -> list[str]:
+        marker.unlink(missing_ok=True)
+        proc = subprocess.run([sys.executable, "-c", SWEEP, str(keys["alice"][1]),
+                               *map(str, paths)], capture_output=True, text=True,
+                              env={**os.environ, "MODPACK_TEST_MARKER": str(marker)})
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
     marker = tmp_path / "marker"
-    proc = subprocess.run([sys.executable, "-c", SWEEP, str(keys["alice"][1]), *map(str, copies)],
-                          capture_output=True, text=True,
-                          env={**os.environ, "MODPACK_TEST_MARKER": str(marker)})
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split()[0] == "0", proc.stdout
-    assert not marker.exists() and len(copies) >= 97
+    assert sweep(copies[True])[0] == "0" and not marker.exists()
+    assert len(copies[True]) >= 60 and len(copies[False]) >= 3, {k: len(v) for k, v in
+                                                                  copies.items()}
+    assert sweep(copies[False])[0] == str(len(copies[False]))
 
 
 def test_several_keys_in_one_sign_and_the_python_report(unsigned, keys, tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from blobtools import note_offset
 from conftest import VADD_C
 from test_signing import write_key
 
@@ -80,10 +81,11 @@ def test_an_intact_tar_verifies_and_a_cut_one_does_not(archive, tmp_path):
 @pytest.mark.parametrize("damage", ["seal removed", "seal flipped", "payload flipped"])
 def test_inspect_and_extract_refuse_what_the_loader_refuses(library, tmp_path, damage):
     data = bytearray(library.read_bytes())
-    if damage == "seal removed":
-        data = data[:-80]
-    elif damage == "seal flipped":
-        data[-40] ^= 1
+    note = note_offset(library)
+    if damage == "seal removed":  # the seal note's header: the note is not found
+        data[note:note + 20] = bytes(20)
+    elif damage == "seal flipped":  # the seal's digest
+        data[note + 20 + 48] ^= 1
     else:
         report = inspect_library(library)
         data[report["blob"]["file_offset"] + report["modules"][1]["offset"] + 100] ^= 1
@@ -101,11 +103,27 @@ def test_inspect_and_extract_refuse_what_the_loader_refuses(library, tmp_path, d
     assert out.is_dir() and not any(out.iterdir())
 
 
+def test_what_no_loader_reads_is_free_to_change_and_every_tool_agrees(library, tmp_path):
+    """The trailer (which only tells older readers the seal's version), the section headers'
+    place and .symtab: nothing a load reads, so changing them changes no verdict."""
+    data = bytearray(library.read_bytes())
+    data[-40] ^= 1
+    data[40] ^= 0x80  # e_shoff
+    bad = tmp_path / "harmless.so"
+    bad.write_bytes(bytes(data))
+    assert modpack.load_module(bad).imported_modules
+    assert cli("inspect", bad).returncode == 0
+    assert cli("verify", bad).returncode == 0
+
+
 def test_inspect_of_a_sparse_file_claiming_gigabytes_is_bounded(library, tmp_path):
     """A copy whose seal is gone, grown sparse to 8 GiB: inspect refuses it as fast as a load
     does (no payload hashing where a load would not hash)."""
     sparse = tmp_path / "sparse.so"
-    sparse.write_bytes(library.read_bytes()[:-80])
+    data = bytearray(library.read_bytes())
+    note = note_offset(library)
+    data[note:note + 20] = bytes(20)
+    sparse.write_bytes(bytes(data[:-80]))
     with open(sparse, "r+b") as f:
         f.truncate(8 << 30)
     start = time.monotonic()

@@ -201,6 +201,15 @@ def test_the_wheels_are_manylinux_for_glibc_2_28(default_wheels):
         assert re.search(rf'platform\s+tag:\s+"manylinux_2_{match.group(1)}_x86_64"', show), show
 
 
+def test_the_wheels_carry_the_type_information_and_the_license(default_wheels):
+    import zipfile
+
+    for wheel in default_wheels.values():
+        names = set(zipfile.ZipFile(wheel).namelist())
+        assert {"modpack/py.typed", "modpack/_rt.pyi", "modpack/runtime/_calls.pyi"} <= names
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)
+
+
 def test_a_load_only_install_loads_inspects_verifies_and_names_the_build_extra(
         default_wheels, library, tmp_path):
     if HERE not in default_wheels:

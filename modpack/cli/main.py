@@ -155,7 +155,7 @@ def format_inspection(report: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _contents(contents: dict) -> list[str]:
+def _contents(contents: dict[str, Any]) -> list[str]:
     """One line per fact a module's loader reported."""
     lines = []
     if "error" in contents:
@@ -208,7 +208,8 @@ def _indices(values: list[int]) -> str:
     return ", ".join(map(str, values)) if values else "-"
 
 
-def _table(header: Sequence[str], rows: list[Sequence[str]], right: Sequence[int]) -> list[str]:
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]],
+           right: Sequence[int]) -> list[str]:
     widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
@@ -423,7 +424,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return args.run(args)
+        status: int = args.run(args)
+        return status
     except ModpackError as exc:
         return _fail(args.command, str(exc))
     except BrokenPipeError:

@@ -45,9 +45,9 @@ __all__ = ["export_library"]
 
 def export_library(
     root: Node,
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     fcompile: Callable[..., Any] | None = None,
-    workspace_dir: str | os.PathLike | None = None,
+    workspace_dir: str | os.PathLike[str] | None = None,
     *,
     options: list[str] | None = None,
     cc: str | None = None,
@@ -57,7 +57,7 @@ def export_library(
     payload_alignment: int | None = None,
     system_lib: str | None = None,
     target: str | None = None,
-    weights: str | os.PathLike | None = None,
+    weights: str | os.PathLike[str] | None = None,
 ) -> Path:
     """See :meth:`modpack.Module.export_library`."""
     require_extra("build", "export_library")
@@ -105,7 +105,7 @@ def _compile_host_code(plan: ExportPlan, workspace: Path) -> tuple[list[Path], m
 
 
 @contextmanager
-def _workspace(workspace_dir: str | os.PathLike | None) -> Iterator[Path]:
+def _workspace(workspace_dir: str | os.PathLike[str] | None) -> Iterator[Path]:
     """The folder for intermediate files: |workspace_dir|, kept; else a new one named for this
     process (never /dev/shm, which is memory until reboot when an export dies), removed after."""
     if workspace_dir is not None:

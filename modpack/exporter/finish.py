@@ -22,10 +22,12 @@ from typing import Any
 
 from ..errors import ModpackError
 from ..files.scratch import AnonymousOutput, scratch_name
-from ..format.image import HUGE_SEGMENT_ALIGNMENT, find_blob, place_blob_into
+from ..format.image import HUGE_SEGMENT_ALIGNMENT, NoProgramHeaderSlot, find_blob, place_blob_into
 from ..format.seal import seal_file, seal_library
 from ..format.tar_seal import seal_tar
+from ..log import export_log, timed
 from ..packers import BlobWriter
+from ..packers.seal_note import seal_note_object, takes_seal_note
 from ..toolchain.cc import create_shared, create_tar
 from .blob_object import WRITE_BEHIND_FROM, anchor_object, blob_object, blob_writer
 from .plan import ExportPlan
@@ -39,15 +41,20 @@ _ET_DYN = 3  # an ELF shared library's e_type
 
 def finish_placed(plan: ExportPlan, objects: list[Path], linker: str | None,
                   workspace: Path, prepared: memoryview | None = None) -> None:
-    """A ``.so`` with the blob placed: the host objects are linked with the anchor into a small
-    library in the workspace, then finished in an anonymous file beside the output, so a
-    killed export leaves nothing of payload size anywhere. |prepared|: the blob, when it was
-    written to memory already (:func:`.blob_object.prepared_blob`)."""
-    objects = [*objects, anchor_object(plan, workspace)]
+    """A ``.so`` with the blob placed: the host objects are linked with the anchor and the
+    seal note (with its slot note) into a small library in the workspace, then finished in an
+    anonymous file beside the output, so a killed export leaves nothing of payload size
+    anywhere. |prepared|: the blob, when it was written to memory already
+    (:func:`.blob_object.prepared_blob`). A linker that leaves the blob's segment no program
+    header gets the blob linked instead."""
     linked = workspace / "linked.so"
     try:
-        _link(plan, linked, objects, linker)
+        _link(plan, linked, [*objects, anchor_object(plan, workspace),
+                             seal_note_object(workspace, plan.cc, slot=True)], linker,
+              whole_blob=False)
         _place_blob(linked, plan, blob_writer(plan, prepared))
+    except NoProgramHeaderSlot:
+        finish_linked(plan, objects, linker, workspace)
     finally:
         linked.unlink(missing_ok=True)
 
@@ -64,6 +71,8 @@ def finish_linked(plan: ExportPlan, objects: list[Path], linker: str | None,
             return
         seal_library(library, find_blob(library, plan.alignment) if plan.has_blob else None)
 
+    if takes_seal_note(plan.cc):
+        objects = [*objects, seal_note_object(workspace, plan.cc, slot=False)]
     _link_beside_output(plan, objects, linker, workspace, seal, 0o755)
 
 
@@ -88,9 +97,11 @@ def finish_system_lib(plan: ExportPlan, objects: list[Path], workspace: Path) ->
     if plan.has_blob:
         objects = [*objects, blob_object(plan, workspace, write_counted)]
     tmp = scratch_name(plan.output)
+    assert plan.system_lib is not None  # the plan of a system library names it
     try:
-        write_system_lib(tmp, plan.output.suffix == ".a", objects, blob_size, plan.system_lib,
-                         plan.cc, workspace)
+        with timed(export_log, "link system library %s", plan.output.name):
+            write_system_lib(tmp, plan.output.suffix == ".a", objects, blob_size,
+                             plan.system_lib, plan.cc, workspace)
         os.chmod(tmp, 0o644)
         os.replace(tmp, plan.output)
     finally:
@@ -107,8 +118,9 @@ def _link_beside_output(plan: ExportPlan, objects: list[Path], linker: str | Non
         raise ModpackError("nothing to export: the tree has no host code and no modules")
     tmp = scratch_name(plan.output)
     try:
-        _link(plan, tmp, objects, linker)
-        seal(tmp)
+        _link(plan, tmp, objects, linker, whole_blob=plan.has_blob)
+        with timed(export_log, "seal %s", plan.output.name):
+            seal(tmp)
         os.chmod(tmp, mode)
         _publish_weights(plan)
         os.replace(tmp, plan.output)
@@ -131,18 +143,22 @@ def _publish_weights(plan: ExportPlan) -> None:
         plan.weights.publish()
 
 
-def _link(plan: ExportPlan, output: Path, objects: list[Path], linker: str | None) -> None:
-    """Run the plan's fcompile: |objects| linked (or archived) into |output|."""
+def _link(plan: ExportPlan, output: Path, objects: list[Path], linker: str | None,
+          whole_blob: bool) -> None:
+    """Run the plan's fcompile: |objects| linked (or archived) into |output|; |whole_blob|: the
+    blob's object among them."""
     options = list(plan.options)
-    if (plan.fcompile is create_shared and not plan.placed and plan.payload_bytes >= LARGE_BLOB
+    if (plan.fcompile is create_shared and whole_blob and plan.payload_bytes >= LARGE_BLOB
             and "MODPACK_LINKER" not in os.environ):
         # GNU ld places x86-64 large sections after the data, so code-to-data references
         # never span the blob; lld before 17 does not, and fails past 2 GiB.
         options.append("-fuse-ld=bfd")
-    if plan.fcompile in (create_shared, create_tar):
-        plan.fcompile(output, objects, options, linker)
-    else:
-        plan.fcompile(str(output), [str(o) for o in objects], options)
+    with timed(export_log, "link %d objects (%s)", len(objects),
+               getattr(plan.fcompile, "__name__", "fcompile")):
+        if plan.fcompile in (create_shared, create_tar):
+            plan.fcompile(output, objects, options, linker)
+        else:
+            plan.fcompile(str(output), [str(o) for o in objects], options)
 
 
 def _place_blob(linked: Path, plan: ExportPlan, write_blob: BlobWriter) -> None:
@@ -153,8 +169,9 @@ def _place_blob(linked: Path, plan: ExportPlan, write_blob: BlobWriter) -> None:
         with open(linked, "rb") as source:
             shutil.copyfileobj(source, target.file)
         huge = HUGE_SEGMENT_ALIGNMENT if plan.payload_bytes >= WRITE_BEHIND_FROM else 0
-        seal_file(target.file, place_blob_into(target.file, plan.output, write_blob,
-                                               plan.alignment, huge))
+        placement = place_blob_into(target.file, plan.output, write_blob, plan.alignment, huge)
+        with timed(export_log, "seal %s", plan.output.name):
+            seal_file(target.file, placement)
         _publish_weights(plan)
         target.publish(0o755)
     finally:

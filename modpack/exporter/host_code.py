@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from ..log import export_log, timed
 from .plan import ExportPlan
 
 __all__ = ["compile_host_code", "host_linker"]
@@ -23,7 +24,8 @@ def compile_host_code(plan: ExportPlan, workspace: Path) -> list[Path]:
     toolchain = plan.toolchain
     options = list(plan.options)
     for i, module in enumerate(plan.host_modules):
-        objects += module.compile_objects(workspace, f"lib{i}", toolchain, options)
+        with timed(export_log, "compile host module %d (%s)", i, module.type_key):
+            objects += module.compile_objects(workspace, f"lib{i}", toolchain, options)
     return objects
 
 

@@ -82,7 +82,7 @@ class ExportPlan:
 
 def plan_export(
     root: Node,
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     fcompile: Callable[..., Any] | None = None,
     *,
     options: Sequence[str] | None = None,
@@ -93,7 +93,7 @@ def plan_export(
     payload_alignment: int | None = None,
     system_lib: str | None = None,
     target: str | None = None,
-    weights: str | os.PathLike | None = None,
+    weights: str | os.PathLike[str] | None = None,
 ) -> ExportPlan:
     """Check the arguments of ``export_library`` and decide what it does, before any work
     (raising ``ModpackError`` or ``ValueError`` for a wrong argument; warning of kernels

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ArgumentError
+from ..log import export_log, timed
 from ..modules.tree import ArraysNode, Node
 from ..weights.writer import PendingWeights, prepare_weight_file
 
@@ -47,7 +48,7 @@ class WeightsExport:
             self.pending.discard()
 
 
-def plan_weights(path: str | os.PathLike, nodes: list[Node | None], output: Path,
+def plan_weights(path: str | os.PathLike[str], nodes: list[Node | None], output: Path,
                  system_lib: str | None) -> WeightsExport:
     """Check ``weights=`` before any work: a file path beside which nothing is in the way,
     and const arrays whose names one file can hold (a name twice is one array, the same in
@@ -70,6 +71,7 @@ def plan_weights(path: str | os.PathLike, nodes: list[Node | None], output: Path
                             "modpack.weights_module(path) instead")
     items: dict[str, np.ndarray] = {}
     for i in const_nodes:
+        # const_nodes are the indices of ArraysNode entries (the isinstance above)
         for name, array in nodes[i].arrays.items():  # type: ignore[union-attr]
             seen = items.get(name)
             if seen is None:
@@ -88,7 +90,9 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 def write_weights(weights: WeightsExport, nodes: list[Any], alignment: int) -> None:
     """Write the weight file (not yet in place) and put a reference to it in place of each
     const module of |nodes|."""
-    weights.pending = prepare_weight_file(weights.items, weights.path, alignment)
+    with timed(export_log, "write weight file %s (%d arrays)", weights.path.name,
+               len(weights.items)):
+        weights.pending = prepare_weight_file(weights.items, weights.path, alignment)
     written = weights.pending.written
     for i in weights.const_nodes:
         nodes[i] = nodes[i].as_weights_reference(written.path.name, written.digest)

@@ -36,9 +36,9 @@ def full_disk_reported(output: Path, workspace: Path, action: str = "export") ->
             raise ModpackError(_no_space(output, full, action)) from None
         raise
     except ModpackError as exc:  # a compiler or linker that failed: was it the disk?
-        full = _full_folder(output, workspace, None)
-        if full is not None:
-            raise ModpackError(f"{_no_space(output, full, action)}\n{exc}") from None
+        nearly_full = _full_folder(output, workspace, None)
+        if nearly_full is not None:
+            raise ModpackError(f"{_no_space(output, nearly_full, action)}\n{exc}") from None
         raise
 
 

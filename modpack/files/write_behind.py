@@ -102,5 +102,17 @@ class WriteBehind:
             return  # advisory: the data is written either way, only left in the cache
         os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_DONTNEED)
 
+    def read(self, size: int = -1, /) -> bytes:
+        return self._f.read(size)
+
+    def seek(self, offset: int, whence: int = 0, /) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def truncate(self, size: int | None = None, /) -> int:
+        return self._f.truncate(size)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._f, name)

@@ -2,20 +2,29 @@
 
 :func:`place_blob_into` puts the blob into a library linked with the anchor object (a placeholder
 ``__dev_mblob`` in a ``.modpack.blob`` section; see :mod:`modpack.format.section` and the
-packers): the linker only ever sees the placeholder, and the blob's bytes are written once,
-straight into the final file, by modpack. After the end of the file, at an offset and an
-address aligned to the page size and above every segment, go
+packers) and the seal note object (:mod:`modpack.packers.seal_note`): the linker only ever sees
+the placeholder, and the blob's bytes are written once, straight into the final file, by
+modpack, as a read-only ``PT_LOAD`` segment of its own after every other one, at an offset and
+an address aligned to the page size.
 
-1. a copy of the program header table with one entry more: a read-only PT_LOAD mapping what
-   follows (after the other PT_LOADs, which the dynamic loader wants in address order; a
-   PT_PHDR entry is pointed at the copy, which the ELF header now names);
-2. the blob, at its alignment; the ``.modpack.blob`` section header and the ``__dev_mblob``
-   symbols (``.dynsym`` and ``.symtab``) are pointed at it.
+The library keeps the layout linkers make, so that strippers and ``objcopy`` copy it as they
+copy any library, segments and program headers unchanged:
 
-Nothing of this depends on the linker (GNU ld, gold, lld and mold all give the same result).
-:func:`find_blob` says where the blob lies in a library linked with the whole blob inside (a
-custom packer, a relinked ``.tar``). ELF is read with pyelftools; the few fields changed are
-written in place with ``struct``.
+- the program header table stays where the linker put it, at the start of the first segment,
+  with as many entries: the blob's segment takes the entry of the link's ``PT_NOTE`` of the
+  slot note (a note nothing reads, whose alignment gives it a program header of its own), or
+  else of ``PT_PHDR`` (which no dynamic loader needs in a shared library: they find the table
+  in the first segment);
+- the segment begins right where the linked segments end in the file, rounded up to the page
+  (where ``objcopy`` would lay it out again); what the linker put after them (sections nothing
+  loads: ``.symtab``, ``.strtab``, ``.comment``, debug information, the section header table)
+  moves after the blob.
+
+The ``.modpack.blob`` section header and the ``__dev_mblob`` symbols (``.dynsym`` and
+``.symtab``) are pointed at the blob. Nothing of this depends on the linker (GNU ld, gold, lld
+and mold all give the same result). :func:`find_blob` says where the blob lies in a library
+linked with the whole blob inside (a custom packer, a relinked ``.tar``). ELF is read with
+pyelftools; the few fields changed are written in place with ``struct``.
 """
 
 from __future__ import annotations
@@ -28,25 +37,34 @@ from typing import Any, BinaryIO
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from ..errors import ModpackError
 from .layout import BLOB_SYMBOL, HEADER_SIZE, align_up
 from .section import ANCHOR
 
-__all__ = ["HUGE_SEGMENT_ALIGNMENT", "PLACEABLE_MACHINES", "Placement", "find_blob",
-           "place_blob_into"]
+__all__ = ["HUGE_SEGMENT_ALIGNMENT", "PLACEABLE_MACHINES", "NoProgramHeaderSlot", "Placement",
+           "find_blob", "place_blob_into"]
 
 # Targets whose shared libraries are 64-bit little-endian ELF, which place_blob_into edits.
 PLACEABLE_MACHINES = frozenset({"x86_64", "aarch64", "riscv64", "ppc64le", "loongarch64"})
 # write_blob(file, offset) writes the blob into |file| from byte |offset| on; returns its size.
 BlobWriter = Callable[[BinaryIO, int], int]
 
-_PT_LOAD, _PT_PHDR, _PF_R = 1, 6, 4
+_PT_LOAD, _PF_R = 1, 4
 _PHDR = struct.Struct("<IIQQQQQQ")
-_E_PHOFF, _E_PHNUM = 32, 56  # in an Elf64_Ehdr
+_E_SHOFF = 40  # in an Elf64_Ehdr
 _SH_ADDR, _SH_OFFSET, _SH_SIZE, _SH_ADDRALIGN = 16, 24, 32, 48  # in an Elf64_Shdr
+_SHF_ALLOC = 0x2
 _ST_VALUE, _ST_SIZE = 8, 16  # in an Elf64_Sym
 _INDEX_SIZE_FIELD = 48  # mp_format_header_v1_t.index_size
+_SLOT_SECTION = ".note.modpack.slot"  # modpack.packers.seal_note.SLOT_NOTE_SECTION
+
+
+class NoProgramHeaderSlot(ModpackError):
+    """The linked library has no program header the blob's segment can take (a linker that
+    makes neither PT_PHDR nor a PT_NOTE of its own for the slot note): the export links the
+    blob instead."""
 
 
 @dataclass(frozen=True)
@@ -71,50 +89,52 @@ HUGE_SEGMENT_ALIGNMENT = 2 << 20
 
 def place_blob_into(f: BinaryIO, path: Any, write_blob: BlobWriter, alignment: int,
                     segment_alignment: int = 0) -> Placement:
-    """Write the blob into the library open in |f| (read-write, linked with the anchor object)
-    as described above; |path| names it in messages. |alignment| is the blob's (the payload
-    alignment), |segment_alignment| (if larger than the page) the segment's, e.g.
-    HUGE_SEGMENT_ALIGNMENT for large payloads."""
+    """Write the blob into the library open in |f| (read-write, linked with the anchor object
+    and the slot note) as described above; |path| names it in messages. |alignment| is the
+    blob's (the payload alignment), |segment_alignment| (if larger than the page) the
+    segment's, e.g. HUGE_SEGMENT_ALIGNMENT for large payloads."""
     plan = _Plan.read(f, path)
     page = max(plan.page, alignment)
-    f.seek(0, os.SEEK_END)
-    segment = align_up(f.tell(), page)  # the new segment: file offset and address
+    offset = align_up(plan.load_end, page)  # the new segment's offset in the file
     vaddr = align_up(plan.end_vaddr, page)
     if segment_alignment > page:  # the address, not the file, moves: no gap to read or hash
-        vaddr = align_up(plan.end_vaddr, segment_alignment) + segment % segment_alignment
+        vaddr = align_up(plan.end_vaddr, segment_alignment) + offset % segment_alignment
         page = segment_alignment
-    table_size = (len(plan.headers) + 1) * _PHDR.size
-    blob_at = align_up(table_size, alignment)
-    f.seek(segment + blob_at)  # the gap before it stays a hole: zeros that take no disk
-    f.truncate()
-    size = write_blob(f, segment + blob_at)
-    end = blob_at + size
-    load = _PHDR.pack(_PT_LOAD, _PF_R, segment, vaddr, vaddr, end, end, page)
-    f.seek(segment)
-    f.write(b"".join(plan.program_headers(load, segment, vaddr, table_size)))
-    f.seek(_E_PHOFF)
-    f.write(struct.pack("<Q", segment))
-    f.seek(_E_PHNUM)
-    f.write(struct.pack("<H", len(plan.headers) + 1))
-    blob_vaddr = vaddr + blob_at
-    for field, value in ((_SH_ADDR, blob_vaddr), (_SH_OFFSET, segment + blob_at),
-                         (_SH_SIZE, size), (_SH_ADDRALIGN, alignment)):
-        f.seek(plan.section_header + field)
+    f.seek(plan.load_end)
+    tail = f.read()  # what nothing loads: it moves after the blob
+    f.truncate(plan.load_end)  # the gap before the blob stays a hole: zeros that take no disk
+    size = write_blob(f, offset)
+    shift = align_up(offset + size - plan.load_end, plan.tail_alignment)
+    f.seek(plan.load_end + shift)
+    f.write(tail)
+    load = _PHDR.pack(_PT_LOAD, _PF_R, offset, vaddr, vaddr, size, size, page)
+    f.seek(plan.phoff)
+    f.write(b"".join(plan.program_headers(load)))
+    shoff = plan.shoff + (shift if plan.shoff >= plan.load_end else 0)
+    f.seek(_E_SHOFF)
+    f.write(struct.pack("<Q", shoff))
+    for index, old in plan.moved_sections:
+        f.seek(shoff + index * plan.shentsize + _SH_OFFSET)
+        f.write(struct.pack("<Q", old + shift))
+    for field, value in ((_SH_ADDR, vaddr), (_SH_OFFSET, offset), (_SH_SIZE, size),
+                         (_SH_ADDRALIGN, alignment)):
+        f.seek(shoff + plan.anchor * plan.shentsize + field)
         f.write(struct.pack("<Q", value))
     for entry in plan.symbols:
-        f.seek(entry + _ST_VALUE)
-        f.write(struct.pack("<QQ", blob_vaddr, size))
-    return _with_payloads(f, segment + blob_at, blob_vaddr, size, alignment)
+        f.seek(entry + (shift if entry >= plan.load_end else 0) + _ST_VALUE)
+        f.write(struct.pack("<QQ", vaddr, size))
+    return _with_payloads(f, offset, vaddr, size, alignment)
 
 
-def find_blob(path: str | os.PathLike, alignment: int) -> Placement | None:
+def find_blob(path: str | os.PathLike[str], alignment: int) -> Placement | None:
     """Where ``__dev_mblob`` lies in the library at |path|, or None when it has no blob."""
     with open(path, "rb") as f:
         elf = _elf(f, path)
         symbol = None
         for name in (".dynsym", ".symtab"):
             table = elf.get_section_by_name(name)
-            found = table.get_symbol_by_name(BLOB_SYMBOL) if table else None
+            found = (table.get_symbol_by_name(BLOB_SYMBOL)
+                     if isinstance(table, SymbolTableSection) else None)
             if found:
                 symbol = found[0]
                 break
@@ -156,31 +176,50 @@ def _elf(f: BinaryIO, path: Any) -> ELFFile:
 class _Plan:
     """What place_blob_into needs to know of the linked library."""
 
+    phoff: int  # the program header table's offset in the file
     headers: list[bytes]  # the program header table, one entry each
-    last_load: int  # index of the last PT_LOAD
-    end_vaddr: int  # the end of the highest segment
+    slot: int  # the entry the blob's segment takes
+    load_end: int  # where the file bytes of the linked segments end
+    end_vaddr: int  # the end of the highest segment in memory
     page: int  # the largest PT_LOAD alignment
-    section_header: int  # file offset of the .modpack.blob section header
+    shoff: int  # the section header table's offset
+    shentsize: int
+    anchor: int  # index of the .modpack.blob section
+    moved_sections: list[tuple[int, int]]  # (index, sh_offset) of the sections after load_end
+    tail_alignment: int  # what the move keeps: the largest alignment of those sections
     symbols: list[int]  # file offsets of the __dev_mblob symbol entries
 
     @classmethod
     def read(cls, f: BinaryIO, path: Any) -> _Plan:
         elf = _elf(f, path)
-        index = elf.get_section_index(ANCHOR.name)
-        if index is None:
+        anchor = elf.get_section_index(ANCHOR.name)
+        if anchor is None:
             raise ModpackError(f"{path}: the linked library lacks modpack's anchor section "
                                f"{ANCHOR.name}; was the anchor object left out of the link, or "
                                "dropped by a linker script?")
         segments = list(elf.iter_segments())
-        loads = [i for i, s in enumerate(segments) if s["p_type"] == "PT_LOAD"]
+        loads = [s for s in segments if s["p_type"] == "PT_LOAD"]
         if not loads or elf["e_phentsize"] != _PHDR.size:
             raise ModpackError(f"{path}: the linked library has no loadable segment")
+        load_end = max(s["p_offset"] + s["p_filesz"] for s in loads)
         symbols = []
+        moved = []
+        tail_alignment = 8
+        for i, section in enumerate(elf.iter_sections()):
+            if section["sh_type"] == "SHT_NOBITS" or section["sh_offset"] < load_end or (
+                    section["sh_flags"] & _SHF_ALLOC and not section["sh_size"]):
+                continue  # (gold puts an empty .tm_clone_table there)
+            if section["sh_flags"] & _SHF_ALLOC:
+                raise ModpackError(f"{path}: section {section.name} is allocated but lies after "
+                                   "every loadable segment")
+            moved.append((i, section["sh_offset"]))
+            tail_alignment = max(tail_alignment, section["sh_addralign"])
         for name in (".dynsym", ".symtab"):
-            table = elf.get_section_by_name(name)
-            for i, symbol in enumerate(table.iter_symbols() if table else ()):
-                if symbol.name == BLOB_SYMBOL:
-                    symbols.append(table["sh_offset"] + i * table["sh_entsize"])
+            symtab = elf.get_section_by_name(name)
+            if isinstance(symtab, SymbolTableSection):
+                for i, symbol in enumerate(symtab.iter_symbols()):
+                    if symbol.name == BLOB_SYMBOL:
+                        symbols.append(symtab["sh_offset"] + i * symtab["sh_entsize"])
             if name == ".dynsym" and not symbols:
                 raise ModpackError(f"{path}: the library does not export {BLOB_SYMBOL} (a "
                                    "version script or a visibility option hides it); the "
@@ -188,22 +227,40 @@ class _Plan:
         f.seek(elf["e_phoff"])
         table = f.read(_PHDR.size * len(segments))
         return cls(
+            phoff=elf["e_phoff"],
             headers=[table[i * _PHDR.size:(i + 1) * _PHDR.size] for i in range(len(segments))],
-            last_load=loads[-1],
-            end_vaddr=max(segments[i]["p_vaddr"] + segments[i]["p_memsz"] for i in loads),
-            page=max([segments[i]["p_align"] for i in loads] + [4096]),
-            section_header=elf["e_shoff"] + index * elf["e_shentsize"],
+            slot=cls._slot(elf, segments, path),
+            load_end=load_end,
+            end_vaddr=max(s["p_vaddr"] + s["p_memsz"] for s in loads),
+            page=max([s["p_align"] for s in loads] + [4096]),
+            shoff=elf["e_shoff"],
+            shentsize=elf["e_shentsize"],
+            anchor=anchor,
+            moved_sections=moved,
+            tail_alignment=tail_alignment,
             symbols=symbols,
         )
 
-    def program_headers(self, load: bytes, offset: int, vaddr: int, size: int) -> list[bytes]:
-        """The new table, at |offset| in the file and |vaddr| in memory (|size| bytes): the old
-        one with PT_PHDR pointed at it and |load| after the last PT_LOAD."""
-        headers = []
-        for raw in self.headers:
-            fields = list(_PHDR.unpack(raw))
-            if fields[0] == _PT_PHDR:
-                fields[2:7] = [offset, vaddr, vaddr, size, size]
-            headers.append(_PHDR.pack(*fields))
-        headers.insert(self.last_load + 1, load)
+    @staticmethod
+    def _slot(elf: ELFFile, segments: list[Any], path: Any) -> int:
+        """The program header the blob's segment takes: the slot note's own PT_NOTE, else
+        PT_PHDR."""
+        note = elf.get_section_by_name(_SLOT_SECTION)
+        for i, s in enumerate(segments):
+            if (note is not None and s["p_type"] == "PT_NOTE"
+                    and s["p_vaddr"] == note["sh_addr"] and s["p_memsz"] == note["sh_size"]):
+                return i
+        for i, s in enumerate(segments):
+            if s["p_type"] == "PT_PHDR":
+                return i
+        raise NoProgramHeaderSlot(
+            f"{path}: the linker made no program header the blob's segment can take (neither "
+            f"PT_PHDR nor a PT_NOTE of its own for {_SLOT_SECTION})")
+
+    def program_headers(self, load: bytes) -> list[bytes]:
+        """The new table, as large as the old one: the slot's entry gone, |load| after the
+        last PT_LOAD (the dynamic loader wants them in address order)."""
+        headers = [h for i, h in enumerate(self.headers) if i != self.slot]
+        last = max(i for i, h in enumerate(headers) if _PHDR.unpack(h)[0] == _PT_LOAD)
+        headers.insert(last + 1, load)
         return headers

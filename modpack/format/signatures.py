@@ -1,8 +1,13 @@
-"""Signing a sealed library or weight file (``modpack sign``): an Ed25519 signature appended in
-a signature block after the seal (layout in ``csrc/include/modpack/format.h``; the runtime is
-the reader and verifier). A library's signature signs the SHA-256 of every byte of the sealed
-file; a weight file's signs its content digest (``csrc/include/modpack/weights.h``), which
-covers every array through its own digest, so that arrays can be checked one at a time.
+"""Signing a sealed library or weight file (``modpack sign``): an Ed25519 signature (layout in
+``csrc/include/modpack/format.h``; the runtime is the reader and verifier).
+
+- A library sealed by its seal note (version 2) keeps its signatures in the note's slots,
+  written in place, and each signs the SHA-256 of what the seal covers, payloads included
+  (:mod:`.coverage`): the signatures hold as long as the seal does, through strippers too.
+- Any other file gets a signature block appended after its seal. A library's signature then
+  signs the SHA-256 of every byte of the sealed file; a weight file's signs its content digest
+  (``csrc/include/modpack/weights.h``), which covers every array through its own digest, so
+  that arrays can be checked one at a time.
 
 Keys are PEM, as ``openssl genpkey -algorithm ed25519`` writes them; the cryptography comes from
 the ``cryptography`` package, never written here.
@@ -20,6 +25,7 @@ from typing import Any, BinaryIO
 from ..errors import ArgumentError, FormatError, ModpackError
 from ..extras import import_extra
 from ..runtime.binding import check, ffi, lib
+from .coverage import SIGNATURE_SLOTS, Coverage, note_fields, read_coverage, signed_digest
 from .layout import check_struct
 
 __all__ = ["RECORD", "TRAILER", "key_id", "read_signatures", "sign_library", "signature_block",
@@ -30,11 +36,13 @@ TRAILER = check_struct(struct.Struct("<QQII8s"), "mp_signatures_trailer_v1_t")
 _RECORD_MAGIC = ffi.string(lib.MP_SIGNATURE_MAGIC).ljust(8, b"\0")
 _TRAILER_MAGIC = ffi.string(lib.MP_SIGNATURES_MAGIC)
 _CONTEXT = ffi.string(lib.MP_SIGNATURE_CONTEXT)
+_CONTEXT_V2 = ffi.string(lib.MP_SIGNATURE_CONTEXT_V2)
+_SLOTS_AT = ffi.offsetof("mp_seal_note_v2_t", "signatures")
 _WEIGHTS_CONTEXT = ffi.string(lib.MP_WEIGHTS_SIGNATURE_CONTEXT)
 _WEIGHTS_MAGIC = ffi.string(lib.MP_WEIGHTS_MAGIC).ljust(8, b"\0")
 
 
-def read_signatures(path: str | os.PathLike, keys: Any = None,
+def read_signatures(path: str | os.PathLike[str], keys: Any = None,
                     count: int = 0) -> list[dict[str, Any]]:
     """The signatures of the library at |path|, checked by the runtime against |count| trusted
     keys (an ``mp_trusted_key_t[]``; none: only listed): ``key_id`` (hex), ``trusted`` and
@@ -48,7 +56,7 @@ def read_signatures(path: str | os.PathLike, keys: Any = None,
             for i in range(found[0])]
 
 
-def signature_checks(path: str | os.PathLike, keys: Any, what: str,
+def signature_checks(path: str | os.PathLike[str], keys: Any, what: str,
                      covers: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The signature rows of a ``verify`` report for the file at |path| (|what|: "library",
     "weight file"), checked against |keys| (an ``mp_trusted_key_t[]`` or None), each with what
@@ -126,13 +134,13 @@ def _cryptography(module: str) -> Any:
                         "signing (modpack sign)")
 
 
-def is_weight_file(path: str | os.PathLike) -> bool:
+def is_weight_file(path: str | os.PathLike[str]) -> bool:
     """Whether the file at |path| starts as a weight file does."""
     with open(path, "rb") as f:
         return f.read(8) == _WEIGHTS_MAGIC
 
 
-def weight_file_digest(path: str | os.PathLike) -> bytes:
+def weight_file_digest(path: str | os.PathLike[str]) -> bytes:
     """The content digest of the weight file at |path|, after the runtime checked every array
     against its digest (a file is signed only as it is meant to be)."""
     from ..runtime.weight_files import describe_module, load_options
@@ -144,7 +152,7 @@ def weight_file_digest(path: str | os.PathLike) -> bytes:
     return bytes.fromhex(describe_module(handle)["digest"].removeprefix("sha256:"))
 
 
-def sign_library(path: str | os.PathLike, private_key: str | os.PathLike | bytes) -> str:
+def sign_library(path: str | os.PathLike[str], private_key: str | os.PathLike[str] | bytes) -> str:
     """Add a signature by |private_key| (PEM bytes or a PEM file's path) to the sealed library
     or weight file at |path| (a symbolic link: the file it names), replacing an earlier one by
     the same key; the file is replaced atomically. Returns the key id (hex) the signature
@@ -158,8 +166,15 @@ def sign_library(path: str | os.PathLike, private_key: str | os.PathLike | bytes
     check(lib.mp_seal_check_file(os.fsencode(path), ffi.new("mp_seal_v1_t*")))
     weights = is_weight_file(path)
     content = weight_file_digest(path) if weights else None
+    # The key is cryptography's, imported only when signing (the sign extra): typed object.
     public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)  # type: ignore[attr-defined]
     signer = key_id(public)
+    if not weights:
+        with open(path, "rb") as f:
+            coverage = read_coverage(f)
+        if coverage is not None:  # sealed by its note: signed in a slot of it
+            _sign_in_note(path, key, signer, coverage)
+            return signer.hex()
     with open(path, "rb") as source, tempfile.NamedTemporaryFile(
             dir=path.parent, prefix=f".{path.name}.", delete=False) as target:
         try:
@@ -169,7 +184,7 @@ def sign_library(path: str | os.PathLike, private_key: str | os.PathLike | bytes
                 message = _WEIGHTS_CONTEXT + content
             else:
                 message = _CONTEXT + _copy_hashed(source, target, signed_size, path)
-            signature = key.sign(message)  # type: ignore[attr-defined]
+            signature = key.sign(message)  # type: ignore[attr-defined]  # (as above)
             kept = [r for r in records if RECORD.unpack(r)[3] != signer]
             kept.append(RECORD.pack(_RECORD_MAGIC, lib.MP_SIGNATURE_ED25519, 0, signer, signature,
                                     bytes(16)))
@@ -182,6 +197,39 @@ def sign_library(path: str | os.PathLike, private_key: str | os.PathLike | bytes
     os.chmod(target.name, path.stat().st_mode & 0o7777)
     os.replace(target.name, path)
     return signer.hex()
+
+
+def _sign_in_note(path: Path, key: Any, signer: bytes, coverage: Coverage) -> None:
+    """Sign the library at |path| in a slot of its seal note (one signed by the same key before
+    keeps its slot), in a copy put in place of it."""
+    size = path.stat().st_size
+    with open(path, "rb") as source, tempfile.NamedTemporaryFile(
+            dir=path.parent, prefix=f".{path.name}.", delete=False) as target:
+        try:
+            _copy(source, target, size, path)
+            target.flush()
+            with open(target.name, "r+b") as copy:
+                slots = note_fields(copy, coverage)[-1]
+                records = [slots[i * RECORD.size:(i + 1) * RECORD.size]
+                           for i in range(SIGNATURE_SLOTS)]
+                empty = bytes(RECORD.size)
+                free = [i for i, r in enumerate(records)
+                        if r != empty and RECORD.unpack(r)[3] == signer]
+                free += [i for i, r in enumerate(records) if r == empty]
+                if not free:
+                    raise ModpackError(
+                        f"{path} already carries {SIGNATURE_SLOTS} signatures, as many as its "
+                        "seal holds: export it again to sign it with other keys")
+                message = _CONTEXT_V2 + signed_digest(copy, coverage)
+                record = RECORD.pack(_RECORD_MAGIC, lib.MP_SIGNATURE_ED25519, 0, signer,
+                                     key.sign(message), bytes(16))
+                copy.seek(coverage.note + _SLOTS_AT + free[0] * RECORD.size)
+                copy.write(record)
+        except BaseException:
+            os.unlink(target.name)
+            raise
+    os.chmod(target.name, path.stat().st_mode & 0o7777)
+    os.replace(target.name, path)
 
 
 def _copy_hashed(source: BinaryIO, target: Any, size: int, path: Path) -> bytes:

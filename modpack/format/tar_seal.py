@@ -33,7 +33,7 @@ _CHUNK = 1 << 20
 _BLOCK = tarfile.BLOCKSIZE
 
 
-def seal_tar(path: str | os.PathLike) -> None:
+def seal_tar(path: str | os.PathLike[str]) -> None:
     """Append the seal member to the tar at |path|."""
     with tarfile.open(path, "r") as tar:
         members = tar.getmembers()
@@ -60,7 +60,7 @@ def _seal_header(size: int) -> bytes:
     return _seal_info(size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
-def check_tar_seal(path: str | os.PathLike) -> list[str]:
+def check_tar_seal(path: str | os.PathLike[str]) -> list[str]:
     """The names of the members of the tar at |path|, once every one matches its seal; raises
     FormatError naming the damage (or the absence of a seal)."""
     try:
@@ -72,7 +72,11 @@ def check_tar_seal(path: str | os.PathLike) -> list[str]:
                                   "modpack's export; export it again, or load it with "
                                   "allow_unsealed=True")
             seal = members[-1]
-            text = tar.extractfile(seal).read().decode("utf-8", "replace")
+            content = tar.extractfile(seal)
+            if content is None:  # a link or a folder named like the seal
+                raise FormatError(f"{path} is damaged: its seal member {SEAL_MEMBER} is not a "
+                                  "regular file")
+            text = content.read().decode("utf-8", "replace")
             expected, archive = _parse(text, path)
             found: dict[str, tarfile.TarInfo] = {}
             for member in members[:-1]:
@@ -114,7 +118,7 @@ def _kind_of(member: tarfile.TarInfo) -> str:
     return "not a regular file"
 
 
-def has_tar_seal(path: str | os.PathLike) -> bool:
+def has_tar_seal(path: str | os.PathLike[str]) -> bool:
     """Whether the tar at |path| has a seal member (a damaged one too), so that a damaged
     seal is never taken for an archive made without one."""
     try:
@@ -124,7 +128,7 @@ def has_tar_seal(path: str | os.PathLike) -> bool:
         return False
 
 
-def _check_archive_bytes(path: str | os.PathLike, archive: tuple[str, int],
+def _check_archive_bytes(path: str | os.PathLike[str], archive: tuple[str, int],
                         seal: tarfile.TarInfo) -> None:
     """The bytes before the seal member match its digest; after its text there are only zeros
     (its padding and tar's end blocks), up to the end of a whole tar record."""

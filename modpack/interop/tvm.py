@@ -47,7 +47,8 @@ class _Reader:
         return out
 
     def u64(self) -> int:
-        return struct.unpack("<Q", self.take(8))[0]
+        (value,) = struct.unpack("<Q", self.take(8))
+        return int(value)
 
     def count(self) -> int:
         n = self.u64()
@@ -96,7 +97,7 @@ def decode_device_payload(kind: str, payload: bytes) -> dict[str, Any] | None:
 
 def _read_framed(r: _Reader) -> tuple[list[int], list[int], list[tuple[str, int, bytes | None]]]:
     row_ptr, children = r.vec_u64(), r.vec_u64()
-    modules = []
+    modules: list[tuple[str, int, bytes | None]] = []
     for _ in range(max(len(row_ptr) - 1, 0)):
         kind = r.str_()
         if kind == "_lib":
@@ -147,7 +148,7 @@ def read_tvm_blob(blob: bytes, layout: str, shown: str) -> dict[str, Any]:
         row_ptr = [0, len(modules)] + [len(modules)] * len(modules)
         children = list(range(1, len(modules) + 1))
         modules.insert(0, ("_lib", 0, None))
-    report_modules = []
+    report_modules: list[dict[str, Any]] = []
     for i, (kind, offset, payload) in enumerate(modules):
         kids = children[row_ptr[i]:row_ptr[i + 1]] if i + 1 < len(row_ptr) else []
         contents = decode_device_payload(kind, payload) if payload is not None else None

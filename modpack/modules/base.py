@@ -10,12 +10,15 @@ Two capabilities decide how a module travels in ``export_library``:
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import ArgumentError, ModpackError
+from ..log import export_log
 from ..toolchain.cc import Toolchain
 from .tree import walk
 
@@ -105,9 +108,9 @@ class Module:
 
     def export_library(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         fcompile: Callable[..., Any] | None = None,
-        workspace_dir: str | os.PathLike | None = None,
+        workspace_dir: str | os.PathLike[str] | None = None,
         *,
         system_lib: str | None = None,
         **options: Any,
@@ -142,8 +145,13 @@ class Module:
         """
         from ..exporter import export_library
 
-        return export_library(self, path, fcompile=fcompile, workspace_dir=workspace_dir,
-                              system_lib=system_lib, **options)
+        start = time.perf_counter()
+        output = export_library(self, path, fcompile=fcompile, workspace_dir=workspace_dir,
+                                system_lib=system_lib, **options)
+        if export_log.isEnabledFor(logging.INFO):
+            export_log.info("exported %s (%d bytes) in %.1f ms", output, output.stat().st_size,
+                            (time.perf_counter() - start) * 1e3)
+        return output
 
     def __repr__(self) -> str:
         return f"<modpack.Module type_key={self.type_key!r} imports={len(self._imports)}>"

@@ -51,7 +51,7 @@ def builtin_kinds() -> tuple[str, ...]:
 def launch_tags(type_key: str) -> tuple[str, ...]:
     """The launch tags of a built-in device kind's kernels, in its launch-slot order, as the
     runtime defines them (``("global.x", ..., "local.z")`` for ``"opencl"``)."""
-    tags = []
+    tags: list[str] = []
     while (tag := lib.mp_kind_launch_tag(type_key.encode(), len(tags))) != ffi.NULL:
         tags.append(ffi.string(tag).decode())
     return tuple(tags)

@@ -46,7 +46,7 @@ class ObjectModule(HostModule):
 
     type_key = "object"
 
-    def __init__(self, path: str | os.PathLike, language: str = "c") -> None:
+    def __init__(self, path: str | os.PathLike[str], language: str = "c") -> None:
         super().__init__()
         self.path = Path(path)
         if not self.path.is_file():
@@ -79,7 +79,7 @@ class ObjectModule(HostModule):
         return f"<modpack.ObjectModule {self.kind} {self.path}>"
 
 
-def object_module(path: str | os.PathLike, language: str = "c") -> ObjectModule:
+def object_module(path: str | os.PathLike[str], language: str = "c") -> ObjectModule:
     """Host code from a prebuilt relocatable object (``.o``) or static archive (``.a``),
     compiled with ``-fPIC`` for the export's target; ``language="c++"`` when it needs the C++
     runtime at link time."""

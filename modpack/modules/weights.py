@@ -86,7 +86,7 @@ class WeightsModule(BinaryModule):
                 f"sha256:{self.digest.hex()[:16]}...>")
 
 
-def weights_module(path: str | os.PathLike) -> WeightsModule:
+def weights_module(path: str | os.PathLike[str]) -> WeightsModule:
     """A module for a tree that refers to the existing weight file at |path| (written by
     :func:`modpack.save_weights`) instead of holding its arrays: host code reads them with
     ``mp_backend_get_array`` / ``mp_backend_get_array_on`` exactly as from a ``const`` module.

@@ -49,7 +49,7 @@ def string(pointer: object) -> str:
 def fail(exc: BaseException) -> int:
     """Report |exc|, raised inside a callback, to the runtime; returns the status for it. The
     exception is parked so that the caller on the Python side re-raises it as itself."""
-    status = lib.MP_ERR_FORMAT if isinstance(exc, errors.FormatError) else lib.MP_ERR_RUNTIME
+    status: int = lib.MP_ERR_FORMAT if isinstance(exc, errors.FormatError) else lib.MP_ERR_RUNTIME
     if isinstance(exc, errors.ModpackError):
         for code, cls in EXCEPTIONS.items():
             if type(exc) is cls:
@@ -64,7 +64,7 @@ def error_from_status(status: int) -> BaseException:
     """The exception for |status|, carrying this thread's runtime error message; the parked
     exception of a failed callback when that is what the runtime is reporting."""
     message = string(lib.mp_error_message())
-    parked = getattr(_parked, "exception", None)
+    parked: BaseException | None = getattr(_parked, "exception", None)
     if parked is not None:
         _parked.exception = None
         if _parked.message in message:

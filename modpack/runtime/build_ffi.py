@@ -31,6 +31,8 @@ static const char *const MP_SEAL_MAGIC;
 static const char *const MP_SIGNATURE_MAGIC;
 static const char *const MP_SIGNATURES_MAGIC;
 static const char *const MP_SIGNATURE_CONTEXT;
+static const char *const MP_SIGNATURE_CONTEXT_V2;
+static const char *const MP_SEAL_NOTE_NAME;
 static const char *const MP_WEIGHTS_MAGIC;
 static const char *const MP_WEIGHTS_SIGNATURE_CONTEXT;
 static const char *const MP_WEIGHTS_KIND;
@@ -43,13 +45,17 @@ static const char *const MP_CTX_LIBRARY_SYMBOL;
 """
 
 # Callbacks the runtime makes into Python (loaders, module vtables and functions written in
-# Python, modpack/runtime/callbacks.py) and the binding's own C (binding.c). Declared here only,
-# because they exist only in the binding.
+# Python, modpack/runtime/callbacks.py; load phases for the logger, modpack/runtime/load_log.py),
+# the runtime's internal hook for the latter (load/trace.h), and the binding's own C
+# (binding.c). Declared here only, because the binding alone uses them.
 PYTHON_CALLBACKS = """
 extern "Python" mp_status_t _mp_py_loader(void*, const mp_loader_args_t*, mp_module_t**);
 extern "Python" mp_status_t _mp_py_get_function(mp_module_t*, const char*, mp_function_t**);
 extern "Python" void _mp_py_release(void*);
 extern "Python" mp_status_t _mp_py_call(void*, const mp_value_t*, int32_t, mp_value_t*);
+typedef void (*mp_trace_callback_t)(const char*, const char*, double, const char*);
+void mp_trace_set_callback(mp_trace_callback_t);
+extern "Python" void _mp_py_load_phase(const char*, const char*, double, const char*);
 uintptr_t modpack_calls_api(void);
 mp_status_t modpack_count_args(void*, const mp_value_t*, int32_t, mp_value_t*);
 mp_status_t modpack_probe_module(mp_module_t**);
@@ -57,7 +63,7 @@ mp_status_t modpack_probe_module(mp_module_t**);
 
 # The binding's C: every header the declarations come from, then the binding's own C (which may
 # use Python's C API, unlike csrc/): see binding.c.
-BINDING_SOURCE = "".join(f'#include "{name}"\n' for name in HEADERS) + (
+BINDING_SOURCE = "".join(f'#include "{name}"\n' for name in [*HEADERS, "load/trace.h"]) + (
     Path(__file__).parent / "binding.c"
 ).read_text()
 

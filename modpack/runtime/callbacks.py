@@ -67,8 +67,11 @@ def _payload_view(args: Any) -> memoryview:
     if library == ffi.NULL:
         return memoryview(ffi.buffer(args.payload.data, args.payload.size)[:]).toreadonly()
     lib.mp_library_retain(library)
-    data = ffi.gc(ffi.cast("uint8_t*", args.payload.data),
-                  lambda _, library=library: lib.mp_library_release(library))
+
+    def release(_: Any) -> None:
+        lib.mp_library_release(library)
+
+    data = ffi.gc(ffi.cast("uint8_t*", args.payload.data), release)
     return memoryview(ffi.buffer(data, args.payload.size)).toreadonly()
 
 
@@ -84,7 +87,7 @@ def _mp_py_loader(user_data: Any, args: Any, out_module: Any) -> int:
                 "modpack.Module"
             )
         handle = _hold(module)
-        status = lib.mp_module_create(args.type_key, _PYTHON_VTABLE, handle, out_module)
+        status: int = lib.mp_module_create(args.type_key, _PYTHON_VTABLE, handle, out_module)
         if status == 0:
             _module_of_handle[_address(handle)] = _address(out_module[0])
             python_modules[_address(out_module[0])] = module
@@ -112,8 +115,9 @@ def _mp_py_get_function(self: Any, name: Any, out_function: Any) -> int:
         except (KeyError, AttributeError, ModpackError):
             return 0  # absent
         # On failure mp_function_create has already released the handle.
-        return lib.mp_function_create(lib._mp_py_call, _hold(fn), lib._mp_py_release, self,
-                                      out_function)
+        status: int = lib.mp_function_create(lib._mp_py_call, _hold(fn), lib._mp_py_release,
+                                             self, out_function)
+        return status
     except BaseException as exc:
         return fail(exc)
 

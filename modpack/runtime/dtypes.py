@@ -66,12 +66,15 @@ def as_dtype(dtype: Any) -> np.dtype:
     """``np.dtype(dtype)``, also for the names of the ml_dtypes types (``"bfloat16"``,
     ``"float8_e4m3fn"``) whether or not anything imported ml_dtypes yet. ArgumentError (a
     TypeError) for what is not a dtype, or an ml_dtypes name without ml_dtypes installed."""
+    result: np.dtype
     if isinstance(dtype, str) and dtype in _ML_DTYPES:
-        return np.dtype(getattr(_ml_dtypes(dtype), dtype))
+        result = np.dtype(getattr(_ml_dtypes(dtype), dtype))
+        return result
     try:
-        return np.dtype(dtype)
+        result = np.dtype(dtype)
     except TypeError as exc:
         raise ArgumentError(f"{dtype!r} is not a dtype: {exc}") from None
+    return result
 
 
 def dtype_name(code: int, bits: int, lanes: int) -> str:
@@ -118,7 +121,8 @@ def dtype_from_dl(code: int, bits: int, lanes: int) -> np.dtype:
         return np.dtype(np.bool_)
     if code in _CODE_TO_ML:
         name = _CODE_TO_ML[code]
-        return np.dtype(getattr(_ml_dtypes(f"{name} arrays"), name))
+        ml_dtype: np.dtype = np.dtype(getattr(_ml_dtypes(f"{name} arrays"), name))
+        return ml_dtype
     kind = _CODE_TO_KIND.get(code)
     if kind is None:
         raise ArgumentError(f"DLPack type code {code} has no numpy equivalent")
@@ -133,7 +137,7 @@ def _buffer_formats() -> dict[str, tuple[int, int, int]]:
         dtype = np.dtype(name)
         variants = [dtype] + ([dtype.newbyteorder("<")] if sys.byteorder == "little" else [])
         for variant in variants:
-            formats[memoryview(np.zeros(0, variant)).format] = dtype_to_dl(dtype)
+            formats[np.zeros(0, variant).data.format] = dtype_to_dl(dtype)
     return formats
 
 

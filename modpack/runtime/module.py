@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import ArgumentError, MissingFileError
+from ..modules.base import Module
 from .binding import check, ffi, lib, string
 from .function import Function, lookup
 from .views import view_of
@@ -31,19 +32,20 @@ _WEIGHTS_KIND = string(lib.MP_WEIGHTS_KIND)  # the type key of modules that read
 # One wrapper per runtime module, so shared imports (diamonds) come back as one object.
 _wrappers: weakref.WeakValueDictionary[int, LoadedModule] = weakref.WeakValueDictionary()
 # Modules implemented in Python (from register_loader): runtime address -> the Python object.
-python_modules: dict[int, Any] = {}
+python_modules: dict[int, Module] = {}
 
 
-def wrap_module(handle: Any) -> Any:
+def wrap_module(handle: Any) -> LoadedModule | Module:
     """The Python object for a borrowed runtime module |handle| (retained if new)."""
     address = int(ffi.cast("uintptr_t", handle))
     python_module = python_modules.get(address)
     if python_module is not None:
-        # Its imports are whatever the library's tree says, not what its loader built.
+        # Its imports are whatever the library's tree says, not what its loader built: loaded
+        # modules among them, which Module (the authoring side, which cannot import this
+        # module without a cycle) does not name in its list[Module].
         count = lib.mp_module_import_count(handle)
-        python_module._imports = [
-            wrap_module(lib.mp_module_import_at(handle, i)) for i in range(count)
-        ]
+        imports = [wrap_module(lib.mp_module_import_at(handle, i)) for i in range(count)]
+        python_module._imports = imports  # type: ignore[assignment]
         return python_module
     wrapper = _wrappers.get(address)
     if wrapper is None:
@@ -63,6 +65,12 @@ class LoadedModule:
     __slots__ = ("__weakref__", "_address", "_arrays_cache", "_functions", "_handle",
                  "_imports_cache")
 
+    _handle: Any  # the runtime's mp_module_t* (cffi), released with this object
+    _address: int
+    _imports_cache: list[LoadedModule | Module] | None
+    _functions: dict[tuple[str, bool], Function]
+    _arrays_cache: Mapping[str, np.ndarray] | None
+
     def __init__(self) -> None:
         raise ArgumentError("loaded modules come from modpack.load_module()")
 
@@ -72,9 +80,9 @@ class LoadedModule:
         self = object.__new__(cls)
         self._handle = ffi.gc(handle, lib.mp_module_release)
         self._address = int(ffi.cast("uintptr_t", handle))
-        self._imports_cache: list[Any] | None = None
-        self._functions: dict[tuple[str, bool], Function] = {}
-        self._arrays_cache: Mapping[str, np.ndarray] | None = None
+        self._imports_cache = None
+        self._functions = {}
+        self._arrays_cache = None
         return self
 
     @property
@@ -89,8 +97,9 @@ class LoadedModule:
         return None if name == ffi.NULL else string(name)
 
     @property
-    def imported_modules(self) -> list[Any]:
-        """The modules this one imports, in import order."""
+    def imported_modules(self) -> list[LoadedModule | Module]:
+        """The modules this one imports, in import order: loaded modules, and the objects
+        loaders registered from Python made (``modpack.register_loader``), as themselves."""
         if self._imports_cache is None:
             count = lib.mp_module_import_count(self._handle)
             self._imports_cache = [
@@ -104,7 +113,7 @@ class LoadedModule:
         library = lib.mp_module_library(self._handle)
         return None if library == ffi.NULL else string(lib.mp_library_path(library))
 
-    def get_function(self, name: str, query_imports: bool = False) -> Callable[..., Any]:
+    def get_function(self, name: str, query_imports: bool = False) -> Function:
         """The function |name|, from this module or (if |query_imports|) its imports.
         Raises ``NotFoundError`` (a ``KeyError``) naming the function when it is absent."""
         key = (name, bool(query_imports))
@@ -113,7 +122,7 @@ class LoadedModule:
             cached = self._functions[key] = lookup(self._address, name, key[1])
         return cached
 
-    def __getitem__(self, name: str) -> Callable[..., Any]:
+    def __getitem__(self, name: str) -> Function:
         cached = self._functions.get((name, False))
         return cached if cached is not None else self.get_function(name)
 
@@ -128,8 +137,8 @@ class LoadedModule:
             cached = self._arrays_cache
             if not isinstance(cached, WeightArrays) or cached.version != current_version(
                     self._handle):
-                self._arrays_cache = current_arrays(self._handle)
-            return self._arrays_cache
+                cached = self._arrays_cache = current_arrays(self._handle)
+            return cached
         if self._arrays_cache is None:
             arrays = {}
             name = ffi.new("char**")
@@ -142,7 +151,7 @@ class LoadedModule:
             self._arrays_cache = _ReadOnlyMapping(arrays)
         return self._arrays_cache
 
-    def swap_weights(self, path: str | os.PathLike, file_name: str | None = None) -> None:
+    def swap_weights(self, path: str | os.PathLike[str], file_name: str | None = None) -> None:
         """Replace the weight file this module's tree reads by the one at |path|: the tree's
         only weight file, or the one the library records as |file_name|. The new file is
         checked completely first (its arrays' names, dtypes and shapes against the old ones',
@@ -174,8 +183,8 @@ def _runtime_reference(handle: Any) -> Any:
     return ffi.gc(ffi.cast("mp_module_t*", handle), lib.mp_module_release)
 
 
-class _ReadOnlyMapping(Mapping):
-    def __init__(self, data: dict) -> None:
+class _ReadOnlyMapping(Mapping[str, np.ndarray]):
+    def __init__(self, data: dict[str, np.ndarray]) -> None:
         self._data = data
 
     def __getitem__(self, key: str) -> np.ndarray:

@@ -15,7 +15,7 @@ __all__ = ["TrustedKey", "trusted_keys_array"]
 
 _MAX_KEYS = 16
 
-TrustedKey = Union[str, os.PathLike, bytes]
+TrustedKey = Union[str, os.PathLike[str], bytes]
 """A trusted public key: PEM text (``bytes``), the path of a PEM file, or 32 raw bytes."""
 
 def trusted_keys_array(keys: Iterable[TrustedKey]) -> Any:
@@ -40,6 +40,6 @@ def trusted_keys_array(keys: Iterable[TrustedKey]) -> Any:
                                 f"bytes, not {type(key).__name__}")
         status = lib.mp_trusted_key_from_pem(pem, len(pem), out + i)
         if status != 0:
-            exc = error_from_status(status)
-            raise type(exc)(f"trusted key {i + 1}: {exc}") from None
+            error = error_from_status(status)
+            raise type(error)(f"trusted key {i + 1}: {error}") from None
     return out

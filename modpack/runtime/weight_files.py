@@ -26,7 +26,7 @@ from .views import view_of
 __all__ = ["WeightArrays", "WeightFile", "WeightsLocation", "describe_module", "load_options",
            "load_weights"]
 
-WeightsLocation = Union[str, os.PathLike, Mapping[str, Union[str, os.PathLike]]]
+WeightsLocation = Union[str, os.PathLike[str], Mapping[str, Union[str, os.PathLike[str]]]]
 """Where a library's weight files are: one file's path (the library's only weight file), a
 folder (each found there by its name), or the path of each by the name the library records
 for it (``modpack inspect`` shows it)."""
@@ -70,7 +70,7 @@ def load_options(flags: int, trusted_keys: Iterable[TrustedKey] | None = None,
     return _Kept(options, keep)
 
 
-def _locations(weights: WeightsLocation) -> list[tuple[str | None, str | os.PathLike]]:
+def _locations(weights: WeightsLocation) -> list[tuple[str | None, str | os.PathLike[str]]]:
     if isinstance(weights, (str, os.PathLike)):
         return [(None, weights)]
     if isinstance(weights, Mapping):
@@ -97,7 +97,8 @@ def describe_module(handle: Any) -> dict[str, Any]:
     check(lib.mp_module_describe(handle, ffi.NULL, 0, length))
     buffer = ffi.new("char[]", length[0] + 1)
     check(lib.mp_module_describe(handle, buffer, length[0] + 1, length))
-    return json.loads(string(buffer))
+    description: dict[str, Any] = json.loads(string(buffer))
+    return description
 
 
 class WeightArrays(Mapping[str, np.ndarray]):
@@ -182,7 +183,7 @@ class WeightFile(Mapping[str, np.ndarray]):
         return f"<modpack.WeightFile {str(self.path)!r} arrays={len(self)} {self.digest[:19]}...>"
 
 
-def load_weights(path: str | os.PathLike, *, verify_checksums: bool = True,
+def load_weights(path: str | os.PathLike[str], *, verify_checksums: bool = True,
                  trusted_keys: Iterable[TrustedKey] | None = None,
                  verify_on_first_use: bool = False) -> WeightFile:
     """The weight file at |path| (made by :func:`modpack.save_weights` or

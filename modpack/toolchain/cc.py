@@ -179,7 +179,7 @@ def compile_c(
     return output
 
 
-def create_shared(output: str | os.PathLike, objects: Sequence[str | os.PathLike],
+def create_shared(output: str | os.PathLike[str], objects: Sequence[str | os.PathLike[str]],
                   options: Sequence[str] = (), cc: str | None = None) -> None:
     """The default ``fcompile``: link |objects| into a shared library.
 
@@ -189,7 +189,8 @@ def create_shared(output: str | os.PathLike, objects: Sequence[str | os.PathLike
     chosen = any(o.startswith("-fuse-ld=") for o in options)
     cmd = [*c_compiler(cc), "-shared", "-fPIC", *([] if chosen else _linker_flags(cc)),
            "-Wl,-Bsymbolic",
-           "-Wl,-z,noexecstack", "-o", os.fspath(output), *map(os.fspath, objects), *options]
+           "-Wl,-z,noexecstack", "-o", os.fspath(output), *(os.fspath(o) for o in objects),
+           *options]
     run_tool(cmd, f"linking {Path(output).name}")
 
 
@@ -208,10 +209,11 @@ def _linker_flags(cc: str | None) -> list[str]:
     return []
 
 
+# What each makes, read by the exporter from any fcompile (a tag on the function object).
 create_shared.output_format = "so"  # type: ignore[attr-defined]
 
 
-def create_tar(output: str | os.PathLike, objects: Sequence[str | os.PathLike],
+def create_tar(output: str | os.PathLike[str], objects: Sequence[str | os.PathLike[str]],
                options: Sequence[str] = (), cc: str | None = None) -> None:
     """``fcompile`` for ``.tar``: store the objects for a later link (see load_module). The
     headers carry no time, owner or permissions of this machine, so the same objects give

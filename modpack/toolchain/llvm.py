@@ -70,4 +70,4 @@ def emit_object(machine: Any, module: Any, what: str) -> bytes:
             f"assemble only for this machine ({here}), not for {machine.triple}: compile the IR "
             "for the target with its own toolchain (clang or llc) and add the object with "
             "modpack.object_module, or remove the assembly")
-    return machine.emit_object(module)
+    return bytes(machine.emit_object(module))

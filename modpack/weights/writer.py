@@ -87,7 +87,7 @@ class WrittenWeights:
         return f"sha256:{self.digest.hex()}"
 
 
-def save_weights(arrays: Mapping[str, Any], path: str | os.PathLike, *,
+def save_weights(arrays: Mapping[str, Any], path: str | os.PathLike[str], *,
                  alignment: int = MIN_ALIGNMENT) -> Path:
     """Save named arrays as a weight file at |path| (docs/format.md, "Weight files"), outside
     any library, so that libraries refer to them by name and content digest, several processes
@@ -108,7 +108,7 @@ def save_weights(arrays: Mapping[str, Any], path: str | os.PathLike, *,
     return write_weight_file(list(arrays.items()), path, alignment).path
 
 
-def write_weight_file(items: Sequence[tuple[str, np.ndarray]], path: str | os.PathLike,
+def write_weight_file(items: Sequence[tuple[str, np.ndarray]], path: str | os.PathLike[str],
                       alignment: int = MIN_ALIGNMENT) -> WrittenWeights:
     """Write the weight file of |items| (name, array) at |path|, in that order, and say what
     was written. The lower level of :func:`save_weights`, for callers that need the content
@@ -141,7 +141,7 @@ class PendingWeights:
         self._target.discard()
 
 
-def prepare_weight_file(items: Sequence[tuple[str, np.ndarray]], path: str | os.PathLike,
+def prepare_weight_file(items: Sequence[tuple[str, np.ndarray]], path: str | os.PathLike[str],
                         alignment: int = MIN_ALIGNMENT) -> PendingWeights:
     """Write the weight file of |items| as :func:`write_weight_file` does, but leave it to the
     caller to :meth:`~PendingWeights.publish` (or discard) it."""
@@ -239,7 +239,7 @@ def _as_array(name: str, encoded: bytes, value: Any) -> _Array:
     if array.ndim > MAX_NDIM:
         raise ArgumentError(f"array {name!r} has {array.ndim} dimensions; a weight file holds up "
                             f"to {MAX_NDIM}: reshape it")
-    data = memoryview(array.reshape(-1).view(np.uint8))
+    data = array.reshape(-1).view(np.uint8).data
     return _Array(name, encoded, array, data, dl)
 
 

@@ -90,25 +90,40 @@ typedef struct {
 /* MP_API_END */
 
 /*
- * The seal: the last MP_SEAL_SIZE bytes of every library modpack exports, so that the whole
- * file is checked, by reading it, before any of it is mapped or runs.
+ * The seal: how the runtime checks a library by reading it, before any of it is mapped or runs.
+ * Two versions exist (docs/format.md, "The seal"):
  *
- * Its digest is XXH3-128 (seed 0) over every byte of the file except the payloads — the range
- * [payloads_offset, payloads_offset + payloads_size), which the blob's own payload checksums
- * cover — with the digest field read as zero: the ELF header, program and section headers,
- * dynamic section, symbol and hash tables, relocations, code, data, the blob's index and the
- * rest of this trailer. The blob itself lies in a read-only PT_LOAD segment of its own at
- * [blob_offset, blob_offset + blob_size) in the file and at blob_vaddr in the library's image,
- * where __dev_mblob points; blob_size is 0 for a library without a blob.
+ * - Version 2, what modpack writes for 64-bit little-endian ELF libraries: an ELF note (owner
+ *   MP_SEAL_NOTE_NAME, type MP_SEAL_NOTE_TYPE, mp_seal_note_v2_t below) inside the library's
+ *   first loaded segment, found through a PT_NOTE program header. Its digest covers what the
+ *   dynamic loader reads and maps: the ELF header, the program header table and the file bytes
+ *   of every PT_LOAD segment (code, data, dynamic section, symbol, string and hash tables,
+ *   relocations, the blob's index), in file order, each byte once, except the payloads, with
+ *   the fields no loader reads (e_shoff, e_shentsize, e_shnum, e_shstrndx; every p_paddr; the
+ *   p_offset of segments other than PT_LOAD), the digest itself and the signature slots read
+ *   as zeros. What strippers rewrite (section headers, .symtab, .strtab, debug sections) lies
+ *   outside it, so a stripped library keeps its seal.
+ * - Version 1, the trailer below as the file's last MP_SEAL_SIZE bytes, its digest over every
+ *   byte of the file but the payloads: what earlier modpacks wrote for libraries, and what
+ *   weight files (and libraries for other targets) still carry. A version 2 library ends
+ *   with this trailer too, its version field 2, so that a reader of version 1 refuses it
+ *   saying to upgrade; a version 2 reader takes the note and ignores that trailer.
  *
- * Compatibility rule: a reader accepts the seal versions it knows (1) and refuses a library
- * with a newer one (upgrade modpack). A library without a seal (linked by hand, or by a
+ * The decoded seal of either version is an mp_seal_v1_t (file_size: the file's size; version:
+ * 1 or 2). The blob lies at [blob_offset, blob_offset + blob_size) in the file and at
+ * blob_vaddr in the library's image, where __dev_mblob points; blob_size is 0 for a library
+ * without a blob. [payloads_offset, payloads_offset + payloads_size) is left to the blob's
+ * payload checksums.
+ *
+ * Compatibility rule: a reader accepts the seal versions it knows (1 and 2) and refuses a
+ * library with a newer one (upgrade modpack). A library without a seal (linked by hand, or by a
  * modpack before the seal) loads only when the caller asks for it (MP_LOAD_ALLOW_UNSEALED).
  */
 /* MP_API_BEGIN */
 enum {
   MP_SEAL_SIZE = 80,
-  MP_SEAL_VERSION = 1,
+  MP_SEAL_VERSION = 2,         /* the newest seal this runtime reads (and writes) */
+  MP_SEAL_TRAILER_VERSION = 1, /* the version of a seal that is the trailer alone */
 };
 typedef struct {
   uint64_t file_size;       /* the whole file, this trailer included */
@@ -119,7 +134,7 @@ typedef struct {
   uint64_t payloads_size;
   uint64_t digest_low; /* XXH3-128 of the rest of the file (see above), low 64 bits */
   uint64_t digest_high;
-  uint32_t version; /* MP_SEAL_VERSION */
+  uint32_t version; /* 1, or 2 in the trailer of a library sealed by its note */
   uint32_t flags;   /* reserved, 0 */
   uint8_t magic[8]; /* MP_SEAL_MAGIC: the file's last 8 bytes */
 } mp_seal_v1_t;
@@ -162,6 +177,42 @@ typedef struct {
 #define MP_SIGNATURES_MAGIC "MPKSIGS\n"
 #define MP_SIGNATURE_CONTEXT "modpack signature v1\n" /* signed before the SHA-256 */
 
+/*
+ * The seal note (version 2): the descriptor of an ELF note with name MP_SEAL_NOTE_NAME
+ * (namesz 8) and type MP_SEAL_NOTE_TYPE, 4-byte aligned, in a PT_NOTE segment that lies in a
+ * PT_LOAD segment. It is linked into the library as zeros (.note.modpack) and filled in after
+ * the link. Its MP_SEAL_NOTE_SIGNATURES slots hold the library's signatures (records as in a
+ * signature block, all zeros when free), so that signatures live where strippers keep them;
+ * each signs MP_SIGNATURE_CONTEXT_V2 followed by the SHA-256 of the bytes the seal covers,
+ * payloads included (docs/format.md). A placed blob's segment takes the program header of
+ * PT_PHDR or of the PT_NOTE of a note of type MP_SEAL_NOTE_SLOT_TYPE the link reserved for it.
+ */
+/* MP_API_BEGIN */
+enum {
+  MP_SEAL_NOTE_TYPE = 1,
+  MP_SEAL_NOTE_SLOT_TYPE = 2,
+  MP_SEAL_NOTE_SIGNATURES = 4,
+  MP_SEAL_NOTE_DESC_SIZE = 584,
+  MP_SEAL_NOTE_SIZE = 604, /* 12-byte note header, the name, the descriptor */
+};
+typedef struct {
+  uint32_t version;         /* MP_SEAL_VERSION (2); 0 in a note never sealed */
+  uint32_t flags;           /* reserved, 0 */
+  uint64_t blob_vaddr;      /* as in mp_seal_v1_t; all 0: no blob */
+  uint64_t blob_size;
+  uint64_t blob_offset;
+  uint64_t payloads_offset;
+  uint64_t payloads_size;
+  uint64_t digest_low; /* XXH3-128 of what the seal covers (above), read as zeros here */
+  uint64_t digest_high;
+  uint32_t signature_slots; /* MP_SEAL_NOTE_SIGNATURES */
+  uint32_t reserved;        /* 0 */
+  mp_signature_v1_t signatures[MP_SEAL_NOTE_SIGNATURES]; /* read as zeros by both digests */
+} mp_seal_note_v2_t;
+/* MP_API_END */
+#define MP_SEAL_NOTE_NAME "modpack"
+#define MP_SIGNATURE_CONTEXT_V2 "modpack signature v2\n" /* signed before the SHA-256 */
+
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_format_header_v1_t) == 64, "format v1 header must be 64 bytes");
 _Static_assert(sizeof(mp_format_entry_v1_t) == 48, "format v1 entry must be 48 bytes");
@@ -169,6 +220,8 @@ _Static_assert(sizeof(mp_seal_v1_t) == MP_SEAL_SIZE, "the seal is MP_SEAL_SIZE b
 _Static_assert(sizeof(mp_signature_v1_t) == MP_SIGNATURE_SIZE, "a signature record");
 _Static_assert(sizeof(mp_signatures_trailer_v1_t) == MP_SIGNATURES_TRAILER_SIZE,
                "the signatures trailer");
+_Static_assert(sizeof(mp_seal_note_v2_t) == MP_SEAL_NOTE_DESC_SIZE, "the seal note");
+_Static_assert(MP_SEAL_NOTE_SIZE == 12 + 8 + MP_SEAL_NOTE_DESC_SIZE, "the seal note's size");
 #endif
 
 #ifdef __cplusplus

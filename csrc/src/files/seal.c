@@ -1,6 +1,8 @@
-/* Checking a library's seal (modpack/format.h): the trailer's fields against the file, then
- * XXH3-128 of every byte outside the payloads, read with pread in large chunks. Nothing of
- * the file is mapped or run, so a damaged file gives an error here, never a crash later. */
+/* Checking a file's seal (modpack/format.h): version 1, the trailer's fields against the file,
+ * then XXH3-128 of every byte outside the payloads, read with pread in large chunks; version 2,
+ * a library's seal note (files/seal_note.c), which the trailer of such a library only points
+ * to. Nothing of the file is mapped or run, so a damaged file gives an error here, never a
+ * crash later. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pread */
 #endif
@@ -10,6 +12,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,9 +22,14 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "files/file.h"
+#include "files/seal_note.h"
 #include "files/signatures.h"
 
-enum { CHUNK = 1 << 20, DIGEST_FIELD = offsetof(mp_seal_v1_t, digest_low) };
+enum {
+  CHUNK = 1 << 20,
+  DIGEST_FIELD = offsetof(mp_seal_v1_t, digest_low),
+  NOTE_HEAD = MP_SEAL_NOTE_HEAD, /* read to find a seal note (files/seal.h) */
+};
 
 /* Hash the file's bytes [begin, end) into |hash|. */
 static mp_status_t hash_range(int fd, const char* path, uint8_t* buffer, uint64_t begin,
@@ -84,8 +92,28 @@ static mp_status_t check_fields(const mp_seal_v1_t* s, uint64_t file_size, const
   return MP_OK;
 }
 
-mp_status_t mp_seal_read_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out,
-                            uint8_t raw[MP_SEAL_SIZE], uint64_t* out_sealed_size) {
+/* A trailer that says the seal is a note, in a file where none was found. */
+static mp_status_t note_missing(const uint8_t* raw, const char* path) {
+  uint32_t version = mp_load_le32(raw + offsetof(mp_seal_v1_t, version));
+  if (version > MP_SEAL_VERSION)
+    return mp_errorf(MP_ERR_INCOMPATIBLE,
+                     "'%s' has a version %u seal; this runtime reads versions 1 to %d: upgrade "
+                     "modpack",
+                     path, version, MP_SEAL_VERSION);
+  char why[256];
+  snprintf(why, sizeof why, "%s", mp_error_message());
+  return mp_errorf(MP_ERR_FORMAT,
+                   "'%s' is damaged: it ends with the trailer of a version %u seal, but %s; copy "
+                   "or export it again",
+                   path, version, why);
+}
+
+/* The seal a file says it has: a version 1 trailer, read and checked into |out| (*out_note
+ * false); or a note to look for (*out_note true, |raw| then holds a version 2 trailer, or no
+ * trailer at all when *out_trailer is false). */
+static mp_status_t read_trailer(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out,
+                                uint8_t raw[MP_SEAL_SIZE], uint64_t* out_sealed_size,
+                                bool* out_note, bool* out_trailer) {
   bool read =
       file_size >= MP_SEAL_SIZE && mp_file_read_at(fd, raw, MP_SEAL_SIZE, file_size - MP_SEAL_SIZE);
   if (read && memcmp(raw + MP_SEAL_SIZE - 8, MP_SIGNATURES_MAGIC, 8) == 0) {
@@ -95,20 +123,72 @@ mp_status_t mp_seal_read_fd(int fd, uint64_t file_size, const char* path, mp_sea
     read =
         file_size >= MP_SEAL_SIZE && mp_file_read_at(fd, raw, MP_SEAL_SIZE, file_size - MP_SEAL_SIZE);
   }
-  if (!read || memcmp(raw + offsetof(mp_seal_v1_t, magic), MP_SEAL_MAGIC, sizeof out->magic) != 0)
-    return mp_errorf(MP_ERR_NOT_FOUND,
-                     "'%s' carries no modpack seal: it was damaged or truncated, or linked "
-                     "without modpack's export (by hand, or by a modpack before the seal)",
-                     path);
-  *out = decode(raw);
+  *out_trailer =
+      read && memcmp(raw + offsetof(mp_seal_v1_t, magic), MP_SEAL_MAGIC, sizeof out->magic) == 0;
   *out_sealed_size = file_size;
+  /* A seal note, or no seal: the trailer of a version 2 library only says which. */
+  *out_note = !*out_trailer ||
+              mp_load_le32(raw + offsetof(mp_seal_v1_t, version)) > MP_SEAL_TRAILER_VERSION;
+  if (*out_note) return MP_OK;
+  *out = decode(raw);
   return check_fields(out, file_size, path);
+}
+
+/* The seal note of the file, read with its first |head_size| bytes at |head|, or why none. */
+static mp_status_t read_note(int fd, uint64_t file_size, const char* path, const uint8_t* head,
+                             uint64_t head_size, const uint8_t* raw, bool trailer,
+                             mp_seal_note_t* out) {
+  mp_status_t status = mp_seal_note_read(fd, file_size, path, head, head_size, out);
+  if (status != MP_ERR_NOT_FOUND) return status;
+  if (trailer) return note_missing(raw, path);
+  return mp_errorf(MP_ERR_NOT_FOUND,
+                   "'%s' carries no modpack seal: it was damaged or truncated, or linked "
+                   "without modpack's export (by hand, or by a modpack before the seal)",
+                   path);
+}
+
+mp_status_t mp_seal_read_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out,
+                            uint8_t raw[MP_SEAL_SIZE], uint64_t* out_sealed_size) {
+  bool note, trailer;
+  MP_RETURN_IF_ERROR(
+      read_trailer(fd, file_size, path, out, raw, out_sealed_size, &note, &trailer));
+  if (!note) return MP_OK;
+  uint8_t head[NOTE_HEAD];
+  uint64_t head_size = file_size < sizeof head ? file_size : sizeof head;
+  if (!mp_file_read_at(fd, head, (size_t)head_size, 0)) head_size = 0;
+  mp_seal_note_t found;
+  MP_RETURN_IF_ERROR(read_note(fd, file_size, path, head, head_size, raw, trailer, &found));
+  *out = found.seal;
+  mp_seal_note_free(&found);
+  return MP_OK;
+}
+
+/* A version 2 seal: the note read from the file's head, which is read once, as the first chunk
+ * of what the digest covers (all of a small library). */
+static mp_status_t check_note(int fd, uint64_t file_size, const char* path, const uint8_t* raw,
+                              bool trailer, mp_seal_v1_t* out) {
+  uint64_t capacity = file_size < CHUNK ? file_size : CHUNK;
+  uint8_t* buffer = malloc((size_t)capacity + 1);
+  if (!buffer) return mp_out_of_memory("checking the seal");
+  uint64_t head_size = mp_file_read_at(fd, buffer, (size_t)capacity, 0) ? capacity : 0;
+  mp_seal_note_t note;
+  mp_status_t status = read_note(fd, file_size, path, buffer, head_size, raw, trailer, &note);
+  if (status == MP_OK) {
+    status = mp_seal_note_check(fd, path, &note, buffer, head_size, capacity);
+    if (status == MP_OK) *out = note.seal;
+    mp_seal_note_free(&note);
+  }
+  free(buffer);
+  return status;
 }
 
 mp_status_t mp_seal_check_fd(int fd, uint64_t file_size, const char* path, mp_seal_v1_t* out) {
   uint8_t raw[MP_SEAL_SIZE];
   mp_seal_v1_t seal;
-  MP_RETURN_IF_ERROR(mp_seal_read_fd(fd, file_size, path, &seal, raw, &file_size));
+  bool note, has_trailer;
+  MP_RETURN_IF_ERROR(
+      read_trailer(fd, file_size, path, &seal, raw, &file_size, &note, &has_trailer));
+  if (note) return check_note(fd, file_size, path, raw, has_trailer, out);
 
   /* [0, payloads) then [end of payloads, digest field): one range when there are none. */
   uint64_t trailer = file_size - MP_SEAL_SIZE;

@@ -1,9 +1,15 @@
-/* The seal that ends every file modpack writes, libraries and weight files alike
- * (modpack/format.h), checked by reading the file before any of it is mapped for use. */
+/* The seal of every file modpack writes, libraries and weight files alike (modpack/format.h):
+ * a trailer, or a library's seal note (files/seal_note.h) that its trailer points to, checked
+ * by reading the file before any of it is mapped for use. */
 #ifndef MODPACK_FILES_SEAL_H_
 #define MODPACK_FILES_SEAL_H_
 
 #include "modpack/modpack.h"
+
+/* How much of a file mp_seal_read_fd reads from its start, after its trailer, to find a seal
+ * note (version 2): the headers and notes of most libraries, which are read again only when
+ * they lie beyond. */
+enum { MP_SEAL_NOTE_HEAD = 4096 };
 
 /* mp_seal_check_file (modpack.h) on an open file of |file_size| bytes; |path| names it in
  * messages. */

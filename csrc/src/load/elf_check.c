@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "files/elf_segments.h"
 #include "files/file.h"
 
 /* This machine as the ELF headers name it, from how the runtime was compiled (0: unknown). */
@@ -144,21 +145,16 @@ mp_status_t mp_elf_check_fd(int fd, uint64_t file_size, const char* path) {
                   path, (uint64_t)eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize, file_size);
     goto done;
   }
-  for (uint64_t i = 0; i < eh.e_phnum; ++i) {
-    ElfW(Phdr) ph;
-    if (!mp_file_read_at(fd, &ph, sizeof ph, eh.e_phoff + i * sizeof ph)) {
-      status = mp_errorf(MP_ERR_IO, "cannot read '%s'", path);
-      goto done;
-    }
-    if (ph.p_type != PT_LOAD) continue;
-    if (ph.p_offset > file_size || ph.p_filesz > file_size - ph.p_offset) {
-      status = mp_errorf(MP_ERR_FORMAT,
-                         "'%s' is truncated: segment %" PRIu64 " needs bytes up to %" PRIu64
-                         " but the file has %" PRIu64 "; copy or export it again",
-                         path, i, (uint64_t)ph.p_offset + (uint64_t)ph.p_filesz, file_size);
-      goto done;
-    }
+  /* Then the segments as the dynamic loader will map them (files/elf_segments.h). */
+  ElfW(Phdr)* phdrs = malloc((size_t)eh.e_phnum * sizeof *phdrs + 1);
+  if (!phdrs) {
+    status = mp_out_of_memory("reading program headers");
+  } else if (!mp_file_read_at(fd, phdrs, (size_t)eh.e_phnum * sizeof *phdrs, eh.e_phoff)) {
+    status = mp_errorf(MP_ERR_IO, "cannot read '%s'", path);
+  } else {
+    status = mp_elf_segments_check(phdrs, eh.e_phnum, file_size, path);
   }
+  free(phdrs);
 done:
   return status;
 }

@@ -23,6 +23,18 @@ static mp_status_t unsealed(int fd, const char* path, const mp_file_id_t* id) {
                        "export: modpack does not load TVM's libraries, but `modpack inspect` and "
                        "`modpack extract` read them (module tree, kernels, device code)",
                        path, tvm_symbols[i]);
+  if (mp_elf_defines_symbol(fd, id->size, MP_BLOB_SYMBOL) ||
+      mp_elf_defines_symbol(fd, id->size, MP_CTX_LIBRARY_SYMBOL))
+    return mp_errorf(MP_ERR_FORMAT,
+                     "'%s' carries no modpack seal, though modpack's export made it: it was "
+                     "stripped after export (strip, objcopy and packagers' strip steps drop the "
+                     "seal of libraries exported by a modpack before the version 2 seal; those "
+                     "exported now keep it, docs/format.md), or rewritten by another tool, or "
+                     "exported by a modpack before the seal. Export it again with this modpack "
+                     "(or ship it unstripped); or load it without the check (load_module(path, "
+                     "allow_unsealed=True); C: MP_LOAD_ALLOW_UNSEALED), which leaves its code, "
+                     "headers and blob index unchecked before dlopen",
+                     path);
   return mp_errorf(MP_ERR_FORMAT,
                    "%s; export it again, or load it without the check "
                    "(load_module(path, allow_unsealed=True); C: MP_LOAD_ALLOW_UNSEALED), "

@@ -159,9 +159,14 @@ static mp_status_t read_index(counted_t* f, uint64_t file_size, mp_seal_v1_t* se
   uint8_t raw[MP_SEAL_SIZE];
   uint64_t sealed_size = 0;
   mp_status_t status = mp_seal_read_fd(f->fd, file_size, f->path, seal, raw, &sealed_size);
-  /* mp_seal_read_fd reads the trailer, and a signed file's signature trailer and seal too. */
+  /* mp_seal_read_fd reads the trailer, and a signed file's signature trailer and seal too;
+   * for a seal note, the file's head (files/seal.h). */
   f->bytes += MP_SEAL_SIZE + (sealed_size && sealed_size < file_size ? 32 + MP_SEAL_SIZE : 0);
   f->reads += sealed_size && sealed_size < file_size ? 3 : 1;
+  if (status == MP_OK && seal->version == MP_SEAL_VERSION) {
+    f->bytes += file_size < MP_SEAL_NOTE_HEAD ? file_size : MP_SEAL_NOTE_HEAD;
+    f->reads += 1;
+  }
   if (status == MP_ERR_NOT_FOUND)
     return mp_error_prefix(MP_ERR_FORMAT, "preflight reads a library through its seal: ");
   MP_RETURN_IF_ERROR(status);

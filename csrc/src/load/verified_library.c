@@ -20,6 +20,7 @@
 #include "load/blob_index.h"
 #include "load/library.h"
 #include "files/seal.h"
+#include "files/seal_note.h"
 #include "files/signatures.h"
 #include "load/trace.h"
 
@@ -108,49 +109,81 @@ static void plan_windows(int fd, uint64_t file_size, const char* path, mp_verifi
 
 /* ---- reading: hash in file order, copy all but the windows ----------------------------- */
 
+/* What a library's signatures sign: the SHA-256 of |ranges| of the file, in order, with the
+ * note's masked bytes read as zeros (version 2: what the seal covers, payloads included); or of
+ * its first bytes, the sealed file before its signature block (version 1: one range, no note). */
+typedef struct {
+  const mp_file_range_t* ranges;
+  uint64_t count;
+  const mp_seal_note_t* note; /* the masks; NULL for version 1 */
+  const char* context;        /* signed before the SHA-256 */
+} signed_bytes_t;
+
 /* Hash the file's bytes [begin, end) and, with |copy| >= 0, write them at the same offsets of
- * |copy|. */
+ * |copy| (as they are: the masks apply to the hash only). */
 static mp_status_t hash_part(int fd, const char* path, uint64_t begin, uint64_t end, int copy,
-                             mp_sha256_t* hash, uint8_t* buffer) {
+                             const signed_bytes_t* what, mp_sha256_t* hash, uint8_t* buffer) {
   while (begin < end) {
     size_t n = end - begin < CHUNK ? (size_t)(end - begin) : CHUNK;
     if (!mp_file_read_at(fd, buffer, n, begin))
       return mp_errorf(MP_ERR_IO, "cannot read '%s' at byte %" PRIu64 ": %s", path, begin,
                        errno ? strerror(errno) : "the file shrank");
-    MP_RETURN_IF_ERROR(mp_sha256_update(hash, buffer, n));
     if (copy >= 0 && !mp_file_write_at(copy, buffer, n, begin))
       return mp_errorf(errno == ENOSPC || errno == ENOMEM ? MP_ERR_RESOURCE_EXHAUSTED : MP_ERR_IO,
                        "cannot copy '%s' into memory: %s", path, strerror(errno));
+    if (what->note) mp_seal_note_mask(what->note, begin, buffer, n);
+    MP_RETURN_IF_ERROR(mp_sha256_update(hash, buffer, n));
     begin += n;
   }
   return MP_OK;
 }
 
-/* SHA-256 of the file's first |signed_size| bytes, each window hashed through its mapping (made
- * here), the rest read (and copied into |copy| when >= 0). */
-static mp_status_t hash_file(int fd, const char* path, uint64_t signed_size, int copy,
+/* Whether window |w| lies whole in one of the signed ranges, clear of every mask: only such a
+ * window may stay a mapping of the file. */
+static bool window_signed(const mp_verified_window_t* w, const signed_bytes_t* what) {
+  bool inside = false;
+  for (uint64_t i = 0; i < what->count && !inside; ++i)
+    inside = w->offset >= what->ranges[i].begin && w->offset + w->size <= what->ranges[i].end;
+  for (uint64_t i = 0; inside && what->note && i < what->note->mask_count; ++i)
+    inside = what->note->masks[i].end <= w->offset ||
+             what->note->masks[i].begin >= w->offset + w->size;
+  return inside;
+}
+
+/* SHA-256 of the signed bytes, each window hashed through its mapping (made here), the rest
+ * read (and copied into |copy| when >= 0). Windows outside them are dropped (copied). */
+static mp_status_t hash_file(int fd, const char* path, const signed_bytes_t* what, int copy,
                              mp_verified_library_t* v, uint8_t digest[32]) {
+  uint64_t kept = 0;
+  for (uint64_t i = 0; i < v->window_count; ++i)
+    if (window_signed(&v->windows[i], what)) v->windows[kept++] = v->windows[i];
+  v->window_count = kept;
   mp_sha256_t* hash;
   MP_RETURN_IF_ERROR(mp_sha256_begin(&hash));
   uint8_t* buffer = malloc(CHUNK);
   mp_status_t status = buffer ? MP_OK : mp_out_of_memory("reading a library");
-  uint64_t cursor = 0;
-  for (uint64_t i = 0; i < v->window_count && status == MP_OK; ++i) {
-    mp_verified_window_t* w = &v->windows[i];
-    status = hash_part(fd, path, cursor, w->offset, copy, hash, buffer);
-    if (status != MP_OK) break;
-    void* map = mmap(NULL, (size_t)w->size, PROT_READ, MAP_SHARED, fd, (off_t)w->offset);
-    if (map == MAP_FAILED) {
-      status = mp_errorf(MP_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
-      break;
+  uint64_t next = 0; /* the next window */
+  v->hashed = 0;
+  for (uint64_t r = 0; r < what->count && status == MP_OK; ++r) {
+    uint64_t cursor = what->ranges[r].begin, end = what->ranges[r].end;
+    v->hashed += end - cursor;
+    for (; next < v->window_count && v->windows[next].offset < end && status == MP_OK; ++next) {
+      mp_verified_window_t* w = &v->windows[next];
+      status = hash_part(fd, path, cursor, w->offset, copy, what, hash, buffer);
+      if (status != MP_OK) break;
+      void* map = mmap(NULL, (size_t)w->size, PROT_READ, MAP_SHARED, fd, (off_t)w->offset);
+      if (map == MAP_FAILED) {
+        status = mp_errorf(MP_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+        break;
+      }
+      w->mapping = map;
+      (void)madvise(map, (size_t)w->size, MADV_SEQUENTIAL); /* read ahead while hashing, cold */
+      status = mp_sha256_update(hash, map, w->size);
+      (void)madvise(map, (size_t)w->size, MADV_NORMAL);
+      cursor = w->offset + w->size;
     }
-    w->mapping = map;
-    (void)madvise(map, (size_t)w->size, MADV_SEQUENTIAL); /* read ahead while hashing, cold */
-    status = mp_sha256_update(hash, map, w->size);
-    (void)madvise(map, (size_t)w->size, MADV_NORMAL);
-    cursor = w->offset + w->size;
+    if (status == MP_OK) status = hash_part(fd, path, cursor, end, copy, what, hash, buffer);
   }
-  if (status == MP_OK) status = hash_part(fd, path, cursor, signed_size, copy, hash, buffer);
   free(buffer);
   if (status != MP_OK) {
     mp_sha256_abandon(hash);
@@ -159,32 +192,75 @@ static mp_status_t hash_file(int fd, const char* path, uint64_t signed_size, int
   return mp_sha256_finish(hash, digest);
 }
 
-/* The signature block of the file open as |fd|: its records (a new buffer, *out_count of them)
- * and the size of the sealed file before it. */
+/* A library's signatures and what they sign. */
+typedef struct {
+  uint8_t* block;       /* the records, one after another (a new buffer) */
+  uint64_t count;       /* how many */
+  uint64_t signed_size; /* version 1: the sealed file before the block, which follows */
+  bool in_note;         /* version 2: the records are the seal note's filled slots */
+  mp_seal_note_t note;  /* version 2: the note, what the seal covers and its masks */
+  mp_file_range_t whole; /* version 1: [0, signed_size) */
+  signed_bytes_t what;
+} signatures_t;
+
+static void signatures_free(signatures_t* s) {
+  free(s->block);
+  s->block = NULL;
+  if (s->in_note) mp_seal_note_free(&s->note);
+}
+
+/* The signatures of the file open as |fd| (the caller frees *out with signatures_free): a
+ * library sealed by its note keeps them in the note's slots, and they sign what the seal
+ * covers, so that they hold as long as the seal does (through strippers too); any other keeps
+ * them in a block after the seal, and they sign the file before the block. */
 static mp_status_t read_signatures(int fd, uint64_t file_size, const char* path,
-                                   uint64_t* out_signed_size, uint8_t** out_block,
-                                   uint64_t* out_count) {
-  *out_block = NULL;
-  MP_RETURN_IF_ERROR(mp_signatures_locate(fd, file_size, path, out_signed_size, out_count));
-  uint64_t size = file_size - *out_signed_size;
-  *out_block = read_part(fd, *out_signed_size, size);
-  if (!*out_block)
+                                   signatures_t* out) {
+  memset(out, 0, sizeof *out);
+  mp_seal_v1_t seal;
+  uint8_t raw[MP_SEAL_SIZE];
+  uint64_t sealed_size;
+  mp_status_t status = mp_seal_read_fd(fd, file_size, path, &seal, raw, &sealed_size);
+  if (status == MP_OK && seal.version == MP_SEAL_VERSION) {
+    uint8_t head[4096];
+    uint64_t head_size = file_size < sizeof head ? file_size : sizeof head;
+    if (!mp_file_read_at(fd, head, (size_t)head_size, 0)) head_size = 0;
+    MP_RETURN_IF_ERROR(mp_seal_note_read(fd, file_size, path, head, head_size, &out->note));
+    out->in_note = true;
+    out->what = (signed_bytes_t){out->note.ranges, out->note.range_count, &out->note,
+                                 MP_SIGNATURE_CONTEXT_V2};
+    out->block = malloc(sizeof out->note.signatures);
+    if (!out->block) return mp_out_of_memory("reading signatures");
+    static const uint8_t empty[MP_SIGNATURE_SIZE] = {0};
+    for (uint64_t i = 0; i < MP_SEAL_NOTE_SIGNATURES; ++i) {
+      const uint8_t* slot = out->note.signatures + i * MP_SIGNATURE_SIZE;
+      if (memcmp(slot, empty, MP_SIGNATURE_SIZE) != 0)
+        memcpy(out->block + out->count++ * MP_SIGNATURE_SIZE, slot, MP_SIGNATURE_SIZE);
+    }
+    return MP_OK;
+  }
+  if (status != MP_OK && status != MP_ERR_NOT_FOUND) return status; /* damaged */
+  mp_error_clear(); /* no seal, or one of version 1: the block, checked as it always was */
+  MP_RETURN_IF_ERROR(mp_signatures_locate(fd, file_size, path, &out->signed_size, &out->count));
+  out->whole = (mp_file_range_t){0, out->signed_size};
+  out->what = (signed_bytes_t){&out->whole, 1, NULL, MP_SIGNATURE_CONTEXT};
+  out->block = read_part(fd, out->signed_size, file_size - out->signed_size);
+  if (!out->block)
     return mp_errorf(MP_ERR_IO, "cannot read the signatures of '%s': %s", path,
                      errno ? strerror(errno) : "the file shrank");
   return MP_OK;
 }
 
-/* Check the records against the library digest |digest|. */
-static mp_status_t check_records(const uint8_t* block, uint64_t count, const char* path,
+/* Check the records against the digest of what they sign. */
+static mp_status_t check_records(const signatures_t* s, const char* path,
                                  const mp_trusted_key_t* keys, uint64_t num_keys,
                                  const uint8_t digest[32], mp_signature_info_t* infos,
                                  uint64_t capacity, bool* out_trusted) {
-  const size_t context = sizeof MP_SIGNATURE_CONTEXT - 1;
-  uint8_t message[sizeof MP_SIGNATURE_CONTEXT - 1 + 32];
-  memcpy(message, MP_SIGNATURE_CONTEXT, context);
+  size_t context = strlen(s->what.context);
+  uint8_t message[64 + 32];
+  memcpy(message, s->what.context, context);
   memcpy(message + context, digest, 32);
-  return mp_signatures_check(block, count, path, keys, num_keys, message, sizeof message, infos,
-                             capacity, out_trusted);
+  return mp_signatures_check(s->block, s->count, path, keys, num_keys, message, context + 32,
+                             infos, capacity, out_trusted);
 }
 
 /* ---- the public face ------------------------------------------------------------------ */
@@ -203,9 +279,9 @@ mp_status_t mp_verified_library_make(const char* path, const mp_trusted_key_t* k
   int fd;
   mp_file_id_t id;
   MP_RETURN_IF_ERROR(mp_file_open(path, &fd, &id));
-  uint64_t signed_size, count;
-  uint8_t* block = NULL;
-  mp_status_t status = read_signatures(fd, id.size, path, &signed_size, &block, &count);
+  signatures_t sigs;
+  mp_status_t status = read_signatures(fd, id.size, path, &sigs);
+  uint64_t count = sigs.count;
   if (status == MP_OK && count == 0)
     status = mp_signatures_require_trusted(NULL, 0, 0, false, path);
   int copy = -1;
@@ -214,21 +290,24 @@ mp_status_t mp_verified_library_make(const char* path, const mp_trusted_key_t* k
   if (status == MP_OK && ftruncate(copy, (off_t)id.size) != 0)
     status = mp_errorf(MP_ERR_RESOURCE_EXHAUSTED, "cannot copy '%s' into memory: %s", path,
                        strerror(errno));
-  if (status == MP_OK && !private_copy) plan_windows(fd, signed_size, path, out);
+  if (status == MP_OK && !private_copy)
+    plan_windows(fd, sigs.in_note ? id.size : sigs.signed_size, path, out);
   uint8_t digest[32];
   double clock = mp_trace_now_ms();
-  if (status == MP_OK) status = hash_file(fd, path, signed_size, copy, out, digest);
-  out->hashed = signed_size;
+  /* Version 2: only what is signed goes into the copy (the rest, which nothing loads, stays
+   * zeros); version 1: all of it, the block after the signed bytes. */
+  if (status == MP_OK) status = hash_file(fd, path, &sigs.what, copy, out, digest);
   out->hash_ms = mp_trace_now_ms() - clock;
-  if (status == MP_OK && !mp_file_write_at(copy, block, id.size - signed_size, signed_size))
+  if (status == MP_OK && !sigs.in_note &&
+      !mp_file_write_at(copy, sigs.block, id.size - sigs.signed_size, sigs.signed_size))
     status = mp_errorf(MP_ERR_IO, "cannot copy '%s' into memory: %s", path, strerror(errno));
   mp_signature_info_t infos[8];
   bool trusted = false;
   if (status == MP_OK)
-    status = check_records(block, count, path, keys, num_keys, digest, infos, 8, &trusted);
+    status = check_records(&sigs, path, keys, num_keys, digest, infos, 8, &trusted);
   if (status == MP_OK)
     status = mp_signatures_require_trusted(infos, count, count < 8 ? count : 8, trusted, path);
-  free(block);
+  signatures_free(&sigs);
   close(fd);
   if (status == MP_OK) {
     /* Sealed only now: a memfd cannot be sealed against writes while written. */
@@ -267,28 +346,28 @@ mp_status_t mp_verified_library_check(const char* path, const mp_trusted_key_t* 
   int fd;
   mp_file_id_t id;
   MP_RETURN_IF_ERROR(mp_file_open(path, &fd, &id));
-  uint64_t signed_size, count;
-  uint8_t* block = NULL;
-  mp_status_t status = read_signatures(fd, id.size, path, &signed_size, &block, &count);
+  signatures_t sigs;
+  mp_status_t status = read_signatures(fd, id.size, path, &sigs);
+  uint64_t count = sigs.count;
   mp_signature_info_t* infos = status == MP_OK ? calloc(count ? count : 1, sizeof *infos) : NULL;
   if (status == MP_OK && !infos) status = mp_out_of_memory("reading signatures");
   bool trusted = false;
   if (status == MP_OK && count > 0) /* who signed: listing signers costs no hashing */
-    status = mp_signatures_check(block, count, path, keys, num_keys, NULL, 0, infos, count,
+    status = mp_signatures_check(sigs.block, count, path, keys, num_keys, NULL, 0, infos, count,
                                  &trusted);
   bool any_trusted = false;
   for (uint64_t i = 0; status == MP_OK && i < count; ++i) any_trusted |= infos[i].trusted != 0;
   if (status == MP_OK && any_trusted) {
     mp_verified_library_t none = {.fd = -1};
     uint8_t digest[32];
-    status = hash_file(fd, path, signed_size, -1, &none, digest);
+    status = hash_file(fd, path, &sigs.what, -1, &none, digest);
     if (status == MP_OK)
-      status = check_records(block, count, path, keys, num_keys, digest, infos, count, &trusted);
+      status = check_records(&sigs, path, keys, num_keys, digest, infos, count, &trusted);
   }
   for (uint64_t i = 0; status == MP_OK && out_infos && i < count && i < capacity; ++i)
     out_infos[i] = infos[i];
   free(infos);
-  free(block);
+  signatures_free(&sigs);
   close(fd);
   if (status == MP_OK) *out_count = count;
   return status;

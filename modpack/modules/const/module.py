@@ -150,13 +150,13 @@ def _digest(array: np.ndarray) -> int:
     """XXH3-64 of a C-contiguous array's bytes: straight from its buffer when numpy exports
     one (every dtype but the ml_dtypes ones), else through a byte view."""
     try:
-        return xxhash.xxh3_64_intdigest(array)
+        return xxhash.xxh3_64_intdigest(array.data)
     except (TypeError, ValueError, BufferError):
         return xxhash.xxh3_64_intdigest(_bytes_of(array))
 
 
 def _bytes_of(array: np.ndarray) -> memoryview:
-    return memoryview(array.reshape(-1).view(np.uint8))
+    return array.reshape(-1).view(np.uint8).data
 
 
 def const_module(arrays: Mapping[str, Any]) -> ConstModule:

@@ -16,7 +16,7 @@ DEFAULT_TARGETS = ("sm_80", "sm_90", "compute_75")
 ARCH = re.compile(r"^(?P<kind>sm|compute)_(?P<number>\d{2,3})(?P<suffix>[af]?)$")
 
 
-def check_arch(name: str, what: str) -> re.Match:
+def check_arch(name: str, what: str) -> re.Match[str]:
     m = ARCH.match(name) if isinstance(name, str) else None
     if m is None or int(m["number"]) < 10:
         raise ArgumentError(

@@ -37,7 +37,7 @@ def cubin_arch(data: bytes) -> int:
     if machine != _EM_CUDA:
         raise ArgumentError(f"ELF file for machine {machine}, not a CUDA cubin (EM_CUDA = 190)")
     (flags,) = struct.unpack_from("<I", data, 48)
-    return (flags >> 8) & 0xFF if data[8] >= 8 else flags & 0xFF
+    return int((flags >> 8) & 0xFF if data[8] >= 8 else flags & 0xFF)
 
 
 def fatbin_arches(data: bytes) -> list[str]:

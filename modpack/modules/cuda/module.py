@@ -135,7 +135,7 @@ class CUDAModule(DeviceModule):
 
 
 def cuda_module(
-    source: str | os.PathLike | None = None,
+    source: str | os.PathLike[str] | None = None,
     targets: Sequence[str] | None = None,
     functions: Mapping[str, Any] | Iterable[KernelInfo] | None = None,
     compiler: str = "nvrtc",
@@ -166,8 +166,9 @@ def cuda_module(
     keyed ``"ptx"`` or its ``compute_XY`` (from its ``.target``), fatbins under any key (their
     architectures are read from the container).
 
-    functions : per-kernel argument specs, ``{"vadd": ["float32*", "float32*", "float32*",
-        "int32"]}`` (``"void*"`` for an untyped pointer), optionally with launch tags:
+    functions : per-kernel argument specs,
+        ``{"vadd": ["float32*", "float32*", "float32*", "int32"]}`` (``"void*"`` for an
+        untyped pointer), optionally with launch tags:
         ``{"k": {"args": [...], "launch": [*LAUNCH_TAGS, "dyn_shared_memory"]}}``. When
         omitted, records come from the ``__global__`` signatures of the source (checked
         against the compiled PTX), or, for binaries, from a PTX variant's ``.entry``

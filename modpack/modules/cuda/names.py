@@ -114,7 +114,9 @@ def _compact(text: str) -> str:
 
 def _split_top_level(text: str) -> list[str]:
     """|text| split at the commas outside <>, () and []."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "<([":
             depth += 1

@@ -36,7 +36,7 @@ def parse_cuda_signatures(source: str) -> list[KernelInfo]:
     """Records from the ``__global__`` kernels in CUDA C++ |source| (template kernels are
     skipped: they have no single signature)."""
     code = re.sub(r"/\*.*?\*/|//[^\n]*", " ", source, flags=re.S)
-    infos = []
+    infos: list[KernelInfo] = []
     for m in _GLOBAL.finditer(code):
         before = code[:m.start()]
         cut = max(before.rfind(";"), before.rfind("}"), before.rfind("{"))

@@ -43,7 +43,9 @@ def from_triton(kernels: Any, *, name: str | None = None, ptx: bool = True) -> C
         kernels), or a mapping from the name to call a kernel by to one compiled kernel or
         several (one per target) — needed when two kernels share a Triton name, such as
         one ``@triton.jit`` function compiled with two ``BLOCK`` values.
+
     name : the module's name (kernels are then also found as ``"name/kernel"``).
+
     ptx : also carry each kernel's PTX, which the driver compiles for GPUs newer than the
         cubins' targets (not for architecture-specific targets such as sm_90a, whose PTX
         runs on that architecture only).

@@ -274,7 +274,7 @@ def _declared_types(items: list[str]) -> set[str]:
 def _unknown_type(item: str, known: set[str]) -> str | None:
     """The first word |item| uses as a type (before a declarator: another word or '*') that is
     neither C's nor declared (|known|), or None."""
-    tokens = re.findall(r"[A-Za-z_]\w*|\S", item)
+    tokens: list[str] = re.findall(r"[A-Za-z_]\w*|\S", item)
     for i, token in enumerate(tokens[:-1]):
         if (_WORD.fullmatch(token) and token not in _C_WORDS and token not in known
                 and (i == 0 or tokens[i - 1] not in _TAGS)
@@ -301,7 +301,7 @@ def _unreadable(exc: ParseError, items: list[str], kernels: dict[str, list[str]]
         m = re.search(r"(\w+)\s*\(", item) if "(" in item else None
         params = kernels.get(m[1], []) if m else []
         param = next((p for p in params if unknown in _WORD.findall(p)), None)
-        if param is not None:
+        if param is not None and m is not None:
             instead = (f"or declare the kernel's arguments with functions= instead: "
                        f"functions={{{m[1]!r}: [...]}}, {_SPECS_HINT}")
             return (f"kernel {m[1]}: parameter {param!r} has type {unknown}, which the OpenCL "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import NoteSection
 
 from ...errors import ArgumentError
 from ...extras import import_extra
@@ -66,7 +67,7 @@ def read_code_object(data: bytes, where: str) -> CodeObject:
         elf = ELFFile(io.BytesIO(data))
         machine = elf.header["e_machine"]
         abi_version = elf.header["e_ident"]["EI_ABIVERSION"]
-        notes = [note for section in elf.iter_sections() if section["sh_type"] == "SHT_NOTE"
+        notes = [note for section in elf.iter_sections() if isinstance(section, NoteSection)
                  for note in section.iter_notes()]
     except Exception as exc:  # pyelftools raises its own errors for damaged files
         raise ArgumentError(f"{where} is not a readable ELF file: {exc}") from None
@@ -77,7 +78,7 @@ def read_code_object(data: bytes, where: str) -> CodeObject:
         raise ArgumentError(f"{where} is code object version {abi_version + 2}; modpack reads "
                             "version 4 and later: rebuild with -mcode-object-version=4 (or 5)")
     blobs = [note.get("n_descdata", note["n_desc"]) for note in notes
-             if note["n_name"] == "AMDGPU" and note["n_type"] == _NT_AMDGPU_METADATA]
+             if note["n_name"] == "AMDGPU" and _note_type(note) == _NT_AMDGPU_METADATA]
     if not blobs or not isinstance(blobs[0], (bytes, bytearray)):
         raise ArgumentError(f"{where} has no NT_AMDGPU_METADATA note (its kernels' arguments)")
     try:
@@ -92,6 +93,13 @@ def read_code_object(data: bytes, where: str) -> CodeObject:
                             f"({target!r}); is it an amdgcn-amd-amdhsa code object?")
     kernels = tuple(_kernel(k, where) for k in meta.get("amdhsa.kernels", ()))
     return CodeObject(target[len(_TARGET_PREFIX):], bytes(data), kernels)
+
+
+def _note_type(note: Any) -> int | str:
+    """A note's type: pyelftools names the types it knows, and gives the others (the vendor
+    notes, NT_AMDGPU_METADATA among them) as numbers."""
+    n_type: int | str = note["n_type"]
+    return n_type
 
 
 def _kernel(entry: Any, where: str) -> KernelMetadata:

@@ -124,12 +124,13 @@ class ROCmModule(DeviceModule):
 
 def _arg_size(arg: KernelArg) -> int:
     if arg.kind == SCALAR:
+        assert arg.dtype is not None  # a scalar's record always has its dtype
         return arg.dtype.itemsize * arg.lanes
     return 8
 
 
 def rocm_module(
-    source: str | os.PathLike | None = None,
+    source: str | os.PathLike[str] | None = None,
     targets: Sequence[str] | None = None,
     functions: Mapping[str, Any] | Iterable[KernelInfo] | None = None,
     *,

@@ -119,6 +119,7 @@ def vulkan_module(shaders: str | bytes | Mapping[str, str | bytes], name: str | 
     shaders : ``{kernel name: shader}`` — each shader's compute entry point (the one named like
         the kernel when it has several) becomes that kernel — or one shader, whose every compute
         entry point becomes a kernel named like it (``"main"`` for GLSL), in name order.
+
     name : the module's name; its kernels are then also found as ``"name/kernel"``.
 
     Each kernel's record comes from the SPIR-V by reflection: its storage buffers in (set,

@@ -97,9 +97,10 @@ def _run_reflect(spirv: bytes, entry: str | None, what: str) -> dict[str, Any]:
         raise CompileError(f"{what}: spirv-cross --reflect cannot read the SPIR-V:\n"
                            f"{(proc.stdout + proc.stderr).strip()}")
     try:
-        return json.loads(proc.stdout)
+        reflection: dict[str, Any] = json.loads(proc.stdout)
     except ValueError:
         raise CompileError(f"{what}: spirv-cross --reflect printed no JSON") from None
+    return reflection
 
 
 def _scalar(type_name: str, where: str) -> str:
@@ -159,8 +160,8 @@ def _entry_point(info: dict[str, Any], name: str, where: str) -> EntryPoint:
             scalars.append(Scalar(member["name"], member["offset"], dtype))
             size = max(size, member["offset"] + _itemsize(dtype))
     size = (size + 3) // 4 * 4
-    workgroup = tuple(int(v) for v in entry.get("workgroup_size", [1, 1, 1]))
-    return EntryPoint(name, workgroup, tuple(buffers),  # type: ignore[arg-type]
+    x, y, z = (int(v) for v in entry.get("workgroup_size", [1, 1, 1]))
+    return EntryPoint(name, (x, y, z), tuple(buffers),
                       tuple(sorted(scalars, key=lambda s: s.offset)), size)
 
 
