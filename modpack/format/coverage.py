@@ -3,11 +3,13 @@
 
 The seal covers what the dynamic loader reads and maps, and nothing a stripper rewrites: the ELF
 header, the program header table and the file bytes of every ``PT_LOAD`` segment, as one set of
-file offsets taken in increasing order, each byte once. Read as zeros (*masked*): the fields no
-loader reads and strippers rewrite (``e_shoff``, ``e_shentsize``, ``e_shnum``, ``e_shstrndx``;
-every ``p_paddr``; the ``p_offset`` of every segment but ``PT_LOAD``), and in the seal note its
-digest and its signature slots. The payloads are left out of the seal's digest (their own
-checksums cover them) and hashed by a signature's.
+file offsets taken in increasing order, each byte once. Read as zeros (*masked*): the fields
+that decide nothing the loader maps and that tools rewriting a file may change (``e_shoff``,
+``e_shentsize``, ``e_shnum``, ``e_shstrndx``; every ``p_paddr``; the ``p_offset`` of every
+segment but ``PT_LOAD``, which loaders find through ``p_vaddr``: glibc reads a ``PT_NOTE``'s
+only to look for an ABI-tag note, which can make ``dlopen`` refuse a library, never map other
+bytes), and in the seal note its digest and its signature slots. The payloads are left out of
+the seal's digest (their own checksums cover them) and hashed by a signature's.
 
 The seal note is found the way the reader finds it: through each ``PT_NOTE`` program header's
 address, in the ``PT_LOAD`` segment that maps it, the first 4-byte-aligned note header of owner

@@ -99,9 +99,11 @@ typedef struct {
  *   dynamic loader reads and maps: the ELF header, the program header table and the file bytes
  *   of every PT_LOAD segment (code, data, dynamic section, symbol, string and hash tables,
  *   relocations, the blob's index), in file order, each byte once, except the payloads, with
- *   the fields no loader reads (e_shoff, e_shentsize, e_shnum, e_shstrndx; every p_paddr; the
- *   p_offset of segments other than PT_LOAD), the digest itself and the signature slots read
- *   as zeros. What strippers rewrite (section headers, .symtab, .strtab, debug sections) lies
+ *   the fields that decide nothing the loader maps (e_shoff, e_shentsize, e_shnum, e_shstrndx;
+ *   every p_paddr; the p_offset of segments other than PT_LOAD, which loaders find through
+ *   p_vaddr, but for glibc's look for an ABI-tag note through a PT_NOTE's p_offset, which can
+ *   only make dlopen refuse the library), the digest itself and the signature slots read as
+ *   zeros. What strippers rewrite (section headers, .symtab, .strtab, debug sections) lies
  *   outside it, so a stripped library keeps its seal.
  * - Version 1, the trailer below as the file's last MP_SEAL_SIZE bytes, its digest over every
  *   byte of the file but the payloads: what earlier modpacks wrote for libraries, and what
@@ -132,7 +134,8 @@ typedef struct {
   uint64_t blob_size;       /* the blob's size (its header's blob_size) */
   uint64_t payloads_offset; /* the bytes the digest leaves to the payload checksums */
   uint64_t payloads_size;
-  uint64_t digest_low; /* XXH3-128 of the rest of the file (see above), low 64 bits */
+  uint64_t digest_low; /* XXH3-128 of the rest of the file (see above), low 64 bits; in
+                        * a version 2 library's trailer, the note's digest */
   uint64_t digest_high;
   uint32_t version; /* 1, or 2 in the trailer of a library sealed by its note */
   uint32_t flags;   /* reserved, 0 */

@@ -7,12 +7,14 @@ tests/test_golden.py checks that the reader keeps reading it; regenerating it wi
 writer would hide exactly the incompatibility that test exists to catch.
 
     python tests/data/golden_v1/make_golden.py tests/data/golden_vN   # a new, empty folder
+    python tests/data/golden_v1/make_golden.py --no-tar tests/data/golden_vN
 
 It writes, into that folder:
 
 - ``deploy.so``: host C code (``add_int``, ``vadd``) importing a diamond of ``const``
   modules: the host imports A and B, and both import one shared module S;
-- ``deploy.tar``: the same tree exported as a ``.tar`` (since the seal);
+- ``deploy.tar``: the same tree exported as a ``.tar`` (since the seal), unless ``--no-tar``
+  (for a new library seal whose ``.tar`` form is unchanged: golden_v2_sealed);
 - ``devc.bin``: the blob of that export (the bytes of ``__dev_mblob``, read from the library);
 - ``expected.json``: the tree in index order (type keys, ``row_ptr``, ``child_indices``) and
   every array's name, dtype, shape and values.
@@ -115,10 +117,12 @@ def dump_json(value: object, indent: str = "") -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    tar = "--no-tar" not in argv[1:]
+    args = [a for a in argv[1:] if a != "--no-tar"]
+    if len(args) != 1 or args[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2
-    out = Path(argv[1])
+    out = Path(args[0])
     names = ("deploy.so", "deploy.tar", "devc.bin", "expected.json")
     if any((out / n).exists() for n in names):
         print(f"{out} already holds a golden file; golden files are never regenerated",
@@ -127,7 +131,8 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     host, labels = build()
     library = host.export_library(out / "deploy.so")
-    host.export_library(out / "deploy.tar")
+    if tar:
+        host.export_library(out / "deploy.tar")
     placement = find_blob(library, ALIGNMENT)
     with open(library, "rb") as f:
         f.seek(placement.offset)
@@ -135,7 +140,8 @@ def main(argv: list[str]) -> int:
     (out / "devc.bin").write_bytes(blob)
     expected = describe(host, labels, blob)
     (out / "expected.json").write_text(dump_json(expected) + "\n")
-    print(f"wrote {', '.join(names)} to {out}")
+    written = [n for n in names if tar or n != "deploy.tar"]
+    print(f"wrote {', '.join(written)} to {out}")
     return 0
 
 
