@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xxhash
+from blobtools import covered
 from conftest import VADD_C, consts, run_python
 
 import modpack
@@ -221,14 +222,36 @@ def test_corrupt_index(diamond_so):
     assert_clean_failure(run_cli("inspect", str(path), "--json"), "index checksum mismatch")
 
 
-@pytest.mark.parametrize("keep", [0.5, 0.99])
-def test_truncated(diamond_so, keep):
+@pytest.mark.parametrize("cut", ["half", "last loaded byte"])
+def test_truncated(diamond_so, cut):
+    """A cut into what the loader maps (what the seal covers) is refused as truncated: half the
+    file, or only its last covered byte."""
     _, path = diamond_so
     data = path.read_bytes()
-    path.write_bytes(data[: int(len(data) * keep)])
+    last = int(np.flatnonzero(covered(path))[-1])
+    keep = len(data) // 2 if cut == "half" else last
+    assert keep <= last  # the cut takes bytes the loader reads
+    path.write_bytes(data[:keep])
     with pytest.raises(modpack.FormatError, match="truncated"):
         inspect_library(path)
     assert_clean_failure(run_cli("inspect", str(path)), "truncated")
+
+
+def test_a_cut_after_the_loaded_part_inspects(diamond_so):
+    """The file's last 1 % (section headers, the trailer; more if need be, never a byte the
+    seal covers) is what no loader reads: the library still loads (version 2 seal,
+    tests/test_bad_input.py), so inspect reads it as the loader does, in full."""
+    _, path = diamond_so
+    whole = inspect_library(path)
+    data = path.read_bytes()
+    keep = max(int(len(data) * 0.99), int(np.flatnonzero(covered(path))[-1]) + 1)
+    assert keep < len(data)
+    path.write_bytes(data[:keep])
+    report = inspect_library(path)
+    assert report["loads"] == {"ok": True, "stage": None, "message": None}
+    assert report["modules"] == whole["modules"] and report["functions"] == whole["functions"]
+    assert report["blob"]["file_offset"] == whole["blob"]["file_offset"]
+    assert run_cli("inspect", str(path)).returncode == 0
 
 
 @pytest.mark.parametrize("content", [b"", b"\x7fEL", b"hello, not a library\n" * 10,

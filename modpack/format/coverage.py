@@ -19,6 +19,7 @@ address, in the ``PT_LOAD`` segment that maps it, the first 4-byte-aligned note 
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Any, BinaryIO
 
 import xxhash
 
+from ..errors import FormatError
 from ..runtime.binding import ffi, lib
 from .layout import check_struct
 
@@ -188,13 +190,20 @@ def covered_bytes(f: BinaryIO, coverage: Coverage,
                 f.seek(b)
                 chunk = bytearray(f.read(min(_CHUNK, e - b)))
                 if not chunk:
-                    raise EOFError(f"the file ends at byte {b}, inside a loaded segment")
+                    raise FormatError(
+                        f"{_name(f)} is truncated: it ends at byte {b}, inside a loaded segment "
+                        f"that runs to byte {end}; copy or export it again")
                 for at, size in coverage.masks:
                     lo, hi = max(at, b), min(at + size, b + len(chunk))
                     if lo < hi:
                         chunk[lo - b:hi - b] = bytes(hi - lo)
                 yield bytes(chunk)
                 b += len(chunk)
+
+
+def _name(f: BinaryIO) -> str:
+    name = getattr(f, "name", None)
+    return os.fsdecode(name) if isinstance(name, (str, bytes)) else "the library"
 
 
 def seal_digest(f: BinaryIO, coverage: Coverage, payloads: tuple[int, int]) -> int:

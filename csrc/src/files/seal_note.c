@@ -246,6 +246,15 @@ mp_status_t mp_seal_note_read(int fd, uint64_t file_size, const char* path, cons
   uint64_t phoff = mp_load_le64(ehdr + offsetof(Elf64_Ehdr, e_phoff));
   uint64_t phentsize = mp_load_le16(ehdr + offsetof(Elf64_Ehdr, e_phentsize));
   uint64_t count = mp_load_le16(ehdr + offsetof(Elf64_Ehdr, e_phnum));
+  /* A relocatable object (a .tar's member, a system library) has no program headers, through
+   * which alone a seal note is found: it is not sealed by a note (a .tar's seal is its
+   * MODPACK-SEAL member; a system library carries none), as before version 2. A library whose
+   * e_type or e_phnum were damaged so is refused by its trailer's version (or as unsealed). */
+  if (mp_load_le16(ehdr + offsetof(Elf64_Ehdr, e_type)) == ET_REL || count == 0)
+    return mp_errorf(MP_ERR_NOT_FOUND,
+                     "'%s' has no program headers (a relocatable object, not a shared library), "
+                     "so no seal note",
+                     path);
   if (phentsize != PHDR_SIZE || count == 0 || count == PN_XNUM ||
       !mp_in_bounds(phoff, count * PHDR_SIZE, file_size))
     return mp_errorf(MP_ERR_FORMAT,
