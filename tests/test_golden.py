@@ -233,6 +233,39 @@ def test_a_changed_byte_in_the_v2_golden(tmp_path, at, refused):
         assert check_seal(tmp_path / "changed.so").version == 2
 
 
+NEWER = "has a version 3 seal; this runtime reads seal versions 1 to 2: upgrade modpack"
+
+
+@needs_x86_64
+@pytest.mark.parametrize("how", ["note says 3", "a later note, trailer says 3",
+                                 "a later note, stripped", "trailer says 3, no note"])
+def test_a_seal_newer_than_this_runtime_is_refused_as_incompatible(tmp_path, how):
+    """A library with a seal newer than version 2 (its note's version, a note of modpack's seal
+    type this reader does not know, or a trailer saying so in a file without a note it knows)
+    is refused as incompatible, naming the newest version this runtime reads and saying to
+    upgrade modpack, before anything of it is mapped."""
+    if how == "trailer says 3, no note":
+        data = bytearray((SEALED / "deploy.so").read_bytes())  # a version 1 trailer
+    else:
+        data = bytearray((SEALED_V2 / "deploy.so").read_bytes())
+        d = find_seal_note(data)
+        if how == "note says 3":
+            struct.pack_into("<I", data, d, 3)
+        else:  # a descriptor of another size, as a later version may write
+            struct.pack_into("<II", data, d - 20 + 4, 600, 1)
+            struct.pack_into("<I", data, d, 3)
+    if how != "a later note, stripped":
+        struct.pack_into("<I", data, len(data) - 80 + 64, 3)  # the trailer's version
+    else:
+        del data[-80:]
+    path = tmp_path / "newer.so"
+    path.write_bytes(bytes(data))
+    with pytest.raises(modpack.IncompatibleError, match=NEWER):
+        check_seal(path)
+    with pytest.raises(modpack.IncompatibleError, match=NEWER):
+        modpack.load_module(path)
+
+
 def check_tree(root: modpack.Module) -> None:
     """|root| is the recorded tree, with its arrays and host functions."""
     assert root.type_key == "library"

@@ -15,12 +15,18 @@
 #define PT_GNU_PROPERTY 0x6474e553
 #endif
 
-/* Said of every refusal: where such program headers come from, and what to do. */
-#define MP_SEGMENTS_ADVICE                                                                   \
+/* Said of every refusal: where such program headers come from, and what to do. A library
+ * with a version 1 seal (or none) was most likely stripped: GNU strip moved the program headers
+ * of such libraries into overlapping segments. Strippers keep a version 2 library's program
+ * headers, so there they are damage. */
+#define MP_SEGMENTS_ADVICE_V1                                                                  \
   "its program headers are damaged. It was most likely stripped after export: strip, objcopy " \
   "and packagers' strip steps move the program headers of libraries with a version 1 seal, "   \
   "which modpacks before the version 2 seal exported, this way. Export it again with this "    \
   "modpack, whose libraries strippers keep intact (docs/format.md), or ship it unstripped"
+#define MP_SEGMENTS_ADVICE_V2                                                                  \
+  "its program headers are damaged (it has a version 2 seal, whose libraries strippers leave " \
+  "intact, so the copy is damaged or a tool rewrote it); copy or export it again"
 
 static bool is_power_of_two(uint64_t x) { return (x & (x - 1)) == 0; }
 
@@ -53,7 +59,8 @@ static const char* segment_name(uint32_t type) {
 }
 
 mp_status_t mp_elf_segments_check(const ElfW(Phdr) * phdrs, uint64_t count, uint64_t file_size,
-                                  const char* path) {
+                                  const char* path, bool sealed_v2) {
+  const char* advice = sealed_v2 ? MP_SEGMENTS_ADVICE_V2 : MP_SEGMENTS_ADVICE_V1;
   uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
   uint64_t previous_end = 0; /* the page after the previous PT_LOAD's memory */
   uint64_t previous = 0;
@@ -72,17 +79,18 @@ mp_status_t mp_elf_segments_check(const ElfW(Phdr) * phdrs, uint64_t count, uint
       return mp_errorf(MP_ERR_FORMAT,
                        "'%s': loadable segment %" PRIu64 " is malformed (offset %#" PRIx64
                        ", address %#" PRIx64 ", %" PRIu64 " bytes in the file, %" PRIu64
-                       " in memory, alignment %#" PRIx64 "): " MP_SEGMENTS_ADVICE,
+                       " in memory, alignment %#" PRIx64 "): %s",
                        path, i, (uint64_t)p->p_offset, (uint64_t)p->p_vaddr,
-                       (uint64_t)p->p_filesz, (uint64_t)p->p_memsz, (uint64_t)p->p_align);
+                       (uint64_t)p->p_filesz, (uint64_t)p->p_memsz, (uint64_t)p->p_align, advice);
     if (p->p_memsz == 0) continue;
     uint64_t start = p->p_vaddr / page * page;
     if (any && start < previous_end)
       return mp_errorf(MP_ERR_FORMAT,
                        "'%s': loadable segments %" PRIu64 " and %" PRIu64
                        " overlap in memory or are out of order (%#" PRIx64 " after %#" PRIx64
-                       "): " MP_SEGMENTS_ADVICE,
-                       path, previous, i, (uint64_t)p->p_vaddr, (uint64_t)phdrs[previous].p_vaddr);
+                       "): %s",
+                       path, previous, i, (uint64_t)p->p_vaddr, (uint64_t)phdrs[previous].p_vaddr,
+                       advice);
     previous_end = (p->p_vaddr + p->p_memsz + page - 1) / page * page;
     previous = i;
     any = true;
@@ -96,8 +104,8 @@ mp_status_t mp_elf_segments_check(const ElfW(Phdr) * phdrs, uint64_t count, uint
     if (read_in_memory && size > 0 && !in_a_load(phdrs, count, p->p_vaddr, size))
       return mp_errorf(MP_ERR_FORMAT,
                        "'%s': segment %" PRIu64 " (%s, %" PRIu64 " bytes at %#" PRIx64
-                       ") lies outside every loadable segment: " MP_SEGMENTS_ADVICE,
-                       path, i, segment_name(p->p_type), size, (uint64_t)p->p_vaddr);
+                       ") lies outside every loadable segment: %s",
+                       path, i, segment_name(p->p_type), size, (uint64_t)p->p_vaddr, advice);
   }
   return MP_OK;
 }

@@ -6,6 +6,7 @@
 #define MODPACK_FILES_ELF_SEGMENTS_H_
 
 #include <link.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "modpack/modpack.h"
@@ -15,8 +16,10 @@
  * than it maps, its alignment a power of two that its offset and address agree on, the PT_LOADs
  * in increasing address order without sharing a page, and the segments the loader reads in
  * memory (PT_PHDR, PT_DYNAMIC, PT_TLS, PT_NOTE, PT_GNU_EH_FRAME, PT_GNU_PROPERTY) inside a
- * PT_LOAD. Otherwise MP_ERR_FORMAT, saying which segments disagree. */
+ * PT_LOAD. Otherwise MP_ERR_FORMAT, saying which segments disagree and, by |sealed_v2| (the file
+ * carries a version 2 seal note), what that most likely means: damage (version 2), or a stripper
+ * that rewrote a library with a version 1 seal or none. */
 mp_status_t mp_elf_segments_check(const ElfW(Phdr) * phdrs, uint64_t count, uint64_t file_size,
-                                  const char* path);
+                                  const char* path, bool sealed_v2);
 
 #endif /* MODPACK_FILES_ELF_SEGMENTS_H_ */

@@ -61,12 +61,10 @@ static mp_seal_v1_t decode(const uint8_t* p) {
   return s;
 }
 
-/* The fields agree with the file and with each other. */
+/* The fields of a version 1 trailer agree with the file and with each other. (A trailer of a
+ * later version never comes here: read_trailer sends it to the note, and note_missing refuses
+ * one newer than this runtime.) */
 static mp_status_t check_fields(const mp_seal_v1_t* s, uint64_t file_size, const char* path) {
-  if (s->version > MP_SEAL_VERSION)
-    return mp_errorf(MP_ERR_INCOMPATIBLE,
-                     "'%s' has a version %u seal; this runtime reads version %d: upgrade modpack",
-                     path, s->version, MP_SEAL_VERSION);
   if (s->version == 0 || s->flags != 0)
     return mp_errorf(MP_ERR_FORMAT, "'%s' is damaged: its seal has version %u and flags %u", path,
                      s->version, s->flags);
@@ -92,14 +90,11 @@ static mp_status_t check_fields(const mp_seal_v1_t* s, uint64_t file_size, const
   return MP_OK;
 }
 
-/* A trailer that says the seal is a note, in a file where none was found. */
+/* A trailer that says the seal is a note, in a file where none was found: a seal newer than
+ * this runtime (whose note it does not know), or a damaged version 2 library. */
 static mp_status_t note_missing(const uint8_t* raw, const char* path) {
   uint32_t version = mp_load_le32(raw + offsetof(mp_seal_v1_t, version));
-  if (version > MP_SEAL_VERSION)
-    return mp_errorf(MP_ERR_INCOMPATIBLE,
-                     "'%s' has a version %u seal; this runtime reads versions 1 to %d: upgrade "
-                     "modpack",
-                     path, version, MP_SEAL_VERSION);
+  if (version > MP_SEAL_VERSION) return mp_seal_refuse_newer(path, version);
   char why[256];
   snprintf(why, sizeof why, "%s", mp_error_message());
   return mp_errorf(MP_ERR_FORMAT,

@@ -64,11 +64,21 @@ static void note_header(uint8_t out[NOTE_HEADER_SIZE]) {
   memcpy(out + 12, MP_SEAL_NOTE_NAME, 8); /* with its NUL */
 }
 
+mp_status_t mp_seal_refuse_newer(const char* path, uint32_t version) {
+  return mp_errorf(MP_ERR_INCOMPATIBLE,
+                   "'%s' has a version %u seal; this runtime reads seal versions 1 to %d: "
+                   "upgrade modpack to load it",
+                   path, version, MP_SEAL_VERSION);
+}
+
 /* The file offset of the seal note's descriptor: the first 4-byte-aligned seal note header in a
- * PT_NOTE segment, read where a PT_LOAD maps it (as the loader sees it), or 0 (none). */
+ * PT_NOTE segment, read where a PT_LOAD maps it (as the loader sees it), or 0 (none). A note of
+ * modpack's seal type whose descriptor has another size and says a version above this
+ * runtime's (a later seal's note) is refused as newer when no seal note is found. */
 static mp_status_t find_note(int fd, const char* path, const uint8_t* head, uint64_t head_size,
                              const ElfW(Phdr) * phdrs, uint64_t count, uint64_t* out) {
   *out = 0;
+  uint32_t newer = 0;
   uint8_t want[NOTE_HEADER_SIZE];
   note_header(want);
   for (uint64_t i = 0; i < count && *out == 0; ++i) {
@@ -93,14 +103,34 @@ static mp_status_t find_note(int fd, const char* path, const uint8_t* head, uint
       free(notes);
       return unreadable(path, offset);
     }
-    for (uint64_t at = 0; at + NOTE_HEADER_SIZE + MP_SEAL_NOTE_DESC_SIZE <= n->p_filesz; at += 4)
-      if (memcmp(notes + at, want, NOTE_HEADER_SIZE) == 0) {
+    for (uint64_t at = 0; at + NOTE_HEADER_SIZE + 4 <= n->p_filesz; at += 4) {
+      if (memcmp(notes + at, want, 4) != 0 || memcmp(notes + at + 8, want + 8, 12) != 0)
+        continue; /* not modpack's seal note, whatever its descriptor's size */
+      if (memcmp(notes + at + 4, want + 4, 4) == 0) {
+        if (at + NOTE_HEADER_SIZE + MP_SEAL_NOTE_DESC_SIZE > n->p_filesz) continue;
         *out = offset + at + NOTE_HEADER_SIZE;
         break;
       }
+      uint32_t version = mp_load_le32(notes + at + NOTE_HEADER_SIZE);
+      if (version > MP_SEAL_VERSION && newer == 0) newer = version;
+    }
     free(notes);
   }
+  if (*out == 0 && newer != 0) return mp_seal_refuse_newer(path, newer);
   return MP_OK;
+}
+
+/* Whether the file's first |head_size| bytes hold a version 2 seal note (at a multiple of 4
+ * bytes, where linkers put notes, in the first segment): found without the program headers,
+ * to say what malformed ones mean. */
+static bool has_v2_note(const uint8_t* head, uint64_t head_size) {
+  uint8_t want[NOTE_HEADER_SIZE];
+  note_header(want);
+  for (uint64_t at = 0; at + NOTE_HEADER_SIZE + 4 <= head_size; at += 4)
+    if (memcmp(head + at, want, NOTE_HEADER_SIZE) == 0 &&
+        mp_load_le32(head + at + NOTE_HEADER_SIZE) == MP_SEAL_VERSION)
+      return true;
+  return false;
 }
 
 /* The note's fields against the file: where it says the blob lies must be file bytes a PT_LOAD
@@ -157,11 +187,7 @@ static mp_status_t decode(const uint8_t* d, const char* path, mp_seal_note_t* ou
                      "'%s' carries modpack's seal note, but it was never sealed (linked from the "
                      "objects of an export by another tool)",
                      path);
-  if (s->version > MP_SEAL_VERSION)
-    return mp_errorf(MP_ERR_INCOMPATIBLE,
-                     "'%s' has a version %u seal; this runtime reads versions 1 to %d: upgrade "
-                     "modpack",
-                     path, s->version, MP_SEAL_VERSION);
+  if (s->version > MP_SEAL_VERSION) return mp_seal_refuse_newer(path, s->version);
   if (s->version != MP_SEAL_VERSION || s->flags != 0 || slots != MP_SEAL_NOTE_SIGNATURES ||
       reserved != 0)
     return mp_errorf(MP_ERR_FORMAT,
@@ -265,7 +291,8 @@ mp_status_t mp_seal_note_read(int fd, uint64_t file_size, const char* path, cons
   ElfW(Phdr)* phdrs = malloc((size_t)(count * PHDR_SIZE));
   if (!phdrs) return mp_out_of_memory("reading program headers");
   mp_status_t status = read_part(fd, head, head_size, phdrs, count * PHDR_SIZE, phoff)
-                           ? mp_elf_segments_check(phdrs, count, file_size, path)
+                           ? mp_elf_segments_check(phdrs, count, file_size, path,
+                                                   has_v2_note(head, head_size))
                            : unreadable(path, phoff);
   if (status == MP_OK) status = find_note(fd, path, head, head_size, phdrs, count, &out->note);
   if (status == MP_OK && out->note == 0)

@@ -34,6 +34,10 @@ mp_status_t mp_seal_note_read(int fd, uint64_t file_size, const char* path, cons
                               uint64_t head_size, mp_seal_note_t* out);
 void mp_seal_note_free(mp_seal_note_t* note);
 
+/* MP_ERR_INCOMPATIBLE: the file |path| has a seal of |version|, newer than this runtime reads
+ * (the message names the newest it reads, and says to upgrade modpack). */
+mp_status_t mp_seal_refuse_newer(const char* path, uint32_t version);
+
 /* Zero the masked bytes in |bytes|, which hold the file's bytes [offset, offset + size). */
 void mp_seal_note_mask(const mp_seal_note_t* note, uint64_t offset, uint8_t* bytes,
                        uint64_t size);

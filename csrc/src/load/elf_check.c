@@ -152,7 +152,7 @@ mp_status_t mp_elf_check_fd(int fd, uint64_t file_size, const char* path) {
   } else if (!mp_file_read_at(fd, phdrs, (size_t)eh.e_phnum * sizeof *phdrs, eh.e_phoff)) {
     status = mp_errorf(MP_ERR_IO, "cannot read '%s'", path);
   } else {
-    status = mp_elf_segments_check(phdrs, eh.e_phnum, file_size, path);
+    status = mp_elf_segments_check(phdrs, eh.e_phnum, file_size, path, false); /* unsealed */
   }
   free(phdrs);
 done:
