@@ -97,27 +97,37 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
                 f"{shown} is not an ELF file ({file_size} bytes, no ELF header); "
                 "inspect reads shared libraries made by export_library"
             )
+        seal_report, sealed_blob, by_note = _seal_report(shown)
+        note = None
         f.seek(0)
         try:
             elf = ELFFile(f)
             headers: list[Any] | None
-            try:
+            location: tuple[str, int, int] | None = None
+            tvm = None
+            if by_note:
+                # Sealed by its note (version 2), which covers what the dynamic loader reads
+                # and none of what strippers rewrite: read as the loader reads it (the dynamic
+                # segment's symbols, the blob where the seal says), whatever the section
+                # headers hold; they only name the blob's section, when they are sound.
+                tables = _dynamic_tables(elf, shown)
+                headers, note = _sound_section_headers(elf, shown, file_size)
+            else:
                 headers = _section_headers(elf, shown, file_size)
                 tables = _symbol_tables(elf, headers, shown)
-            except (FormatError, *_ELF_READ_ERRORS):
-                # What a stripper may rewrite, damaged: a library sealed by its note loads
-                # without it, and is read as its loader reads it.
-                if not _sealed_by_note(shown):
-                    raise
-                headers, tables = None, _dynamic_tables(elf, shown)
             prefix = _system_lib_prefix(tables)
             blob_symbol = _find_symbol(tables, prefix + BLOB_SYMBOL)
             functions = _host_functions(tables, prefix)
-            signatures = _host_signatures(f, headers, tables, functions, file_size, prefix)
-            location = (_locate_blob(elf, headers, blob_symbol, shown, file_size)
-                        if blob_symbol is not None and headers is not None else None)
-            tvm = (None if blob_symbol is not None or headers is None
-                   else _tvm_blob(elf, headers, tables, shown, file_size))
+            signatures = _host_signatures(f, None if by_note else headers, tables, functions,
+                                          file_size, prefix)
+            if not by_note and headers is not None:
+                location = (_locate_blob(elf, headers, blob_symbol, shown, file_size)
+                            if blob_symbol is not None else None)
+                tvm = (None if blob_symbol is not None
+                       else _tvm_blob(elf, headers, tables, shown, file_size))
+            elif sealed_blob is not None:
+                section, note = _blob_section(elf, headers, sealed_blob, note)
+                location = (section, *sealed_blob)
         except ModpackError:
             raise
         except _ELF_READ_ERRORS as exc:
@@ -126,7 +136,6 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
                 "copy or export it again"
             ) from None
 
-        seal_report, sealed_blob = _seal_report(shown)
         signers = [s["key_id"] for s in read_signatures(shown)]  # unchecked: verify --key
         result: dict[str, Any] = {
             "path": shown,
@@ -143,9 +152,8 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
             "signed_by": signers,
             "loads": None,
         }
-        if sealed_blob is not None:  # where the loader takes the blob from
-            section = location[0] if location is not None else "(placed by the seal)"
-            location = (section, *sealed_blob)
+        if sealed_blob is not None and location is not None:  # where the loader takes it
+            location = (location[0], *sealed_blob)
         if location is not None:
             section, offset, size = location
             result.update(_parse_blob(f, offset, size, shown))
@@ -153,6 +161,8 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
                               **result["blob"]}
         elif tvm is not None:
             result.update(tvm)
+        if note is not None:
+            result["note"] = note
         result["loads"] = _loads(shown, result, prefix, location)
         if result["loads"] is None or result["loads"]["ok"]:  # a refused file is not hashed
             f.seek(0)  # whole (a load would not read it all either)
@@ -277,21 +287,23 @@ def _content_digest(f: Any) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
-def _seal_report(path: str) -> tuple[dict[str, Any], tuple[int, int] | None]:
+def _seal_report(path: str) -> tuple[dict[str, Any], tuple[int, int] | None, bool]:
     """The library's seal, checked by the runtime (which reads the file, nothing more):
     ``state`` is ``"valid"`` (``digest`` then holds its XXH3-128), ``"absent"`` (a library made
     without modpack's export, or damaged at its end), ``"damaged"`` or ``"newer"`` (a seal this
     runtime cannot read); ``message`` says why when it is not valid. With it, where a valid
-    seal puts the blob (file offset, size), where the loader takes it from; else None."""
+    seal puts the blob (file offset, size), where the loader takes it from, else None; and
+    whether the seal is a valid seal note (version 2)."""
     seal = ffi.new("mp_seal_v1_t*")
     status = lib.mp_seal_check_file(os.fsencode(path), seal)
     if status == 0:
         report = {"state": "valid", "digest": f"{seal.digest_high:016x}{seal.digest_low:016x}",
                   "message": None}
-        return report, ((seal.blob_offset, seal.blob_size) if seal.blob_size else None)
+        return (report, (seal.blob_offset, seal.blob_size) if seal.blob_size else None,
+                seal.version == lib.MP_SEAL_VERSION)
     state = {lib.MP_ERR_NOT_FOUND: "absent", lib.MP_ERR_INCOMPATIBLE: "newer"}.get(status,
                                                                                    "damaged")
-    return {"state": state, "digest": None, "message": str(error_from_status(status))}, None
+    return {"state": state, "digest": None, "message": str(error_from_status(status))}, None, False
 
 
 def _tar_seal_report(path: str) -> dict[str, Any]:
@@ -361,18 +373,53 @@ def _section_headers(elf: ELFFile, shown: str, file_size: int) -> list[Any]:
     return headers
 
 
-def _sealed_by_note(path: str) -> bool:
-    """Whether the library at |path| holds a valid version 2 seal, which covers none of what
-    strippers rewrite (section headers, .symtab)."""
-    seal = ffi.new("mp_seal_v1_t*")
-    return bool(lib.mp_seal_check_file(os.fsencode(path), seal) == 0
-                and seal.version == lib.MP_SEAL_VERSION)
+_UNNAMED = "(placed by the seal)"  # the blob's section, when no sound section header names it
+
+
+def _sound_section_headers(elf: ELFFile, shown: str,
+                           file_size: int) -> tuple[list[Any] | None, str | None]:
+    """The section headers of a library sealed by its note, or None and a note saying why
+    not: the seal does not cover them (strippers rewrite them), so damaged or gone they cost
+    only what they alone say (the blob's section name, ``.symtab``), never the report."""
+    if elf.header["e_shoff"] == 0 or elf.header["e_shnum"] == 0:
+        why = "it has no section headers"
+    else:
+        try:
+            return _section_headers(elf, shown, file_size), None
+        except (FormatError, *_ELF_READ_ERRORS):
+            why = "its section headers are damaged or do not fit the file"
+    return None, (f"{why}; the dynamic loader does not read them and the seal does not cover "
+                  "them, so it was read as the loader reads it (program headers, dynamic "
+                  "symbols, the blob where the seal puts it); the blob's section is not named")
+
+
+def _blob_section(elf: ELFFile, headers: list[Any] | None, blob: tuple[int, int],
+                  note: str | None) -> tuple[str, str | None]:
+    """The name of the section that holds the |blob| (file offset, size) the seal places,
+    when the section headers are sound and one does; else :data:`_UNNAMED` and |note|, or a
+    note saying so."""
+    offset, size = blob
+    for i, sh in enumerate(headers or []):
+        if (sh["sh_type"] == "SHT_PROGBITS" and sh["sh_offset"] <= offset
+                and offset + size <= sh["sh_offset"] + sh["sh_size"]):
+            try:
+                name = elf.get_section(i).name
+            except _ELF_READ_ERRORS:
+                name = ""
+            if name:
+                return name, note
+            break
+    if note is None and headers is not None:
+        note = ("no section header names the blob's section (the section headers, which the "
+                "seal does not cover and the dynamic loader does not read, were changed); "
+                "the blob was read where the seal puts it")
+    return _UNNAMED, note
 
 
 class _DynamicSymbols:
     """The dynamic symbol table as the dynamic loader finds it (``PT_DYNAMIC``: ``DT_SYMTAB``,
-    ``DT_STRTAB`` and the hash table), standing in for ``.dynsym`` where section headers are
-    gone or damaged."""
+    ``DT_STRTAB`` and the hash table), standing in for ``.dynsym``: what a library sealed by
+    its note is read through, since the seal covers it and not the section headers."""
 
     def __init__(self, segment: Any) -> None:
         self._segment = segment
@@ -384,18 +431,35 @@ class _DynamicSymbols:
         return self._segment.iter_symbols()
 
     def get_symbol_by_name(self, name: str) -> list[Any] | None:
-        return [s for s in self.iter_symbols() if s.name == name] or None
+        found: list[Any] | None = self._segment.get_symbol_by_name(name)
+        return found
 
 
 class _LoaderView(ELFFile):
     """The file as the dynamic loader reads it: its program headers, no section headers
-    (pyelftools otherwise consults them, damaged or not, to read the dynamic segment)."""
+    (pyelftools otherwise consults them, damaged or not, to read the dynamic segment), and
+    every segment but a PT_LOAD found through its address, where a PT_LOAD maps it, never
+    through its own p_offset (which loaders do not read, and a version 2 seal reads as
+    zeros)."""
 
     def num_sections(self) -> int:
         return 0
 
     def iter_sections(self, type: str | None = None) -> Any:
         return iter(())
+
+    def _get_segment_header(self, n: int) -> Any:
+        header = super()._get_segment_header(n)
+        if header["p_type"] == "PT_LOAD":
+            return header
+        vaddr, size = header["p_vaddr"], header["p_filesz"]
+        for i in range(self.num_segments()):
+            load = super()._get_segment_header(i)
+            if (load["p_type"] == "PT_LOAD" and load["p_vaddr"] <= vaddr
+                    and vaddr + size <= load["p_vaddr"] + load["p_filesz"]):
+                header["p_offset"] = load["p_offset"] + vaddr - load["p_vaddr"]
+                break
+        return header
 
 
 def _dynamic_tables(elf: ELFFile, shown: str) -> list[Any]:

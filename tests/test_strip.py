@@ -19,6 +19,7 @@ import os
 import platform
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import zipfile
@@ -36,6 +37,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 import modpack
+from modpack.extraction import extract_library
 from modpack.format.seal import check_seal
 from modpack.format.signatures import sign_library
 from modpack.inspection import inspect_library
@@ -317,3 +319,103 @@ def test_a_library_patchelf_rewrote_is_refused_saying_so(exported, tmp_path, all
             "export" in outcome, outcome
     with pytest.raises(modpack.SignatureError, match="changed after it was signed"):
         modpack.load_module(copies[0], trusted_keys=[exported["public key"]])
+
+
+def _same_contents(report: dict, original: dict) -> None:
+    """|report| says what |original|'s does of the library: its blob, tree, functions,
+    signatures, seal and verdict (not its path, digest or the blob's section name)."""
+    for key in ("format_version", "writer_version", "modules", "import_tree", "functions",
+                "signatures", "seal", "loads", "signed_by"):
+        assert report[key] == original[key], key
+    if original["blob"] is not None:
+        for key in ("file_offset", "size", "index_size", "index_checksum"):
+            assert report["blob"][key] == original["blob"][key], key
+
+
+@ON_ELF64
+@pytest.mark.parametrize("tool", TOOLS)
+def test_inspect_and_extract_read_a_stripped_library_in_full(exported, stripped, tool,
+                                                             tmp_path):
+    """What the loader reads of a stripped library, inspect and extract read: the whole tree,
+    every function and signature, every array and device code; the blob's section keeps its
+    name (strippers keep section headers, `strip -s` too)."""
+    path = _stripped(stripped, tool, "device payloads")
+    original = exported["device payloads"]
+    report, before = inspect_library(path), inspect_library(original)
+    _same_contents(report, before)
+    assert report["blob"]["section"] == before["blob"]["section"] and "note" not in report
+    out, want = extract_library(path, tmp_path / "out"), extract_library(original,
+                                                                          tmp_path / "want")
+    assert [m.get("arrays") for m in out["modules"]] == [m.get("arrays") for m in
+                                                         want["modules"]]
+    assert [m.get("code_files") for m in out["modules"]] == [
+        m.get("code_files") for m in want["modules"]]
+    for file in (tmp_path / "want").rglob("*"):
+        if file.is_file() and file.name != "manifest.json":
+            assert file.read_bytes() == (tmp_path / "out" / file.relative_to(
+                tmp_path / "want")).read_bytes(), file
+
+
+def _without_section_headers(data: bytearray, how: str) -> bytearray:
+    shoff, = struct.unpack_from("<Q", data, 40)
+    shnum, = struct.unpack_from("<H", data, 60)
+    if how == "gone":  # as sstrip leaves a library: no table at all
+        struct.pack_into("<Q", data, 40, 0)
+        struct.pack_into("<HHH", data, 58, 0, 0, 0)
+        del data[shoff:shoff + 64 * shnum]
+    elif how == "overwritten":
+        data[shoff:shoff + 64 * shnum] = b"\xa5" * (64 * shnum)
+    elif how == "moved":  # e_shoff past the end of the file
+        struct.pack_into("<Q", data, 40, len(data) + 4096)
+    else:  # the name table's index out of range, each section's offset scrambled
+        struct.pack_into("<H", data, 62, 0xfff0)
+        for i in range(1, shnum):
+            struct.pack_into("<Q", data, shoff + 64 * i + 24, 0x7fff_0000 + i)
+    return data
+
+
+@ON_ELF64
+@pytest.mark.parametrize("how", ["gone", "overwritten", "moved", "scrambled"])
+def test_a_library_without_sound_section_headers_is_read_as_the_loader_reads_it(
+        exported, tmp_path, how):
+    """No loader reads section headers and a version 2 seal does not cover them: a library
+    whose section headers are gone or damaged loads, so inspect, verify and extract read it
+    too, from what the loader reads (program headers, the dynamic symbols, the blob where the
+    seal puts it), with a note saying the blob's section could not be named."""
+    original = exported["signed"]
+    path = tmp_path / "lib.so"
+    path.write_bytes(bytes(_without_section_headers(bytearray(original.read_bytes()), how)))
+    root = modpack.load_module(path, trusted_keys=[exported["public key"]])
+    assert root["add"](40, 2) == 42 and root["first_weight"]() == 1.5
+    report = inspect_library(path)
+    _same_contents(report, inspect_library(original))
+    assert report["blob"]["section"] == "(placed by the seal)"
+    assert "section" in report["note"] and "seal" in report["note"]
+    assert modpack.verify_library(path, trusted_keys=[exported["public key"]])["ok"]
+    arrays = [m.get("arrays") for m in extract_library(path, tmp_path / "out")["modules"]]
+    assert arrays == [m.get("arrays") for m in
+                      extract_library(original, tmp_path / "want")["modules"]]
+    shown = subprocess.run([sys.executable, "-m", "modpack", "inspect", str(path)],
+                           capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert shown.returncode == 0 and "note" in shown.stdout, shown.stderr
+
+
+@ON_ELF64
+def test_damaged_program_headers_of_a_version_2_library_are_called_damage(exported, tmp_path):
+    """Strippers keep a version 2 library's program headers: malformed ones are damage (copy
+    or export it again), not a stripper's doing, which the message says only of libraries with
+    a version 1 seal or none (test_a_stripped_version_1_library_is_refused_saying_so)."""
+    data = bytearray(exported["const weights"].read_bytes())
+    phoff, = struct.unpack_from("<Q", data, 32)
+    phnum, = struct.unpack_from("<H", data, 56)
+    load = next(i for i in range(phnum)
+                if struct.unpack_from("<I", data, phoff + 56 * i)[0] == 1)  # PT_LOAD
+    struct.pack_into("<Q", data, phoff + 56 * load + 48, 3)  # p_align: not a power of two
+    for stripped_too in (False, True):
+        path = tmp_path / f"damaged-{stripped_too}.so"
+        path.write_bytes(bytes(data if not stripped_too else data[:-80]))  # trailer gone
+        (outcome,) = _load_all([path], allow=False)
+        assert outcome.startswith("refused FormatError") and "malformed" in outcome, outcome
+        assert "damaged" in outcome and "copy or export it again" in outcome, outcome
+        assert "stripped after export" not in outcome, outcome

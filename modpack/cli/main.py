@@ -119,6 +119,8 @@ def format_inspection(report: dict[str, Any]) -> str:
         field("seal", "valid" + (f" (XXH3-128 {seal['digest']})" if seal.get("digest") else ""))
     else:
         field("seal", f"{seal['state'].upper()}: {seal['message']}")
+    if report.get("note") and report.get("producer") != "tvm":
+        field("note", report["note"])
 
     modules = report["modules"]
     out += ["", f"modules ({len(modules)})"]
