@@ -39,6 +39,12 @@ def init(api: int, array_type: type, local_memory_type: type, ndarray_type: type
          normalize: Callable[[Any, int], Any],
          make_error: Callable[[int], BaseException],
          argument_error: type[BaseException], internal_error: type[BaseException], /) -> None: ...
+def numpy_in_place(types: Mapping[int, tuple[int, int, int, int]], probe: Any,
+                   expected: tuple[int, tuple[int, ...], tuple[int, ...], int, str, bool, bool],
+                   /) -> bool:
+    """Read numpy arrays in place from numpy's array struct from now on if |probe| reads
+    through that layout as |expected| says (data address, shape, strides, type number, byte
+    order, writeable, C-contiguous); False (and the buffer protocol) otherwise."""
 def call(function: Function, /, *args: Any) -> Any: ...
 def lookup(module_address: int, name: str, query_imports: bool, /) -> Function: ...
 def dlpack_capsule(managed_tensor_address: int, versioned: bool, /) -> Any:

@@ -148,10 +148,10 @@ def _numpy_types() -> dict[int, tuple[int, int, int, int]]:
     """numpy type number -> (DLPack code, bits, lanes, itemsize), for the dtypes whose arrays
     calls read in place from numpy's array struct: each the DLPack type its buffer format
     gives, so that both ways to read an array agree."""
-    types = {}
+    types: dict[int, tuple[int, int, int, int]] = {}
     for name in _STANDARD:
         dtype = np.dtype(name)
-        dl = BUFFER_FORMATS.get(memoryview(np.zeros(0, dtype)).format)
+        dl = BUFFER_FORMATS.get(np.zeros(0, dtype).data.format)
         if dl is not None:
             types[dtype.num] = (*dl, dtype.itemsize)
     return types
