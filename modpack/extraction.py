@@ -18,6 +18,7 @@ import numpy as np
 
 from .errors import ArgumentError, FormatError
 from .files.names import safe_file_name
+from .format.code_frames import decode_frame
 from .interop.tvm import decode_device_payload
 from .runtime.binding import check, ffi, lib
 from .runtime.module import LoadedModule, wrap_module
@@ -98,25 +99,31 @@ def _device_code(module: dict[str, Any], payload: bytes, folder: Path, stem: str
     cubins (``.cubin``) and fatbins (``.fatbin``), one file per variant; a ROCm module's code
     objects (``.hsaco``), one per target ID; a Vulkan module's SPIR-V shaders (``.spv``)."""
     contents = module.get("contents") or {}
-    pieces: list[tuple[str, int, int]] = []  # (file name, offset, size)
+    # (file name, offset, stored size, framed, drop a trailing NUL)
+    pieces: list[tuple[str, int, int, bool, bool]] = []
+    framed = bool(module.get("code_frames"))
     if module["type_key"] == "opencl" and "source_offset" in contents:
-        pieces.append((f"{stem}.cl", contents["source_offset"], contents["source_bytes"]))
+        stored = contents.get("source_code", {}).get("stored_bytes", contents["source_bytes"])
+        pieces.append((f"{stem}.cl", contents["source_offset"], stored, framed, False))
         for k, binary in enumerate(contents.get("binaries", [])):
             pieces.append((safe_file_name(f"{stem}-{k}", binary["device"], ".bin"),
-                           binary["offset"], binary["size"]))
+                           binary["offset"], binary["size"], framed, False))
     elif module["type_key"] == "vulkan":
         for k, shader in enumerate(contents.get("shaders", [])):
-            pieces.append((f"{stem}-{k}.spv", shader["offset"], shader["size"]))
+            pieces.append((f"{stem}-{k}.spv", shader["offset"], shader["size"], framed, False))
     elif module["type_key"] in ("cuda", "rocm"):
         for k, variant in enumerate(contents.get("variants", [])):
             suffix = _CODE_SUFFIXES.get(variant["kind"], ".bin")
-            data_size = variant["size"] - (variant["kind"] == "ptx")  # PTX ends in a NUL
             pieces.append((safe_file_name(f"{stem}-{k}", variant["arch"], suffix),
-                           variant["offset"], data_size))
+                           variant["offset"], variant["size"], framed,
+                           variant["kind"] == "ptx"))  # PTX ends in a NUL
     written = []
-    for name, offset, size in pieces:
+    for name, offset, size, in_frame, nul in pieces:
         if 0 <= offset and offset + size <= len(payload):
-            (folder / name).write_bytes(payload[offset:offset + size])
+            data = payload[offset:offset + size]
+            if in_frame:  # the code itself, decoded and checked as a load would
+                data = decode_frame(data)
+            (folder / name).write_bytes(data[:-1] if nul and data.endswith(b"\0") else data)
             written.append(folder / name)
     return written
 

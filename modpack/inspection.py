@@ -31,6 +31,7 @@ from .compat import zip_strict
 from .errors import FormatError, MissingFileError, ModpackError
 from .format.layout import (
     BLOB_SYMBOL,
+    ENTRY_CODE_FRAMES,
     FLAG_PAYLOAD_CHECKSUMS,
     FUNC_SYMBOL_PREFIX,
     LIB_TYPE_KEY,
@@ -633,7 +634,11 @@ def _parse_blob(f: Any, offset: int, size: int, shown: str) -> dict[str, Any]:
             for module in report["modules"]:
                 if module["type_key"] != LIB_TYPE_KEY:
                     payload = base + offset + module["offset"]
-                    module["contents"] = _contents(module["type_key"], payload, module["size"])
+                    module["contents"] = _contents(module["type_key"], payload, module["size"],
+                                                   module["flags"])
+                    code = _code_sizes(module["contents"])
+                    if code is not None:
+                        module["code"] = code
             return report
         finally:
             ffi.release(base)
@@ -651,7 +656,8 @@ def _read_parsed(blob: Any) -> dict[str, Any]:
         if status != 0:
             raise error_from_status(status)
         keys.append(ffi.string(entry.type_key).decode("ascii"))
-        entries.append((entry.payload_offset, entry.payload_size, entry.payload_checksum))
+        entries.append((entry.payload_offset, entry.payload_size, entry.payload_checksum,
+                        lib.mp_blob_module_flags(blob, i)))
         kids = [lib.mp_blob_child(blob, entry.first_edge + k) for k in range(entry.child_count)]
         children.append(kids)
         child_indices.extend(kids)
@@ -663,8 +669,8 @@ def _read_parsed(blob: Any) -> dict[str, Any]:
                 parents[c].append(i)
     modules = [
         _module(i, keys[i], off, size, None if keys[i] == LIB_TYPE_KEY else checksum,
-                children[i], parents[i])
-        for i, (off, size, checksum) in enumerate(entries)
+                children[i], parents[i], flags)
+        for i, (off, size, checksum, flags) in enumerate(entries)
     ]
     return {
         "format_version": f"{info.format_major}.{info.format_minor}",
@@ -680,7 +686,30 @@ def _read_parsed(blob: Any) -> dict[str, Any]:
     }
 
 
-def _contents(type_key: str, payload: Any, size: int) -> dict[str, Any]:
+def _code_sizes(contents: dict[str, Any]) -> dict[str, Any] | None:
+    """A device module's code, all pieces together: bytes as stored, bytes once decoded, and
+    whether any piece is compressed (each piece's own sizes are in its description)."""
+    pieces: list[dict[str, Any]] = []
+
+    def collect(value: Any) -> None:
+        if isinstance(value, dict):
+            if "raw_bytes" in value and "stored_bytes" in value:
+                pieces.append(value)
+            for item in value.values():
+                collect(item)
+        elif isinstance(value, list):
+            for item in value:
+                collect(item)
+
+    collect(contents)
+    if not pieces:
+        return None
+    return {"stored_bytes": sum(p["stored_bytes"] for p in pieces),
+            "raw_bytes": sum(p["raw_bytes"] for p in pieces),
+            "compressed": any(p.get("encoding") == "zstd" for p in pieces)}
+
+
+def _contents(type_key: str, payload: Any, size: int, flags: int = 0) -> dict[str, Any]:
     """What a module holds, as its registered loader sees it: the loader parses the payload
     in place (no driver is touched, no code from the file runs) and the module lists its
     functions, arrays and kind-specific details."""
@@ -688,7 +717,7 @@ def _contents(type_key: str, payload: Any, size: int) -> dict[str, Any]:
     span.data = payload
     span.size = size
     out = ffi.new("mp_module_t**")
-    status = lib.mp_module_load_from_payload(type_key.encode(), span[0], out)
+    status = lib.mp_module_load_from_entry(type_key.encode(), span[0], flags, out)
     if status != 0:
         return {"error": str(error_from_status(status))}
     module = out[0]
@@ -750,12 +779,14 @@ def _describe(module: Any) -> dict[str, Any]:
 
 
 def _module(index: int, type_key: str, offset: int, size: int, checksum: int | None,
-            children: list[int], parents: list[int]) -> dict[str, Any]:
+            children: list[int], parents: list[int], flags: int = 0) -> dict[str, Any]:
     return {
         "index": index,
         "type_key": type_key,
         "offset": offset,
         "size": size,
+        "flags": flags,
+        "code_frames": bool(flags & ENTRY_CODE_FRAMES),
         "checksum": None if checksum is None else _hex(checksum),
         "children": children,
         "parents": parents,

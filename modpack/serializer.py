@@ -30,7 +30,8 @@ from .format import (
     pack_index,
     type_key_is_valid,
 )
-from .format.layout import ALIGNMENT, align_up
+from .format.code_frames import CodeFrames
+from .format.layout import ALIGNMENT, ENTRY_CODE_FRAMES, align_up
 from .log import export_log, timed
 from .modules.tree import HostNode, Node, walk
 
@@ -64,12 +65,52 @@ class BlobPlan:
         return [LIB_TYPE_KEY if n is None else n.type_key for n in self.nodes]
 
 
-class ModuleSerializer:
-    """Indexes the tree under |root| and writes its blob."""
+class _FramedPayload:
+    """A device module's payload with its code in code frames: encoded once, then its size and
+    chunks answered from that (code is small beside weights, which are never framed)."""
 
-    def __init__(self, root: Node) -> None:
+    def __init__(self, node: Any, frames: CodeFrames) -> None:
+        self.node = node
+        self.type_key = node.type_key
+        self._frames = frames
+        self._chunks: list[bytes] | None = None
+
+    def payload_chunks(self) -> list[bytes]:
+        if self._chunks is None:
+            self._chunks = [bytes(memoryview(c).cast("B"))
+                            for c in self.node.payload_chunks(code=self._frames)]
+        return self._chunks
+
+    def payload_size(self) -> int:
+        return sum(len(c) for c in self.payload_chunks())
+
+
+class ModuleSerializer:
+    """Indexes the tree under |root| and writes its blob; with |compress_code| (a zstd level,
+    0 for none) each device module's code is written in code frames."""
+
+    def __init__(self, root: Node, compress_code: int = 0) -> None:
         self.root = root
         self.plan = self._index(root)
+        self.compress_code = compress_code
+        self._frames = CodeFrames(compress_code) if compress_code else None
+        self._framed: dict[int, _FramedPayload] = {}  # by id of the node
+
+    def payload_source(self, index: int) -> Any:
+        """What writes module |index|'s payload (``payload_size``, ``payload_chunks``): the
+        node, or its framed payload when the export compresses code. (Asked each time: an
+        export with weights= replaces const nodes by references after indexing.)"""
+        node = self.plan.nodes[index]
+        if self._frames is None or not getattr(node, "frames_code", False):
+            return node
+        framed = self._framed.get(id(node))
+        if framed is None or framed.node is not node:
+            framed = self._framed[id(node)] = _FramedPayload(node, self._frames)
+        return framed
+
+    def entry_flags(self, index: int) -> int:
+        framed = isinstance(self.payload_source(index), _FramedPayload)
+        return ENTRY_CODE_FRAMES if framed else 0
 
     @staticmethod
     def _index(root: Node) -> BlobPlan:
@@ -142,30 +183,32 @@ class ModuleSerializer:
         if alignment < ALIGNMENT or alignment & (alignment - 1):
             raise ArgumentError(f"payload_alignment must be a power of two >= {ALIGNMENT}")
         plan = self.plan
-        entries = [EntryRecord(k) for k in plan.type_keys]
+        entries = [EntryRecord(k, flags=self.entry_flags(i)) for i, k in enumerate(plan.type_keys)]
         layout = IndexLayout.plan(plan.type_keys, len(plan.child_indices))
-        sizes = [0 if n is None else n.payload_size() for n in plan.nodes]
-        stored: dict[tuple[int, int], int] = {}  # (size, checksum) -> offset of the first copy
+        sources = [self.payload_source(i) for i in range(len(plan.nodes))]
+        sizes = [0 if n is None else n.payload_size() for n in sources]
+        # (size, checksum, entry flags) -> offset of the first copy
+        stored: dict[tuple[int, int, int], int] = {}
 
         with timed(export_log, "write the blob: %d modules, %d payload bytes",
                    len(plan.nodes), sum(sizes)), _progress(sum(sizes)) as progress:
             f.seek(base)
             f.write(bytes(layout.index_size))
             cursor = layout.index_size
-            for entry, node, size in zip_strict(entries, plan.nodes, sizes):
+            for entry, node, size in zip_strict(entries, sources, sizes):
                 if node is None:
                     continue
                 offset = align_up(cursor, alignment)
                 f.write(bytes(offset - cursor))
                 digest = _stream_payload(node, size, f, progress)
                 entry.payload_size, entry.payload_checksum = size, digest
-                first = stored.get((size, digest))
+                first = stored.get((size, digest, entry.flags))
                 if first is not None and _same_bytes(f, base + first, base + offset, size):
                     entry.payload_offset = first
                     f.seek(base + cursor)
                     f.truncate()
                     continue
-                stored.setdefault((size, digest), offset)
+                stored.setdefault((size, digest, entry.flags), offset)
                 entry.payload_offset = offset
                 cursor = offset + size
             f.seek(base)
@@ -175,7 +218,7 @@ class ModuleSerializer:
         return cursor
 
 
-def _stream_payload(node: Node, size: int, f: BlobFile, progress: Any) -> int:
+def _stream_payload(node: Any, size: int, f: BlobFile, progress: Any) -> int:
     """Write |node|'s payload chunks to |f| as they come; returns their XXH3-64."""
     if size <= SMALL_PAYLOAD:  # joined: one hash and one write instead of one per chunk
         data = b"".join(node.payload_chunks())
@@ -199,7 +242,7 @@ def _stream_payload(node: Node, size: int, f: BlobFile, progress: Any) -> int:
     return digest.intdigest()
 
 
-def _size_mismatch(node: Node, written: int, size: int) -> None:
+def _size_mismatch(node: Any, written: int, size: int) -> None:
     raise ModpackError(
         f"the {node.type_key} module wrote {written} payload bytes but declared {size}; "
         "its payload_size() and payload_chunks() disagree"

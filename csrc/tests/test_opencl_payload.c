@@ -117,7 +117,9 @@ int main(void) {
     CHECK(binary && sscanf(binary + strlen(binary_key), "%llu", &offset) == 1 &&
               offset + 4 <= b.size && memcmp(b.data + offset, "\x01\x02\x03\x04", 4) == 0,
           "%s", text);
-    CHECK(strstr(text, ", \"size\": 4}]") != NULL, "%s", text);
+    CHECK(strstr(text, ", \"size\": 4, \"stored_bytes\": 4, \"raw_bytes\": 4, "
+                       "\"encoding\": \"raw\"}]") != NULL,
+          "%s", text);
     mp_function_t* f = NULL;
     CHECK(mp_module_get_function(m, "scale", 0, &f) == MP_OK && f, "lookup");
     if (f) {

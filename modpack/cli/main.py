@@ -10,6 +10,7 @@ missing files) print one line on stderr and exit with status 1; usage errors exi
     modpack verify deploy.so --key key.pub.pem # seal, payloads, signatures; exit 0 if all hold
     modpack extract deploy.so out/             # payloads, code, arrays (.npy), manifest.json
     modpack preflight deploy.so --device cuda:sm_90  # which code that GPU would get, and why
+    modpack slim deploy.so -o fleet.so --keep sm_90  # only the code those devices need
 
 and, for C and C++ programs built against this install (modpack/sdk.py):
 
@@ -31,6 +32,7 @@ from typing import Any
 from .. import __version__
 from ..compat import zip_strict
 from ..errors import ModpackError
+from .slim import add_slim
 from .trust import add_sign, add_verify
 
 __all__ = ["build_parser", "format_inspection", "format_preflight", "main"]
@@ -370,7 +372,7 @@ def _answer_line(a: dict[str, Any]) -> str:
 
 
 _COMMANDS: list[Callable[[_Subparsers], None]] = [_add_inspect, add_sign, add_verify,
-                                                   _add_extract, _add_preflight]
+                                                   _add_extract, _add_preflight, add_slim]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -55,6 +55,7 @@ def export_library(
     packer: str = "auto",
     fpack_imports: Callable[[Path, Path], Path] | None = None,
     payload_alignment: int | None = None,
+    compress_code: bool | int = False,
     system_lib: str | None = None,
     target: str | None = None,
     weights: str | os.PathLike[str] | None = None,
@@ -63,7 +64,8 @@ def export_library(
     require_extra("build", "export_library")
     plan = plan_export(root, path, fcompile, options=options, cc=cc, cxx=cxx, packer=packer,
                        fpack_imports=fpack_imports, payload_alignment=payload_alignment,
-                       system_lib=system_lib, target=target, weights=weights)
+                       compress_code=compress_code, system_lib=system_lib, target=target,
+                       weights=weights)
     try:
         with _workspace(workspace_dir) as workspace, full_disk_reported(plan.output, workspace):
             objects, prepared = _compile_host_code(plan, workspace)

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import ArgumentError, ModpackError, ModpackWarning
 from ..files.destination import check_destination
 from ..format import ALIGNMENT
+from ..format.code_frames import compress_level
 from ..format.image import PLACEABLE_MACHINES
 from ..format.section import machine_name
 from ..modules.tree import HostNode, Node, check_before_export, shadowed_kernels
@@ -67,7 +68,9 @@ class ExportPlan:
     def payload_bytes(self) -> int:
         """All payloads together (read once the const modules a weight file takes are
         references)."""
-        return sum(n.payload_size() for n in self.serializer.plan.nodes if n)
+        serializer = self.serializer
+        return sum(serializer.payload_source(i).payload_size()
+                   for i, n in enumerate(serializer.plan.nodes) if n)
 
     @property
     def toolchain(self) -> Toolchain:
@@ -91,6 +94,7 @@ def plan_export(
     packer: str = "auto",
     fpack_imports: Callable[[Path, Path], Path] | None = None,
     payload_alignment: int | None = None,
+    compress_code: bool | int = False,
     system_lib: str | None = None,
     target: str | None = None,
     weights: str | os.PathLike[str] | None = None,
@@ -115,7 +119,8 @@ def plan_export(
     as_tar = output.suffix == ".tar" if fcompile is None else fcompile is create_tar
     if fcompile is None:
         fcompile = create_tar if as_tar else create_shared
-    serializer = ModuleSerializer(root)  # validates the tree before any work
+    level = compress_level(compress_code)
+    serializer = ModuleSerializer(root, level)  # validates the tree before any work
     nodes = serializer.plan.nodes
     _warn_of_shadowed_kernels(nodes)
     check_before_export(nodes)  # the modules' own (an opencl module's build_check)

@@ -23,6 +23,11 @@ ENTRY_SIZE: int = lib.MP_FORMAT_ENTRY_SIZE
 ALIGNMENT: int = lib.MP_FORMAT_PAYLOAD_ALIGNMENT
 MAX_TYPE_KEY: int = lib.MP_FORMAT_MAX_TYPE_KEY
 FLAG_PAYLOAD_CHECKSUMS: int = lib.MP_FORMAT_FLAG_PAYLOAD_CHECKSUMS
+# Format 1.1: entries whose device code is in code frames (format/code_frames.py). A blob
+# without them is written as 1.0, which every runtime reads.
+FLAG_CODE_FRAMES: int = lib.MP_FORMAT_FLAG_CODE_FRAMES
+ENTRY_CODE_FRAMES: int = lib.MP_FORMAT_ENTRY_CODE_FRAMES
+MINOR_CODE_FRAMES: int = lib.MP_FORMAT_MINOR_CODE_FRAMES
 MAGIC: bytes = ffi.string(lib.MP_FORMAT_MAGIC)
 BLOB_SYMBOL: str = ffi.string(lib.MP_BLOB_SYMBOL).decode()
 LIB_TYPE_KEY: str = ffi.string(lib.MP_LIB_TYPE_KEY).decode()
@@ -79,6 +84,7 @@ class EntryRecord:
     payload_offset: int = 0
     payload_size: int = 0
     payload_checksum: int = 0
+    flags: int = 0  # ENTRY_CODE_FRAMES
 
 
 @dataclass
@@ -114,20 +120,22 @@ def pack_index(
     blob_size: int,
     writer_version: tuple[int, int, int],
 ) -> bytes:
-    """The complete index bytes [0, index_size), checksum included."""
+    """The complete index bytes [0, index_size), checksum included. Format 1.1 with its header
+    flag when an entry holds code frames, else 1.0 (older runtimes read it)."""
+    frames = any(e.flags & ENTRY_CODE_FRAMES for e in entries)
     parts = [
         _HEADER.pack(
-            MAGIC, FORMAT_MAJOR, FORMAT_MINOR, HEADER_SIZE, blob_size,
+            MAGIC, FORMAT_MAJOR, MINOR_CODE_FRAMES if frames else 0, HEADER_SIZE, blob_size,
             writer_version[0], writer_version[1], writer_version[2],
-            FLAG_PAYLOAD_CHECKSUMS, layout.module_count, layout.edge_count,
-            layout.index_size, 0,
+            FLAG_PAYLOAD_CHECKSUMS | (FLAG_CODE_FRAMES if frames else 0), layout.module_count,
+            layout.edge_count, layout.index_size, 0,
         )
     ]
     for e in entries:
         key = e.type_key.encode()
         parts.append(
             _ENTRY.pack(e.payload_offset, e.payload_size, e.payload_checksum,
-                        layout.key_offsets[e.type_key], len(key), 0, 0, 0)
+                        layout.key_offsets[e.type_key], len(key), e.flags, 0, 0)
         )
     parts.append(struct.pack(f"<{len(row_ptr)}Q", *row_ptr))
     parts.append(struct.pack(f"<{len(child_indices)}Q", *child_indices))

@@ -141,7 +141,13 @@ class Module:
             ``packer`` (``"auto"``: a
             direct ELF object where the target allows, else ``"asm"``; or ``"elf"``,
             ``"asm"``, ``"llvm"``), ``fpack_imports`` (a custom blob packer taking the blob
-            file and the workspace, returning an object file), ``payload_alignment``.
+            file and the workspace, returning an object file), ``payload_alignment``,
+            ``compress_code`` (default False: device code as is, and the library reads with
+            every modpack; True: each piece of device code — CUDA variants, OpenCL source and
+            binaries, SPIR-V, ROCm code objects — compressed with Zstandard, level 19, or an
+            int for another level from 1 to 22; decoded when a device first loads that piece,
+            and such a library needs a modpack that reads format 1.1. Weights are never
+            compressed: they stay zero-copy and aligned).
         """
         from ..exporter import export_library
 

@@ -8,14 +8,16 @@ source built with two sets of options, say): callers reach each as ``"name/kerne
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from ..errors import ArgumentError
 from ..runtime.binding import lib
 from .base import BinaryModule
 from .kernel_info import KernelInfo
 
-__all__ = ["MAX_MODULE_NAME_BYTES", "DeviceModule", "check_module_name"]
+__all__ = ["MAX_MODULE_NAME_BYTES", "CodeWriter", "DeviceModule", "check_module_name",
+           "code_as_is"]
 
 MAX_MODULE_NAME_BYTES: int = lib.MP_MODULE_MAX_NAME
 
@@ -33,11 +35,30 @@ def check_module_name(name: str | None) -> str | None:
     return name
 
 
+# How a kind writes one piece of its device code into its payload: as is, or as a code frame
+# (modpack/format/code_frames.py) when the export compresses code.
+CodeWriter = Callable[[Any], Any]
+
+
+def code_as_is(code: Any) -> Any:
+    return code
+
+
 class DeviceModule(BinaryModule):
-    """A binary kind whose payload carries kernel records (``functions``) and a ``name``."""
+    """A binary kind whose payload carries kernel records (``functions``) and a ``name``, and
+    device code that an export may store in code frames: its ``payload_chunks(code=...)``
+    passes each piece of code through |code|, and its tables give each piece's size as
+    written."""
 
     functions: list[KernelInfo]
     kind_launch_tags: Sequence[str] = ()  # the runtime's launch tags of this kind
+    frames_code = True  # payload_chunks takes code=, and the runtime reads the frames
+
+    def payload_chunks(self, code: CodeWriter = code_as_is) -> Iterable[Any]:
+        raise NotImplementedError(f"{type(self).__name__} must implement payload_chunks()")
+
+    def save_to_binary(self) -> bytes:
+        return b"".join(bytes(memoryview(c).cast("B")) for c in self.payload_chunks())
 
     def __init__(self, name: str | None = None) -> None:
         super().__init__()

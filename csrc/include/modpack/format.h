@@ -30,7 +30,9 @@ extern "C" {
 /* MP_API_BEGIN */
 enum {
   MP_FORMAT_MAJOR = 1,
-  MP_FORMAT_MINOR = 0,
+  /* The newest minor this runtime writes: 1 for a blob with code frames (below), else 0. */
+  MP_FORMAT_MINOR = 1,
+  MP_FORMAT_MINOR_CODE_FRAMES = 1,
   MP_FORMAT_HEADER_SIZE = 64,
   MP_FORMAT_ENTRY_SIZE = 48,
   /* Every payload starts at a multiple of this (relative to the blob, which is itself aligned
@@ -40,14 +42,58 @@ enum {
   MP_FORMAT_MAX_TYPE_KEY = 64,
   /* header.flags: payload_checksum fields hold XXH3-64 digests of the payload bytes. */
   MP_FORMAT_FLAG_PAYLOAD_CHECKSUMS = 1,
-  MP_FORMAT_KNOWN_FLAGS = 1,
+  /* header.flags (format 1.1): some entries' device code is stored in code frames (below). A
+   * reader of 1.0 refuses the blob as using an unknown flag, naming format 1.1. */
+  MP_FORMAT_FLAG_CODE_FRAMES = 2,
+  MP_FORMAT_KNOWN_FLAGS = 3,
+  /* entry.flags (only with MP_FORMAT_FLAG_CODE_FRAMES; 0 for "_lib"): every piece of device
+   * code in this entry's payload (each CUDA variant, the OpenCL source and each binary, each
+   * SPIR-V shader, each ROCm code object) is a code frame; the kind's tables give each frame's
+   * size. Only the built-in device kinds take it. */
+  MP_FORMAT_ENTRY_CODE_FRAMES = 1,
+  MP_FORMAT_KNOWN_ENTRY_FLAGS = 1,
 };
+
+/*
+ * A code frame: one piece of device code as stored in a payload whose entry has
+ * MP_FORMAT_ENTRY_CODE_FRAMES. A 64-byte header, then stored_size bytes of data:
+ *
+ *   encoding MP_CODE_STORED: the code itself (raw_size == stored_size), in place, zero copy;
+ *   encoding MP_CODE_ZSTD:   one Zstandard frame (RFC 8878) whose content size field says
+ *                            raw_size, decoded when a device first loads this piece, into
+ *                            memory the module frees.
+ *
+ * raw_checksum is XXH3-64 (seed 0) of the decoded code, checked after decoding. A reader
+ * refuses raw_size above MP_CODE_FRAME_MAX_RAW_SIZE or above MP_CODE_FRAME_MAX_RATIO times
+ * stored_size (so a frame cannot make it allocate more than its declared, bounded size), a
+ * Zstandard frame that does not decode to exactly raw_size bytes, and a frame whose stored size
+ * disagrees with the kind's table. The payload checksum and the seal cover the stored bytes.
+ */
+enum {
+  MP_CODE_FRAME_HEADER_SIZE = 64,
+  MP_CODE_FRAME_VERSION = 1,
+  MP_CODE_STORED = 0,
+  MP_CODE_ZSTD = 1,
+  MP_CODE_FRAME_MAX_RATIO = 1024,
+};
+typedef struct {
+  uint8_t magic[4];      /* MP_CODE_FRAME_MAGIC, "MPCF" */
+  uint16_t version;      /* MP_CODE_FRAME_VERSION */
+  uint16_t encoding;     /* MP_CODE_STORED or MP_CODE_ZSTD */
+  uint64_t raw_size;     /* bytes of code once decoded */
+  uint64_t raw_checksum; /* XXH3-64 of those bytes */
+  uint64_t stored_size;  /* bytes of data after this header */
+  uint8_t reserved[32];  /* zero */
+} mp_code_frame_v1_t;
 /* MP_API_END */
 
 /* The 8 magic bytes: 0x89 'M' 'P' 'K' '\r' '\n' 0x1A '\n'. The high byte and the line endings
  * catch files mangled by text-mode transfers, as PNG's signature does. */
 #define MP_FORMAT_MAGIC "\x89MPK\r\n\x1a\n"
 #define MP_FORMAT_MAGIC_SIZE 8
+/* A code frame's magic, and the most code one frame may decode to. */
+#define MP_CODE_FRAME_MAGIC "MPCF"
+#define MP_CODE_FRAME_MAX_RAW_SIZE ((uint64_t)1 << 34) /* 16 GiB of code in one piece */
 
 /* The symbol holding the blob inside a deployable library; the type key that marks the host
  * code's place in the tree (reserved: user type keys may not start with '_'); and the type key
@@ -83,7 +129,7 @@ typedef struct {
   uint64_t payload_checksum; /* XXH3-64 of the payload when the header flag says so */
   uint32_t type_key_offset;  /* into the string table, which follows child_indices */
   uint32_t type_key_size;
-  uint32_t flags;     /* reserved, must be 0 */
+  uint32_t flags;     /* MP_FORMAT_ENTRY_*; 0 unless the header has MP_FORMAT_FLAG_CODE_FRAMES */
   uint32_t reserved0; /* must be 0 */
   uint64_t reserved1; /* must be 0 */
 } mp_format_entry_v1_t;
@@ -219,6 +265,8 @@ typedef struct {
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_format_header_v1_t) == 64, "format v1 header must be 64 bytes");
 _Static_assert(sizeof(mp_format_entry_v1_t) == 48, "format v1 entry must be 48 bytes");
+_Static_assert(sizeof(mp_code_frame_v1_t) == MP_CODE_FRAME_HEADER_SIZE,
+               "a code frame header is 64 bytes");
 _Static_assert(sizeof(mp_seal_v1_t) == MP_SEAL_SIZE, "the seal is MP_SEAL_SIZE bytes");
 _Static_assert(sizeof(mp_signature_v1_t) == MP_SIGNATURE_SIZE, "a signature record");
 _Static_assert(sizeof(mp_signatures_trailer_v1_t) == MP_SIGNATURES_TRAILER_SIZE,

@@ -73,6 +73,10 @@ typedef struct {
    * The runtime keeps it loaded while the module the loader returns lives; retain it to keep
    * views alive beyond that. */
   mp_library_t* library;
+  /* The entry's flags (modpack/format.h, MP_FORMAT_ENTRY_*): MP_FORMAT_ENTRY_CODE_FRAMES when
+   * the payload's device code is stored in code frames, which only the built-in device kinds
+   * read (the runtime refuses the flag for any other loader). */
+  uint32_t entry_flags;
 } mp_loader_args_t;
 
 typedef mp_status_t (*mp_loader_fn_t)(void* user_data, const mp_loader_args_t* args,

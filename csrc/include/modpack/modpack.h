@@ -342,6 +342,9 @@ MP_API mp_status_t mp_module_describe(mp_module_t* module, char* buffer, uint64_
  * a blob without loading it. Loaders must not touch drivers while loading. */
 MP_API mp_status_t mp_module_load_from_payload(const char* type_key, mp_const_byte_span_t payload,
                                                mp_module_t** out_module);
+/* The same for a payload whose blob entry has flags (mp_blob_module_flags: code frames). */
+MP_API mp_status_t mp_module_load_from_entry(const char* type_key, mp_const_byte_span_t payload,
+                                             uint32_t entry_flags, mp_module_t** out_module);
 
 /* Named arrays: count, i-th, and lookup by name (optionally through the imports). */
 MP_API uint64_t mp_module_array_count(mp_module_t* module);
@@ -465,6 +468,27 @@ MP_API mp_status_t mp_blob_module(const mp_blob_t* blob, uint64_t index,
 MP_API uint64_t mp_blob_child(const mp_blob_t* blob, uint64_t edge);
 /* The XXH3-64 digest the format uses, for writers and tools. */
 MP_API uint64_t mp_checksum(mp_const_byte_span_t bytes);
+/* The entry flags (MP_FORMAT_ENTRY_*) of module |index|; 0 past the end. */
+MP_API uint32_t mp_blob_module_flags(const mp_blob_t* blob, uint64_t index);
+
+/* Code frames (modpack/format.h): the one writer and reader of the encoding, for writers and
+ * tools. Zstandard comes from the system's libzstd, loaded on first use (MP_ERR_UNAVAILABLE
+ * naming the package when it is missing). */
+/* The frame of |size| bytes at |frame| (header and data), its header checked as a load checks
+ * it: its encoding (MP_CODE_STORED, MP_CODE_ZSTD) and the size of the code it holds. */
+MP_API mp_status_t mp_code_frame_info(const uint8_t* frame, uint64_t size, uint32_t* out_encoding,
+                                      uint64_t* out_raw_size);
+/* Decode the frame into |buffer| (|capacity| >= its raw size), with every check a load makes:
+ * the decoded size and the checksum of the decoded code. */
+MP_API mp_status_t mp_code_frame_decode(const uint8_t* frame, uint64_t size, uint8_t* buffer,
+                                        uint64_t capacity);
+/* The largest frame mp_code_frame_encode may write for |raw_size| bytes of code. */
+MP_API uint64_t mp_code_frame_bound(uint64_t raw_size);
+/* Encode |raw_size| bytes of code at |raw| as a frame into |buffer|: Zstandard at |level| (1 to
+ * 22) when that is smaller (and within MP_CODE_FRAME_MAX_RATIO), else stored; level 0 stores.
+ * The same code and level give the same bytes with the same libzstd. *out_size: its size. */
+MP_API mp_status_t mp_code_frame_encode(const uint8_t* raw, uint64_t raw_size, int32_t level,
+                                        uint8_t* buffer, uint64_t capacity, uint64_t* out_size);
 /* True if the |size| bytes at |key| are a type key the format accepts: 1 to
  * MP_FORMAT_MAX_TYPE_KEY bytes of [A-Za-z0-9_.-]. A loader's key may not start with '_'
  * (reserved for "_lib"): pass |allow_reserved| false to check that too. */

@@ -22,6 +22,7 @@ struct mp_blob {
   uint64_t* row_ptr;         /* module_count + 1 */
   uint64_t* child_indices;   /* edge_count */
   char* type_keys;           /* NUL-separated copies, referenced by modules[i].type_key */
+  uint32_t* entry_flags;     /* module_count: MP_FORMAT_ENTRY_* */
 };
 
 void mp_blob_free(mp_blob_t* blob) {
@@ -30,6 +31,7 @@ void mp_blob_free(mp_blob_t* blob) {
   free(blob->row_ptr);
   free(blob->child_indices);
   free(blob->type_keys);
+  free(blob->entry_flags);
   free(blob);
 }
 
@@ -111,8 +113,10 @@ static mp_status_t parse_header(mp_const_byte_span_t bytes, uint64_t available,
                      h->index_size, h->blob_size);
   if (h->flags & ~(uint32_t)MP_FORMAT_KNOWN_FLAGS)
     return mp_errorf(MP_ERR_INCOMPATIBLE,
-                     "blob uses unknown flags 0x%x (format %u.%u); upgrade modpack to load it",
-                     h->flags & ~(uint32_t)MP_FORMAT_KNOWN_FLAGS, h->format_major, h->format_minor);
+                     "blob uses unknown flags 0x%x (format %u.%u, written by modpack %u.%u.%u); "
+                     "upgrade modpack to load it",
+                     h->flags & ~(uint32_t)MP_FORMAT_KNOWN_FLAGS, h->format_major, h->format_minor,
+                     h->writer_major, h->writer_minor, h->writer_patch);
   if (h->module_count == 0)
     return mp_errorf(MP_ERR_FORMAT, "corrupt blob: module_count is 0 (a blob has a root)");
   return MP_OK;
@@ -224,7 +228,8 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
   /* Each key is at most MP_FORMAT_MAX_TYPE_KEY bytes plus its NUL. */
   uint64_t keys_capacity = n * (MP_FORMAT_MAX_TYPE_KEY + 1);
   b->type_keys = malloc(keys_capacity);
-  if (!b->modules || !b->row_ptr || !b->child_indices || !b->type_keys)
+  b->entry_flags = calloc(n, sizeof *b->entry_flags);
+  if (!b->modules || !b->row_ptr || !b->child_indices || !b->type_keys || !b->entry_flags)
     return mp_out_of_memory("the blob's index");
 
   for (uint64_t i = 0; i <= n; ++i) b->row_ptr[i] = mp_load_le64(p + row_ptr_at + 8 * i);
@@ -240,11 +245,15 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
     m->payload_checksum = mp_load_le64(q + ENTRY_FIELD(payload_checksum));
     uint32_t key_offset = mp_load_le32(q + ENTRY_FIELD(type_key_offset));
     uint32_t key_size = mp_load_le32(q + ENTRY_FIELD(type_key_size));
-    if (mp_load_le32(q + ENTRY_FIELD(flags)) != 0 ||
-        mp_load_le32(q + ENTRY_FIELD(reserved0)) != 0 ||
+    uint32_t entry_flags = mp_load_le32(q + ENTRY_FIELD(flags));
+    /* Entry flags have a meaning only in a blob whose header announces them. */
+    uint32_t allowed =
+        (h->flags & MP_FORMAT_FLAG_CODE_FRAMES) ? (uint32_t)MP_FORMAT_KNOWN_ENTRY_FLAGS : 0u;
+    if ((entry_flags & ~allowed) != 0 || mp_load_le32(q + ENTRY_FIELD(reserved0)) != 0 ||
         mp_load_le64(q + ENTRY_FIELD(reserved1)) != 0)
       return mp_errorf(MP_ERR_FORMAT,
                        "corrupt blob: module[%" PRIu64 "] has non-zero reserved fields", i);
+    b->entry_flags[i] = entry_flags;
     if (key_size == 0 || key_size > MP_FORMAT_MAX_TYPE_KEY || key_offset > strings_size ||
         key_size > strings_size - key_offset)
       return mp_errorf(MP_ERR_FORMAT,
@@ -270,7 +279,8 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
 
     if (strcmp(m->type_key, MP_LIB_TYPE_KEY) == 0) {
       ++lib_count;
-      if (m->payload_size != 0 || m->payload_offset != 0 || m->payload_checksum != 0)
+      if (m->payload_size != 0 || m->payload_offset != 0 || m->payload_checksum != 0 ||
+          entry_flags != 0)
         return mp_errorf(MP_ERR_FORMAT,
                          "corrupt blob: module[%" PRIu64 "] is \"_lib\" but has a payload", i);
       continue;
@@ -445,6 +455,10 @@ mp_status_t mp_blob_module(const mp_blob_t* blob, uint64_t index, mp_blob_module
                      blob->info.module_count);
   *out_module = blob->modules[index];
   return MP_OK;
+}
+
+uint32_t mp_blob_module_flags(const mp_blob_t* blob, uint64_t index) {
+  return index < blob->info.module_count ? blob->entry_flags[index] : 0;
 }
 
 uint64_t mp_blob_child(const mp_blob_t* blob, uint64_t edge) {

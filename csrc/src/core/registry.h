@@ -68,6 +68,7 @@ struct mp_kind {
   const char* const* launch_tags; /* its kernels' launch arguments, in launch-slot order */
   uint32_t launch_tag_count;
   const mp_preflight_api_t* preflight; /* NULL: its modules need no device code */
+  bool code_frames; /* its loader reads payloads whose code is in code frames */
 };
 
 /* Register |kind|'s loader (and its device, if any). MP_ERR_ALREADY_EXISTS if the type key or

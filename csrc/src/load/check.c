@@ -48,10 +48,10 @@ static mp_status_t check_blob(int fd, const char* path, const mp_seal_v1_t* seal
     if (strcmp(entry.type_key, MP_LIB_TYPE_KEY) == 0 || !mp_registry_find_kind(entry.type_key))
       continue;
     mp_module_t* module = NULL;
-    status = mp_module_load_from_payload(
-        entry.type_key, (mp_const_byte_span_t){blob_bytes + entry.payload_offset,
-                                               entry.payload_size},
-        &module);
+    status = mp_module_load_from_entry(
+        entry.type_key,
+        (mp_const_byte_span_t){blob_bytes + entry.payload_offset, entry.payload_size},
+        mp_blob_module_flags(blob, i), &module);
     mp_module_release(module);
     if (status != MP_OK)
       status = mp_error_prefix(status, "'%s': module[%llu] (%s)", path,

@@ -361,6 +361,11 @@ mp_status_t mp_module_load_memory(const void* data, uint64_t size, const mp_load
 
 mp_status_t mp_module_load_from_payload(const char* type_key, mp_const_byte_span_t payload,
                                         mp_module_t** out_module) {
+  return mp_module_load_from_entry(type_key, payload, 0, out_module);
+}
+
+mp_status_t mp_module_load_from_entry(const char* type_key, mp_const_byte_span_t payload,
+                                      uint32_t entry_flags, mp_module_t** out_module) {
   *out_module = NULL;
   if (!type_key)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load_from_payload: NULL type key");
@@ -368,7 +373,15 @@ mp_status_t mp_module_load_from_payload(const char* type_key, mp_const_byte_span
   mp_loader_fn_t loader;
   void* user_data;
   MP_RETURN_IF_ERROR(mp_registry_find_loader(type_key, &loader, &user_data));
-  mp_loader_args_t args = {.type_key = type_key, .payload = payload, .library = NULL};
+  const mp_kind_t* kind = mp_registry_find_kind(type_key);
+  if ((entry_flags & ~(uint32_t)MP_FORMAT_KNOWN_ENTRY_FLAGS) ||
+      ((entry_flags & MP_FORMAT_ENTRY_CODE_FRAMES) && (!kind || !kind->code_frames)))
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "entry flags 0x%x for a %s payload (only the built-in device kinds store "
+                     "code frames)",
+                     entry_flags, type_key);
+  mp_loader_args_t args = {
+      .type_key = type_key, .payload = payload, .library = NULL, .entry_flags = entry_flags};
   mp_error_clear();
   mp_status_t status = loader(user_data, &args, out_module);
   if (status == MP_OK && !*out_module)

@@ -31,8 +31,8 @@ mp_status_t mp_tree_host_only(mp_library_t* library, mp_module_t** out_root) {
 
 /* Module |index| of the blob, made by its loader (or the library's node for "_lib"). */
 static mp_status_t load_entry(mp_library_t* library, mp_const_byte_span_t bytes,
-                              const mp_blob_module_t* entry, uint64_t index,
-                              mp_module_t** out_module, bool* out_reused) {
+                              const mp_blob_module_t* entry, uint32_t entry_flags,
+                              uint64_t index, mp_module_t** out_module, bool* out_reused) {
   const char* path = mp_library_path(library);
   if (strcmp(entry->type_key, MP_LIB_TYPE_KEY) == 0)
     return library_node(library, out_module, out_reused);
@@ -40,10 +40,19 @@ static mp_status_t load_entry(mp_library_t* library, mp_const_byte_span_t bytes,
   void* user_data;
   MP_RETURN_IF_ERROR_PREFIX(mp_registry_find_loader(entry->type_key, &loader, &user_data),
                             "'%s': module[%" PRIu64 "]", path, index);
+  if (entry_flags & MP_FORMAT_ENTRY_CODE_FRAMES) {
+    const mp_kind_t* kind = mp_registry_find_kind(entry->type_key);
+    if (!kind || !kind->code_frames)
+      return mp_errorf(MP_ERR_FORMAT,
+                       "'%s': module[%" PRIu64 "] (%s) says its code is in code frames, which "
+                       "only the built-in device kinds store; the library is damaged",
+                       path, index, entry->type_key);
+  }
   mp_loader_args_t args = {
       .type_key = entry->type_key,
       .payload = {bytes.data + entry->payload_offset, entry->payload_size},
       .library = library,
+      .entry_flags = entry_flags,
   };
   mp_error_clear();
   mp_status_t status = loader(user_data, &args, out_module);
@@ -111,7 +120,8 @@ mp_status_t mp_tree_build(mp_library_t* library, mp_const_byte_span_t bytes, uin
   for (uint64_t i = 0; i < info.module_count && status == MP_OK; ++i) {
     mp_blob_module_t entry;
     mp_blob_module(blob, i, &entry);
-    status = load_entry(library, bytes, &entry, i, &modules[i], &reused[i]);
+    status = load_entry(library, bytes, &entry, mp_blob_module_flags(blob, i), i, &modules[i],
+                        &reused[i]);
   }
   for (uint64_t i = 0; i < info.module_count && status == MP_OK; ++i) {
     mp_blob_module_t entry;

@@ -18,7 +18,7 @@ from typing import Any
 from ...errors import ArgumentError, MissingFileError, ModpackError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
-from ..device import DeviceModule
+from ..device import CodeWriter, DeviceModule, code_as_is
 from ..kernel_info import KernelInfo
 from .arch import DEFAULT_TARGETS, check_arch
 from .compile import nvcc_compile, nvrtc_compile
@@ -99,11 +99,9 @@ class CUDAModule(DeviceModule):
                 if not kernels or info.name in kernels:
                     check_against_ptx(info, entries, f"cuda_module ({label})")
 
-    def save_to_binary(self) -> bytes:
-        return b"".join(bytes(c) for c in self.payload_chunks())
-
-    def payload_chunks(self) -> list[bytes]:
+    def payload_chunks(self, code: CodeWriter = code_as_is) -> list[bytes]:
         self.validate()  # refuse a record that disagrees with the compiled code at export
+        images = [bytes(code(v.data)) for v in self.variants]
         version = self.payload_version(lib.MP_CUDA_PAYLOAD_VERSION)
         if any(v.kernels for v in self.variants):
             version = lib.MP_CUDA_PAYLOAD_VERSION
@@ -111,21 +109,21 @@ class CUDAModule(DeviceModule):
         if version >= 2:
             head.append(self.encode_name())
         index = {f.name: i for i, f in enumerate(self.functions)}
-        for v in self.variants:
+        for v, image in zip(self.variants, images):
             head.append(struct.pack("<II", _VARIANT_KINDS[v.kind], len(v.arches)))
             for arch in v.arches:
                 head += [struct.pack("<I", len(arch)), arch.encode()]
-            head.append(struct.pack("<Q", len(v.data)))
+            head.append(struct.pack("<Q", len(image)))
             if version >= 2:
                 kernels = sorted(index[k] for k in v.kernels)
                 head.append(struct.pack(f"<I{len(kernels)}I", len(kernels), *kernels))
         head.append(self.encode_records(version))
         chunks = [b"".join(head)]
         offset = len(chunks[0])
-        for v in self.variants:
+        for image in images:
             pad = -offset % lib.MP_CUDA_VARIANT_ALIGNMENT
-            chunks += [b"\0" * pad, v.data]
-            offset += pad + len(v.data)
+            chunks += [b"\0" * pad, image]
+            offset += pad + len(image)
         return chunks
 
     def __repr__(self) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from ...errors import ArgumentError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
-from ..device import DeviceModule
+from ..device import CodeWriter, DeviceModule, code_as_is
 from ..kernel_info import KernelInfo, kernel_infos, launch_tags
 from .build_check import check_build
 from .signatures import parse_kernel_signatures
@@ -80,8 +80,8 @@ class OpenCLModule(DeviceModule):
             # stacklevel: check_build's caller is this, then the export's steps, then the user
             check_build(self.source, self.build_options, what, stacklevel=6)
 
-    def save_to_binary(self) -> bytes:
-        source = self.source.encode()
+    def payload_chunks(self, code: CodeWriter = code_as_is) -> list[bytes]:
+        source = bytes(code(self.source.encode()))
         # Version 1 when nothing needs version 2, so that older runtimes read it.
         options = self.build_options.encode()
         version = 2 if options else self.payload_version(lib.MP_OPENCL_PAYLOAD_VERSION)
@@ -92,8 +92,9 @@ class OpenCLModule(DeviceModule):
         parts.append(struct.pack("<I", len(self.binaries)))
         for key, data in self.binaries.items():
             k = key.encode()
-            parts += [struct.pack("<I", len(k)), k, struct.pack("<Q", len(data)), bytes(data)]
-        return b"".join(parts)
+            stored = bytes(code(data))
+            parts += [struct.pack("<I", len(k)), k, struct.pack("<Q", len(stored)), stored]
+        return [b"".join(parts)]
 
 
 def opencl_module(source: str, functions: Mapping[str, Any] | Iterable[KernelInfo] | None = None,

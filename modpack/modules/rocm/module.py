@@ -20,7 +20,7 @@ from typing import Any
 from ...errors import ArgumentError, MissingFileError, ModpackError
 from ...format.layout import check_struct
 from ...runtime.binding import error_from_status, ffi, lib
-from ..device import DeviceModule
+from ..device import CodeWriter, DeviceModule, code_as_is
 from ..kernel_info import NULL, SCALAR, KernelArg, KernelInfo, kernel_infos, launch_tags
 from .code_object import CodeObject, KernelMetadata, read_code_object
 from .compile import compile_source
@@ -94,12 +94,13 @@ class ROCmModule(DeviceModule):
     def targets(self) -> list[str]:
         return [c.target for c in self.code_objects]
 
-    def payload_chunks(self) -> list[bytes]:
+    def payload_chunks(self, code: CodeWriter = code_as_is) -> list[bytes]:
+        stored = [bytes(code(c.data)) for c in self.code_objects]
         head = [_HEADER.pack(lib.MP_ROCM_PAYLOAD_VERSION, 0, len(self.code_objects)),
                 self.encode_name()]
-        for c in self.code_objects:
+        for c, data in zip(self.code_objects, stored):
             target = c.target.encode()
-            head += [struct.pack("<I", len(target)), target, struct.pack("<Q", len(c.data))]
+            head += [struct.pack("<I", len(target)), target, struct.pack("<Q", len(data))]
         head.append(self.encode_records(_RECORD_VERSION))
         for info, layout in zip(self.functions, self.layouts):
             head.append(struct.pack("<I", layout.explicit_size))
@@ -111,10 +112,10 @@ class ROCmModule(DeviceModule):
                 head.append(struct.pack("<8I", *by_name[info.symbol or info.name].facts, 0))
         chunks = [b"".join(head)]
         offset = len(chunks[0])
-        for c in self.code_objects:
+        for data in stored:
             pad = -offset % _ALIGNMENT
-            chunks += [b"\0" * pad, c.data]
-            offset += pad + len(c.data)
+            chunks += [b"\0" * pad, data]
+            offset += pad + len(data)
         return chunks
 
     def __repr__(self) -> str:

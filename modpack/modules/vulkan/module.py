@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ...errors import ArgumentError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
-from ..device import DeviceModule
+from ..device import CodeWriter, DeviceModule, code_as_is
 from ..kernel_info import KernelArg, KernelInfo, launch_tags
 from .spirv import EntryPoint, compile_glsl, is_spirv, reflect
 
@@ -83,19 +83,20 @@ class VulkanModule(DeviceModule):
                                 "{name: shader}")
         self.check_records()
 
-    def save_to_binary(self) -> bytes:
-        parts = [_HEADER.pack(lib.MP_VULKAN_PAYLOAD_VERSION, 0, len(self.shaders)),
+    def payload_chunks(self, code: CodeWriter = code_as_is) -> list[bytes]:
+        shaders = [bytes(code(s)) for s in self.shaders]
+        parts = [_HEADER.pack(lib.MP_VULKAN_PAYLOAD_VERSION, 0, len(shaders)),
                  self.encode_name()]
-        parts += [struct.pack("<Q", len(s)) for s in self.shaders]
+        parts += [struct.pack("<Q", len(s)) for s in shaders]
         parts.append(struct.pack("<I", len(self.kernels)))
         parts += [k.info.encode(_RECORD_VERSION) for k in self.kernels]
         parts += [k.encode_interface() for k in self.kernels]
         size = sum(len(p) for p in parts)
-        for shader in self.shaders:
+        for shader in shaders:
             padding = -size % _ALIGNMENT
             parts += [bytes(padding), shader]
             size += padding + len(shader)
-        return b"".join(parts)
+        return [b"".join(parts)]
 
 
 def _spirv(shader: str | bytes | bytearray | memoryview, what: str) -> bytes:

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "modpack/format.h"
 
 mp_status_t mp_device_module_load(const mp_device_loader_t* loader, const mp_loader_args_t* args,
                                   mp_module_t** out_module) {
@@ -13,6 +14,7 @@ mp_status_t mp_device_module_load(const mp_device_loader_t* loader, const mp_loa
   pthread_mutex_init(&base->lock, NULL);
   base->table.call = loader->call;
   base->payload = args->payload.data;
+  base->code_frames = (args->entry_flags & MP_FORMAT_ENTRY_CODE_FRAMES) != 0;
   mp_status_t status = loader->parse(base, loader->kind, args->payload);
   if (status != MP_OK) {
     loader->vtable->destroy(base);

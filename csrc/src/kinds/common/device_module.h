@@ -14,6 +14,7 @@
 #define MODPACK_KINDS_COMMON_DEVICE_MODULE_H_
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "kinds/common/kernel_table.h"
@@ -23,6 +24,7 @@ typedef struct {
   char* name;              /* the module's name (payload), NULL when unnamed */
   const uint8_t* payload;  /* where the payload starts: code is described by offset from it */
   pthread_mutex_t lock;    /* guards the kind's per-device state */
+  bool code_frames;        /* the payload's pieces of code are code frames (kinds/common/code.h) */
 } mp_device_module_t;
 
 /* A device kind's loader, described. */

@@ -205,7 +205,9 @@ static mp_status_t load_kernel_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda
       chosen = (int32_t)v;
       break;
     }
-    CUresult result = cuda->cu.ModuleLoadData(&images[v], m->variants[v].data);
+    const uint8_t* image;
+    MP_RETURN_IF_ERROR(mp_cuda_variant_image(m, v, &image));
+    CUresult result = cuda->cu.ModuleLoadData(&images[v], image);
     if (result == CUDA_SUCCESS) {
       chosen = (int32_t)v;
       break;
@@ -361,7 +363,7 @@ static mp_status_t cuda_describe(mp_module_t* self, char* buffer, uint64_t capac
                                  uint64_t* out_length) {
   mp_cuda_module_t* m = mp_module_impl(self);
   mp_json_t j = {buffer, capacity, 0};
-  mp_json_printf(&j, "\"variants\": [");
+  mp_json_printf(&j, "\"head_bytes\": %" PRIu64 ", \"variants\": [", m->head_size);
   for (uint32_t v = 0; v < m->variant_count; ++v) {
     const mp_cuda_variant_t* variant = &m->variants[v];
     char arch[MP_CUDA_MAX_ARCHES_PER_VARIANT * MP_CUDA_MAX_ARCH_NAME] = "";
@@ -375,6 +377,9 @@ static mp_status_t cuda_describe(mp_module_t* self, char* buffer, uint64_t capac
     mp_json_printf(&j, ", \"kind\": \"%s\", \"offset\": %" PRIu64 ", \"size\": %" PRIu64,
                    mp_cuda_variant_kind_names[variant->kind],
                    (uint64_t)(variant->data - m->base.payload), variant->size);
+    char code[160];
+    mp_code_describe(&variant->code, code, sizeof code);
+    mp_json_printf(&j, ", %s", code);
     if (variant->kind == MP_CUDA_VARIANT_PTX) {
       mp_json_printf(&j, ", \"ptx_isa\": ");
       mp_json_string(&j, variant->ptx_isa);
@@ -432,4 +437,5 @@ const mp_kind_t mp_cuda_kind = {
     .launch_tags = launch_tags,
     .launch_tag_count = MP_CUDA_SLOT_COUNT,
     .preflight = &mp_cuda_preflight,
+    .code_frames = true,
 };

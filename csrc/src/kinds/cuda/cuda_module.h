@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "kinds/common/code.h"
 #include "kinds/common/device_module.h"
 #include "kinds/cuda/cuda_abi.h"
 #include "modpack/kinds/cuda.h"
@@ -21,8 +22,9 @@ typedef struct {
   uint32_t kind; /* MP_CUDA_VARIANT_* */
   uint32_t arch_count;
   char** arches;
-  const uint8_t* data; /* in the library mapping */
-  uint64_t size;
+  const uint8_t* data; /* in the library mapping, as stored (a code frame in a framed payload) */
+  uint64_t size;       /* stored */
+  mp_code_t code;      /* the image: in place, or decoded at its first load */
   char ptx_isa[16];      /* PTX ".version", "" when unknown or not PTX */
   uint32_t kernel_count; /* the kernels this image defines; 0: every kernel of the module */
   uint32_t* kernels;     /* their indices, increasing */
@@ -35,6 +37,7 @@ typedef struct {
   mp_device_module_t base; /* first: kernels, name, payload, lock (kinds/common) */
   uint32_t variant_count;
   mp_cuda_variant_t* variants;
+  uint64_t head_size; /* the payload's head: everything before the variants' bytes */
   /* Per device, made at its first launch (guarded by base.lock): the images loaded so far, by
    * variant, each kernel's function once resolved (NULL before) and its opted-in dynamic
    * shared memory. */
@@ -60,5 +63,7 @@ uint32_t mp_cuda_candidates(const mp_cuda_module_t* m, uint32_t k, const char** 
 mp_status_t mp_cuda_payload_parse(void* m, const mp_kind_t* kind, mp_const_byte_span_t payload);
 /* Frees what the parser made (not the base: mp_device_module_free). */
 void mp_cuda_payload_free(mp_cuda_module_t* m);
+/* Variant |v|'s image, decoded (and checked) the first time when compressed. */
+mp_status_t mp_cuda_variant_image(mp_cuda_module_t* m, uint32_t v, const uint8_t** out_image);
 
 #endif /* MODPACK_KINDS_CUDA_MODULE_H_ */

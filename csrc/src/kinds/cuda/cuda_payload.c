@@ -10,10 +10,10 @@
 
 const char* const mp_cuda_variant_kind_names[3] = {"cubin", "ptx", "fatbin"};
 
-static void read_ptx_isa(mp_cuda_variant_t* v) {
+static void read_ptx_isa(mp_cuda_variant_t* v, const uint8_t* raw, uint64_t size) {
   /* ".version X.Y" comes right after the header comments. */
-  uint64_t limit = v->size < 8192 ? v->size : 8192;
-  const char* text = (const char*)v->data;
+  uint64_t limit = size < 8192 ? size : 8192;
+  const char* text = (const char*)raw;
   for (uint64_t i = 0; i + 9 < limit; ++i) {
     if (memcmp(text + i, ".version", 8) != 0 || (i > 0 && text[i - 1] != '\n')) continue;
     uint64_t j = i + 8, n = 0;
@@ -109,25 +109,48 @@ static mp_status_t check_variant_kernels(const mp_cuda_module_t* m) {
   return MP_OK;
 }
 
-static mp_status_t check_variant_bytes(uint32_t index, mp_cuda_variant_t* v) {
+static mp_status_t check_variant_bytes(uint32_t index, mp_cuda_variant_t* v, const uint8_t* raw,
+                                       uint64_t size) {
   static const uint8_t elf[4] = {0x7f, 'E', 'L', 'F'}, fatbin[4] = {0x50, 0xed, 0x55, 0xba};
   const char* arch = v->arches[0];
-  if (v->kind == MP_CUDA_VARIANT_CUBIN && (v->size < 4 || memcmp(v->data, elf, 4) != 0))
+  if (size == 0)
+    return mp_errorf(MP_ERR_FORMAT, "cuda payload: variant %u (%s) is empty", index, arch);
+  if (v->kind == MP_CUDA_VARIANT_CUBIN && (size < 4 || memcmp(raw, elf, 4) != 0))
     return mp_errorf(MP_ERR_FORMAT,
                      "cuda payload: cubin variant %u (%s) does not start with the "
                      "ELF magic",
                      index, arch);
-  if (v->kind == MP_CUDA_VARIANT_FATBIN && (v->size < 4 || memcmp(v->data, fatbin, 4) != 0))
+  if (v->kind == MP_CUDA_VARIANT_FATBIN && (size < 4 || memcmp(raw, fatbin, 4) != 0))
     return mp_errorf(MP_ERR_FORMAT,
                      "cuda payload: fatbin variant %u does not start with the "
                      "fatbin magic 50 ED 55 BA",
                      index);
   if (v->kind == MP_CUDA_VARIANT_PTX) {
-    if (v->data[v->size - 1] != '\0')
+    if (raw[size - 1] != '\0')
       return mp_errorf(MP_ERR_FORMAT, "cuda payload: PTX variant %u (%s) is not NUL-terminated",
                        index, arch);
-    read_ptx_isa(v);
+    read_ptx_isa(v, raw, size);
   }
+  return MP_OK;
+}
+
+/* The checks of a compressed variant's image, once decoded (code.h). */
+typedef struct {
+  mp_cuda_module_t* m;
+  uint32_t index;
+} variant_ref_t;
+
+static mp_status_t check_decoded(void* context, const uint8_t* raw, uint64_t size) {
+  variant_ref_t* ref = context;
+  return check_variant_bytes(ref->index, &ref->m->variants[ref->index], raw, size);
+}
+
+mp_status_t mp_cuda_variant_image(mp_cuda_module_t* m, uint32_t v, const uint8_t** out_image) {
+  variant_ref_t ref = {m, v};
+  MP_RETURN_IF_ERROR_PREFIX(mp_code_get(&m->variants[v].code, check_decoded, &ref, out_image),
+                            "cuda module: the %s variant %u (%s)",
+                            mp_cuda_variant_kind_names[m->variants[v].kind], v,
+                            m->variants[v].arches[0]);
   return MP_OK;
 }
 
@@ -187,6 +210,7 @@ mp_status_t mp_cuda_payload_parse(void* state, const mp_kind_t* kind,
   mp_cuda_module_t* m = state;
   uint64_t end = 0;
   MP_RETURN_IF_ERROR(mp_cuda_payload_parse_head(m, kind, payload, &end));
+  m->head_size = end;
   mp_reader_t r = {payload.data, payload.size, end, "cuda payload"};
   /* The variants' bytes, each 64-byte aligned within the payload, read in place. */
   for (uint32_t v = 0; v < m->variant_count; ++v) {
@@ -200,7 +224,11 @@ mp_status_t mp_cuda_payload_parse(void* state, const mp_kind_t* kind,
         return mp_errorf(MP_ERR_FORMAT, "cuda payload: nonzero padding before variant %u", v);
     if (!mp_read_bytes(&r, variant->size, &variant->data))
       return mp_reader_error(&r, "variant bytes");
-    MP_RETURN_IF_ERROR(check_variant_bytes(v, variant));
+    MP_RETURN_IF_ERROR_PREFIX(
+        mp_code_open(&variant->code, variant->data, variant->size, m->base.code_frames),
+        "cuda payload: variant %u (%s)", v, variant->arches[0]);
+    const uint8_t* raw = mp_code_in_place(&variant->code);
+    if (raw) MP_RETURN_IF_ERROR(check_variant_bytes(v, variant, raw, variant->code.raw_size));
   }
   if (r.pos != r.size)
     return mp_errorf(MP_ERR_FORMAT, "cuda payload has %" PRIu64 " unexpected trailing bytes",
@@ -214,6 +242,7 @@ void mp_cuda_payload_free(mp_cuda_module_t* m) {
       free(m->variants[v].arches[a]);
     free(m->variants[v].arches);
     free(m->variants[v].kernels);
+    mp_code_free(&m->variants[v].code);
   }
   free(m->variants);
   m->variants = NULL;

@@ -51,7 +51,11 @@ static void opencl_destroy(void* impl) {
 /* Builds the program for |device| and creates every kernel. Caller holds the lock. */
 static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32_t device) {
   cl_program program;
-  MP_RETURN_IF_ERROR(mp_opencl_program_build(cl, device, m->source, m->source_size,
+  const uint8_t* source = (const uint8_t*)m->source;
+  if (!source)
+    MP_RETURN_IF_ERROR_PREFIX(mp_code_get(&m->source_code, NULL, NULL, &source),
+                              "opencl module: its source");
+  MP_RETURN_IF_ERROR(mp_opencl_program_build(cl, device, (const char*)source, m->source_size,
                                              m->build_options, m->binaries, m->binary_count,
                                              &program));
   cl_kernel* kernels = calloc(m->base.table.count ? m->base.table.count : 1, sizeof *kernels);
@@ -193,14 +197,17 @@ static mp_status_t opencl_describe(mp_module_t* self, char* buffer, uint64_t cap
                      ", \"build_options\": ",
                  m->source_size, m->source_offset);
   mp_json_string(&j, m->build_options ? m->build_options : "");
-  mp_json_printf(&j, ", ");
+  char code[160];
+  mp_code_describe(&m->source_code, code, sizeof code);
+  mp_json_printf(&j, ", \"source_code\": {%s}, ", code);
   mp_kernel_table_describe(&j, &m->base.table);
   mp_json_printf(&j, ", \"binaries\": [");
   for (uint32_t b = 0; b < m->binary_count; ++b) {
     mp_json_printf(&j, "%s{\"device\": ", b ? ", " : "");
     mp_json_string(&j, m->binaries[b].key);
-    mp_json_printf(&j, ", \"offset\": %" PRIu64 ", \"size\": %" PRIu64 "}",
-                   (uint64_t)(m->binaries[b].data - m->base.payload), m->binaries[b].size);
+    mp_code_describe(&m->binaries[b].code, code, sizeof code);
+    mp_json_printf(&j, ", \"offset\": %" PRIu64 ", \"size\": %" PRIu64 ", %s}",
+                   (uint64_t)(m->binaries[b].data - m->base.payload), m->binaries[b].size, code);
   }
   mp_json_printf(&j, "]");
   *out_length = j.length;
@@ -236,4 +243,5 @@ const mp_kind_t mp_opencl_kind = {
     .launch_tags = launch_tags,
     .launch_tag_count = SLOT_COUNT,
     .preflight = &mp_opencl_preflight,
+    .code_frames = true,
 };

@@ -14,8 +14,9 @@
 
 typedef struct {
   mp_device_module_t base; /* first: kernels, name, payload, lock (kinds/common) */
-  char* source;            /* a NUL-terminated copy */
-  uint64_t source_size;
+  char* source;            /* a NUL-terminated copy, or NULL while compressed (source_code) */
+  uint64_t source_size;    /* the source's size (raw) */
+  mp_code_t source_code;   /* the source as stored */
   uint64_t source_offset; /* in the payload, and each binary's (tools write them out) */
   char* build_options;    /* "" when the payload has none (version 1) */
   uint32_t binary_count;

@@ -53,11 +53,16 @@ mp_status_t mp_opencl_payload_parse(void* state, const mp_kind_t* kind,
   if (!mp_read_u64(&r, &source_size)) return mp_reader_error(&r, "source");
   m->source_offset = r.pos;
   if (!mp_read_bytes(&r, source_size, &source)) return mp_reader_error(&r, "source");
-  m->source = malloc(source_size + 1);
-  if (!m->source) return mp_out_of_memory("the OpenCL source");
-  memcpy(m->source, source, source_size);
-  m->source[source_size] = '\0';
-  m->source_size = source_size;
+  MP_RETURN_IF_ERROR_PREFIX(mp_code_open(&m->source_code, source, source_size, m->base.code_frames),
+                            "opencl payload: source");
+  m->source_size = m->source_code.raw_size;
+  const uint8_t* text = mp_code_in_place(&m->source_code);
+  if (text) { /* else decoded at the first build */
+    m->source = malloc(m->source_size + 1);
+    if (!m->source) return mp_out_of_memory("the OpenCL source");
+    memcpy(m->source, text, m->source_size);
+    m->source[m->source_size] = '\0';
+  }
   MP_RETURN_IF_ERROR(mp_opencl_payload_parse_build(m, kind, version, &r));
   if (!mp_read_u32(&r, &count) || count > r.size / 12) return mp_reader_error(&r, "binary count");
   m->binaries = calloc(count ? count : 1, sizeof *m->binaries);
@@ -75,6 +80,8 @@ mp_status_t mp_opencl_payload_parse(void* state, const mp_kind_t* kind,
     memcpy(bin->key, key, key_size);
     bin->key[key_size] = '\0';
     m->binary_count = b + 1;
+    MP_RETURN_IF_ERROR_PREFIX(mp_code_open(&bin->code, bin->data, bin->size, m->base.code_frames),
+                              "opencl payload: binary %u ('%s')", b, bin->key);
   }
   if (r.pos != r.size)
     return mp_errorf(MP_ERR_FORMAT, "opencl payload has %" PRIu64 " unexpected trailing bytes",
@@ -83,7 +90,11 @@ mp_status_t mp_opencl_payload_parse(void* state, const mp_kind_t* kind,
 }
 
 void mp_opencl_payload_free(mp_opencl_module_t* m) {
-  for (uint32_t b = 0; b < m->binary_count; ++b) free(m->binaries[b].key);
+  for (uint32_t b = 0; b < m->binary_count; ++b) {
+    free(m->binaries[b].key);
+    mp_code_free(&m->binaries[b].code);
+  }
+  mp_code_free(&m->source_code);
   free(m->binaries);
   free(m->source);
   free(m->build_options);

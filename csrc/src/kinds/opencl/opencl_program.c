@@ -53,7 +53,7 @@ static mp_status_t build_failed(const mp_opencl_t* cl, cl_program program, int32
 
 mp_status_t mp_opencl_program_build(const mp_opencl_t* cl, int32_t device, const char* source,
                                     uint64_t source_size, const char* options,
-                                    const mp_opencl_binary_t* binaries, uint32_t binary_count,
+                                    mp_opencl_binary_t* binaries, uint32_t binary_count,
                                     cl_program* out_program) {
   *out_program = NULL;
   cl_int err = CL_SUCCESS;
@@ -61,8 +61,11 @@ mp_status_t mp_opencl_program_build(const mp_opencl_t* cl, int32_t device, const
   cl_device_id dev = cl->devices[device];
   for (uint32_t b = 0; b < binary_count && !program; ++b) {
     if (!mp_opencl_binary_for(binaries[b].key, cl->device_keys[device])) continue;
-    size_t size = binaries[b].size;
-    const unsigned char* data = binaries[b].data;
+    const uint8_t* raw;
+    MP_RETURN_IF_ERROR_PREFIX(mp_code_get(&binaries[b].code, NULL, NULL, &raw),
+                              "opencl module: the program binary for '%s'", binaries[b].key);
+    size_t size = (size_t)binaries[b].code.raw_size;
+    const unsigned char* data = raw;
     cl_int binary_status = CL_SUCCESS;
     program =
         cl->cl.CreateProgramWithBinary(cl->context, 1, &dev, &size, &data, &binary_status, &err);

@@ -89,7 +89,13 @@ static mp_status_t load_locked(mp_rocm_module_t* m, const mp_rocm_t* rocm, int32
   for (uint32_t r = 0; r < usable; ++r) {
     uint32_t v = order[r];
     hipModule_t image = NULL;
-    hipError_t result = rocm->hip.ModuleLoadData(&image, m->variants[v].data);
+    const uint8_t* code;
+    mp_status_t decoded = mp_rocm_code_object(m, v, &code);
+    if (decoded != MP_OK) {
+      free(functions);
+      return decoded;
+    }
+    hipError_t result = rocm->hip.ModuleLoadData(&image, code);
     if (result == hipSuccess) {
       m->images[device] = image;
       m->functions[device] = functions;
@@ -238,14 +244,16 @@ static mp_status_t rocm_describe(mp_module_t* self, char* buffer, uint64_t capac
                                  uint64_t* out_length) {
   mp_rocm_module_t* m = mp_module_impl(self);
   mp_json_t j = {buffer, capacity, 0};
-  mp_json_printf(&j, "\"variants\": [");
+  mp_json_printf(&j, "\"head_bytes\": %" PRIu64 ", \"variants\": [", m->head_size);
   for (uint32_t v = 0; v < m->variant_count; ++v) {
     const mp_rocm_variant_t* variant = &m->variants[v];
     mp_json_printf(&j, "%s{\"arch\": ", v ? ", " : "");
     mp_json_string(&j, variant->target);
+    char code[160];
+    mp_code_describe(&variant->code, code, sizeof code);
     mp_json_printf(&j, ", \"kind\": \"hsaco\", \"offset\": %" PRIu64 ", \"size\": %" PRIu64
-                       ", \"kernel_facts\": [",
-                   (uint64_t)(variant->data - m->base.payload), variant->size);
+                       ", %s, \"kernel_facts\": [",
+                   (uint64_t)(variant->data - m->base.payload), variant->size, code);
     for (uint32_t k = 0; k < m->base.table.count; ++k) {
       const mp_rocm_facts_t* f = &variant->facts[k];
       mp_json_printf(&j,
@@ -303,4 +311,5 @@ const mp_kind_t mp_rocm_kind = {
     .launch_tags = launch_tags,
     .launch_tag_count = MP_ROCM_SLOT_COUNT,
     .preflight = &mp_rocm_preflight,
+    .code_frames = true,
 };

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 
+#include "kinds/common/code.h"
 #include "kinds/common/device_module.h"
 #include "kinds/rocm/rocm_abi.h"
 #include "kinds/rocm/rocm_select.h"
@@ -22,8 +23,9 @@ typedef struct {
 
 typedef struct {
   char target[MP_ROCM_MAX_TARGET]; /* as stored: "gfx90a:xnack-" */
-  const uint8_t* data;             /* the code object, in the library mapping */
-  uint64_t size;
+  const uint8_t* data;             /* the code object in the library mapping, as stored */
+  uint64_t size;                   /* stored (a code frame in a framed payload) */
+  mp_code_t code;                  /* the code object: in place, or decoded at its first load */
   mp_rocm_facts_t* facts; /* per kernel */
 } mp_rocm_variant_t;
 
@@ -37,6 +39,7 @@ typedef struct {
 typedef struct {
   mp_device_module_t base; /* first: kernels, name, payload, lock (kinds/common) */
   uint32_t variant_count;
+  uint64_t head_size; /* the payload's head: everything before the code objects */
   mp_rocm_variant_t* variants;
   mp_rocm_layout_t* layouts; /* per kernel */
   /* Per device, made at its first launch (guarded by base.lock): the chosen code object, its
@@ -60,5 +63,7 @@ mp_status_t mp_rocm_module_rank(const mp_rocm_module_t* m, const mp_rocm_target_
                                 uint32_t* order, uint32_t* out_usable);
 /* Frees what the parser made (not the base: mp_device_module_free). */
 void mp_rocm_payload_free(mp_rocm_module_t* m);
+/* Code object |v|, decoded (and checked) the first time when compressed. */
+mp_status_t mp_rocm_code_object(mp_rocm_module_t* m, uint32_t v, const uint8_t** out_code);
 
 #endif /* MODPACK_KINDS_ROCM_MODULE_H_ */

@@ -116,9 +116,9 @@ mp_status_t mp_rocm_payload_parse_head(mp_rocm_module_t* m, const mp_kind_t* kin
 
 /* The ELF header of code object |v|: 64-bit little-endian, EM_AMDGPU, the HSA OS ABI, and
  * (code object v4 and later) the feature settings its target ID names. */
-static mp_status_t check_code_object(uint32_t index, const mp_rocm_variant_t* v) {
-  const uint8_t* e = v->data;
-  if (v->size < 64 || memcmp(e, "\x7f" "ELF", 4) != 0 || e[4] != 2 || e[5] != 1)
+static mp_status_t check_code_object(uint32_t index, const mp_rocm_variant_t* v,
+                                     const uint8_t* e, uint64_t size) {
+  if (size < 64 || memcmp(e, "\x7f" "ELF", 4) != 0 || e[4] != 2 || e[5] != 1)
     return mp_errorf(MP_ERR_FORMAT,
                      "rocm payload: code object %u (%s) is not a 64-bit little-endian ELF file",
                      index, v->target);
@@ -157,11 +157,29 @@ static mp_status_t check_code_object(uint32_t index, const mp_rocm_variant_t* v)
   return MP_OK;
 }
 
+typedef struct {
+  mp_rocm_module_t* m;
+  uint32_t index;
+} code_ref_t;
+
+static mp_status_t check_decoded(void* context, const uint8_t* raw, uint64_t size) {
+  code_ref_t* ref = context;
+  return check_code_object(ref->index, &ref->m->variants[ref->index], raw, size);
+}
+
+mp_status_t mp_rocm_code_object(mp_rocm_module_t* m, uint32_t v, const uint8_t** out_code) {
+  code_ref_t ref = {m, v};
+  MP_RETURN_IF_ERROR_PREFIX(mp_code_get(&m->variants[v].code, check_decoded, &ref, out_code),
+                            "rocm module: code object %u (%s)", v, m->variants[v].target);
+  return MP_OK;
+}
+
 mp_status_t mp_rocm_payload_parse(void* state, const mp_kind_t* kind,
                                   mp_const_byte_span_t payload) {
   mp_rocm_module_t* m = state;
   uint64_t end = 0;
   MP_RETURN_IF_ERROR(mp_rocm_payload_parse_head(m, kind, payload, &end));
+  m->head_size = end;
   mp_reader_t r = {payload.data, payload.size, end, "rocm payload"};
   for (uint32_t v = 0; v < m->variant_count; ++v) {
     mp_rocm_variant_t* variant = &m->variants[v];
@@ -175,7 +193,11 @@ mp_status_t mp_rocm_payload_parse(void* state, const mp_kind_t* kind,
                          v);
     if (!mp_read_bytes(&r, variant->size, &variant->data))
       return mp_reader_error(&r, "code object bytes");
-    MP_RETURN_IF_ERROR(check_code_object(v, variant));
+    MP_RETURN_IF_ERROR_PREFIX(
+        mp_code_open(&variant->code, variant->data, variant->size, m->base.code_frames),
+        "rocm payload: code object %u (%s)", v, variant->target);
+    const uint8_t* raw = mp_code_in_place(&variant->code);
+    if (raw) MP_RETURN_IF_ERROR(check_code_object(v, variant, raw, variant->code.raw_size));
   }
   if (r.pos != r.size)
     return mp_errorf(MP_ERR_FORMAT, "rocm payload has %" PRIu64 " unexpected trailing bytes",
@@ -191,7 +213,10 @@ mp_status_t mp_rocm_module_rank(const mp_rocm_module_t* m, const mp_rocm_target_
 }
 
 void mp_rocm_payload_free(mp_rocm_module_t* m) {
-  for (uint32_t v = 0; m->variants && v < m->variant_count; ++v) free(m->variants[v].facts);
+  for (uint32_t v = 0; m->variants && v < m->variant_count; ++v) {
+    free(m->variants[v].facts);
+    mp_code_free(&m->variants[v].code);
+  }
   free(m->variants);
   for (uint32_t k = 0; m->layouts && k < m->base.table.count; ++k) {
     free(m->layouts[k].offsets);

@@ -73,16 +73,19 @@ static mp_status_t shader_module_locked(mp_vulkan_module_t* m, const mp_vulkan_t
     return MP_OK;
   }
   const mp_vulkan_shader_t* shader = &m->shaders[s];
+  const uint8_t* raw;
+  MP_RETURN_IF_ERROR(mp_vulkan_shader_words(m, s, &raw));
+  uint64_t size = shader->code.raw_size;
   uint32_t* copy = NULL;
-  const uint32_t* words = (const uint32_t*)(const void*)shader->data;
-  if ((uintptr_t)shader->data % sizeof(uint32_t)) {
-    copy = malloc(shader->size);
+  const uint32_t* words = (const uint32_t*)(const void*)raw;
+  if ((uintptr_t)raw % sizeof(uint32_t)) {
+    copy = malloc(size);
     if (!copy) return mp_out_of_memory("a SPIR-V shader");
-    memcpy(copy, shader->data, shader->size);
+    memcpy(copy, raw, size);
     words = copy;
   }
   VkShaderModuleCreateInfo info = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, NULL, 0,
-                                   (size_t)shader->size, words};
+                                   (size_t)size, words};
   VkResult result = vk->vk.CreateShaderModule(d->device, &info, NULL, &m->modules[device][s]);
   free(copy);
   if (result != VK_SUCCESS) {
@@ -312,9 +315,12 @@ static mp_status_t vulkan_describe(mp_module_t* self, char* buffer, uint64_t cap
   mp_vulkan_module_t* m = mp_module_impl(self);
   mp_json_t j = {buffer, capacity, 0};
   mp_json_printf(&j, "\"shaders\": [");
-  for (uint32_t s = 0; s < m->shader_count; ++s)
-    mp_json_printf(&j, "%s{\"offset\": %" PRIu64 ", \"size\": %" PRIu64 "}", s ? ", " : "",
-                   (uint64_t)(m->shaders[s].data - m->base.payload), m->shaders[s].size);
+  for (uint32_t s = 0; s < m->shader_count; ++s) {
+    char code[160];
+    mp_code_describe(&m->shaders[s].code, code, sizeof code);
+    mp_json_printf(&j, "%s{\"offset\": %" PRIu64 ", \"size\": %" PRIu64 ", %s}", s ? ", " : "",
+                   (uint64_t)(m->shaders[s].data - m->base.payload), m->shaders[s].size, code);
+  }
   mp_json_printf(&j, "], \"interfaces\": [");
   for (uint32_t k = 0; k < m->base.table.count; ++k) {
     const mp_kernel_info_t* info = &m->base.table.kernels[k];
@@ -373,4 +379,5 @@ const mp_kind_t mp_vulkan_kind = {
     .launch_tags = launch_tags,
     .launch_tag_count = MP_VULKAN_SLOT_COUNT,
     .preflight = &mp_vulkan_preflight,
+    .code_frames = true,
 };

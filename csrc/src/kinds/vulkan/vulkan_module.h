@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "kinds/common/code.h"
 #include "kinds/common/device_module.h"
 #include "kinds/vulkan/vulkan_abi.h"
 #include "modpack/kinds/vulkan.h"
@@ -13,8 +14,9 @@
 enum { MP_VULKAN_SLOT_COUNT = 3 };
 
 typedef struct {
-  const uint8_t* data; /* SPIR-V words in the library mapping */
-  uint64_t size;
+  const uint8_t* data; /* SPIR-V words in the library mapping, as stored (maybe a code frame) */
+  uint64_t size;       /* stored */
+  mp_code_t code;      /* the words: in place, or decoded when a device first needs them */
 } mp_vulkan_shader_t;
 
 /* Where argument |i| of a kernel goes: a buffer's set and binding, a scalar's push-constant
@@ -58,5 +60,7 @@ typedef struct {
 mp_status_t mp_vulkan_payload_parse(void* m, const mp_kind_t* kind, mp_const_byte_span_t payload);
 /* Frees what the parser made (not the base: mp_device_module_free). */
 void mp_vulkan_payload_free(mp_vulkan_module_t* m);
+/* Shader |s|'s SPIR-V, decoded (and checked) the first time when compressed. */
+mp_status_t mp_vulkan_shader_words(mp_vulkan_module_t* m, uint32_t s, const uint8_t** out_words);
 
 #endif /* MODPACK_KINDS_VULKAN_MODULE_H_ */

@@ -73,6 +73,36 @@ static mp_status_t parse_interface(mp_reader_t* r, const mp_vulkan_module_t* m, 
   return MP_OK;
 }
 
+static mp_status_t check_spirv_size(uint32_t s, uint64_t size) {
+  if (size < 20 || size % 4)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "vulkan payload: shader %u has %" PRIu64
+                     " bytes (SPIR-V is whole 32-bit words, at least its 20-byte header)",
+                     s, size);
+  return MP_OK;
+}
+
+/* Shader |s|'s words: whole words, its header, the SPIR-V magic number. */
+static mp_status_t check_spirv(uint32_t s, const uint8_t* w, uint64_t size) {
+  MP_RETURN_IF_ERROR(check_spirv_size(s, size));
+  uint32_t magic =
+      (uint32_t)w[0] | (uint32_t)w[1] << 8 | (uint32_t)w[2] << 16 | (uint32_t)w[3] << 24;
+  if (magic != MP_VULKAN_SPIRV_MAGIC)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "vulkan payload: shader %u does not start with the SPIR-V magic number "
+                     "0x07230203 (found 0x%08x)",
+                     s, magic);
+  return MP_OK;
+}
+
+static mp_status_t check_decoded(void* context, const uint8_t* raw, uint64_t size) {
+  return check_spirv((uint32_t)(uintptr_t)context, raw, size);
+}
+
+mp_status_t mp_vulkan_shader_words(mp_vulkan_module_t* m, uint32_t s, const uint8_t** out_words) {
+  return mp_code_get(&m->shaders[s].code, check_decoded, (void*)(uintptr_t)s, out_words);
+}
+
 mp_status_t mp_vulkan_payload_parse(void* state, const mp_kind_t* kind,
                                     mp_const_byte_span_t payload) {
   mp_vulkan_module_t* m = state;
@@ -99,11 +129,8 @@ mp_status_t mp_vulkan_payload_parse(void* state, const mp_kind_t* kind,
   for (uint32_t s = 0; s < count; ++s) {
     uint64_t size;
     if (!mp_read_u64(&r, &size)) return mp_reader_error(&r, "shader size");
-    if (size < 20 || size % 4)
-      return mp_errorf(MP_ERR_FORMAT,
-                       "vulkan payload: shader %u has %" PRIu64
-                       " bytes (SPIR-V is whole 32-bit words, at least its 20-byte header)",
-                       s, size);
+    /* A code frame's size is checked by the frame, its words once decoded. */
+    if (!m->base.code_frames) MP_RETURN_IF_ERROR(check_spirv_size(s, size));
     m->shaders[s].size = size;
   }
   MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, 2, true, &m->base.table));
@@ -120,16 +147,14 @@ mp_status_t mp_vulkan_payload_parse(void* state, const mp_kind_t* kind,
     for (uint64_t i = 0; i < padding; ++i)
       if (pad[i] != 0)
         return mp_errorf(MP_ERR_FORMAT, "vulkan payload: nonzero padding before shader %u", s);
-    if (!mp_read_bytes(&r, m->shaders[s].size, &m->shaders[s].data))
+    mp_vulkan_shader_t* shader = &m->shaders[s];
+    if (!mp_read_bytes(&r, shader->size, &shader->data))
       return mp_reader_error(&r, "shader words");
-    const uint8_t* w = m->shaders[s].data;
-    uint32_t magic = (uint32_t)w[0] | (uint32_t)w[1] << 8 | (uint32_t)w[2] << 16 |
-                     (uint32_t)w[3] << 24;
-    if (magic != MP_VULKAN_SPIRV_MAGIC)
-      return mp_errorf(MP_ERR_FORMAT,
-                       "vulkan payload: shader %u does not start with the SPIR-V magic number "
-                       "0x07230203 (found 0x%08x)",
-                       s, magic);
+    MP_RETURN_IF_ERROR_PREFIX(
+        mp_code_open(&shader->code, shader->data, shader->size, m->base.code_frames),
+        "vulkan payload: shader %u", s);
+    const uint8_t* w = mp_code_in_place(&shader->code);
+    if (w) MP_RETURN_IF_ERROR(check_spirv(s, w, shader->code.raw_size));
   }
   if (r.pos != r.size)
     return mp_errorf(MP_ERR_FORMAT, "vulkan payload has %" PRIu64 " unexpected trailing bytes",
@@ -140,6 +165,7 @@ mp_status_t mp_vulkan_payload_parse(void* state, const mp_kind_t* kind,
 void mp_vulkan_payload_free(mp_vulkan_module_t* m) {
   for (uint32_t k = 0; m->interfaces && k < m->base.table.count; ++k) free(m->interfaces[k].slots);
   free(m->interfaces);
+  for (uint32_t s = 0; m->shaders && s < m->shader_count; ++s) mp_code_free(&m->shaders[s].code);
   free(m->shaders);
   m->interfaces = NULL;
   m->shaders = NULL;

@@ -1,0 +1,91 @@
+"""Which device code ``slim`` keeps: for each kept device, the code its loader would choose and
+the portable code it falls back on (PTX, a generic ROCm target), asked of the runtime's own
+preflight, so that what slim keeps is exactly what a load on that device takes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..errors import ArgumentError, ModpackError
+from ..preflight import preflight
+
+__all__ = ["SLIMMED_KINDS", "device_strings", "kept_variants"]
+
+# Kinds whose code is per architecture: the others (OpenCL source and binaries keyed by the
+# device's driver, Vulkan's SPIR-V) run on any device of their type and are kept whole.
+SLIMMED_KINDS = {"cuda": "cuda", "rocm": "rocm"}
+
+
+def device_strings(keep: str | Iterable[str]) -> list[str]:
+    """``"sm_90,gfx942"`` or ``["sm_90", "rocm:gfx90a:xnack-"]`` as preflight DEVICE strings
+    (``cuda:sm_90``, ``rocm:gfx942``), in order, each once."""
+    items = keep.split(",") if isinstance(keep, str) else list(keep)
+    out: list[str] = []
+    for raw in items:
+        if not isinstance(raw, str):
+            raise ArgumentError(f"keep= takes device names such as 'sm_90', not {raw!r}")
+        item = raw.strip()
+        if not item:
+            continue
+        if item.startswith(("cuda:", "rocm:")):
+            device = item
+        elif item.startswith("sm_"):
+            device = f"cuda:{item}"
+        elif item.startswith("gfx"):
+            device = f"rocm:{item}"
+        else:
+            raise ArgumentError(f"--keep {item!r}: name a CUDA architecture (sm_90) or a ROCm "
+                                "target ID (gfx942, gfx90a:xnack-), or cuda:/rocm: followed by "
+                                "one")
+        if device not in out:
+            out.append(device)
+    if not out:
+        raise ArgumentError("--keep names no device: give e.g. --keep sm_90,gfx942")
+    return out
+
+
+def kept_variants(path: str | os.PathLike[str], devices: Sequence[str]
+                  ) -> dict[int, set[str]]:
+    """Per module of a slimmed kind (by index), the names of the variants to keep (CUDA arch
+    names, ROCm target IDs); ModpackError naming the module when one has no code for a kept
+    device of its type, or no kept device is of its type."""
+    kept: dict[int, set[str]] = {}
+    types: dict[int, str] = {}
+    for device in devices:
+        answer = preflight(path, device)  # ArgumentError for a device string it cannot read
+        kind = device.split(":", 1)[0]
+        for module in answer["modules"]:
+            key = module["type_key"]
+            if key not in SLIMMED_KINDS:
+                continue
+            types[module["index"]] = key
+            if SLIMMED_KINDS[key] != kind:
+                continue
+            names = kept.setdefault(module["index"], set())
+            for reply in module["answers"]:
+                for choice in reply.get("kernels") or [reply]:
+                    if not choice.get("fits"):
+                        raise ModpackError(
+                            f"{os.fspath(path)}: module[{module['index']}] ({key}) has no "
+                            f"variant for {device}: {choice.get('reason')}; keep another "
+                            "device, or add code for this one")
+                    names.update(_needed(choice))
+    for index, key in sorted(types.items()):
+        if index not in kept:
+            raise ModpackError(
+                f"{os.fspath(path)}: module[{index}] ({key}) would keep no variant: --keep names "
+                f"no {key.upper()} device ({', '.join(devices)}); name one of its devices")
+    return kept
+
+
+def _needed(choice: dict[str, Any]) -> set[str]:
+    """The variant a device is given, and the portable code its loader falls back on when
+    the driver refuses it (PTX for CUDA, a generic target for ROCm)."""
+    names = {choice["variant"]}
+    for fallback in choice.get("fallbacks") or []:
+        name = fallback if isinstance(fallback, str) else fallback.get("variant", "")
+        if name.startswith("compute_") or "-generic" in name:
+            names.add(name)
+    return names

@@ -1,0 +1,235 @@
+"""``slim_library``: a sealed library holding only the device code the kept devices need.
+
+The output is the input's bytes with a new blob: the host code (everything before the blob's
+segment, and what follows it: symbol tables, section headers) is copied byte for byte, the
+blob is written anew (:mod:`.blob`: device modules rewritten by :mod:`.payloads`, every other
+payload — weights included — copied by the kernel at the same alignment), the few ELF fields
+that hold the blob's size and what follows it are updated, and the file is sealed again. A
+signature cannot survive (it signed other bytes): it is dropped, and the report says to sign
+again. The same input and keep list give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+from ..errors import ArgumentError, FormatError, MissingFileError, ModpackError
+from ..files.scratch import AnonymousOutput
+from ..format.coverage import NOTE, note_fields, read_coverage
+from ..format.image import Placement
+from ..format.layout import BLOB_SYMBOL, LIB_TYPE_KEY, align_up
+from ..format.seal import SEAL_SIZE, check_seal, seal_file
+from ..format.section import ANCHOR
+from ..inspection import _describe
+from ..runtime.binding import error_from_status, ffi, lib
+from .blob import BlobEntry, copy_range, write_blob
+from .keep import SLIMMED_KINDS, device_strings, kept_variants
+from .payloads import slim_payload
+
+__all__ = ["SlimReport", "slim_library"]
+
+_PHDR = struct.Struct("<IIQQQQQQ")
+_PT_LOAD = 1
+
+
+@dataclass
+class SlimReport:
+    """What slim did: the output, the devices kept for, per module the variants kept and
+    dropped, the sizes, and notes (a dropped signature)."""
+
+    output: Path
+    devices: list[str]
+    modules: list[dict[str, Any]] = field(default_factory=list)
+    input_size: int = 0
+    output_size: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def slim_library(path: str | os.PathLike[str], out: str | os.PathLike[str],
+                 keep: str | list[str]) -> SlimReport:
+    """Write to |out| the library at |path| with only the device code the |keep| devices need
+    (``"sm_90,gfx942"`` or a list; ``cuda:``/``rocm:`` device strings too): for each, the
+    variant its loader chooses and the portable code it falls back on (PTX, generic ROCm
+    targets). OpenCL and Vulkan code, host code and weights are kept byte for byte.
+
+    Raises ModpackError naming the module when one has no code left for a kept device."""
+    source, output = Path(path), Path(out)
+    if not source.is_file():
+        raise MissingFileError(f"no such library: {source}")
+    if output.resolve() == source.resolve():
+        raise ArgumentError(f"slim writes a new file: -o {output} is the input")
+    if source.suffix == ".tar":
+        raise ModpackError(f"{source}: slim of a .tar library is not supported yet; export a "
+                           ".so, or slim the modules before exporting")
+    devices = device_strings(keep)
+    seal = check_seal(source)
+    if seal is None:
+        raise FormatError(f"{source} carries no seal; slim reads sealed libraries only")
+    report = SlimReport(output, devices, input_size=source.stat().st_size)
+    if seal.blob_size == 0:
+        raise ModpackError(f"{source} holds host code only: nothing to slim")
+    kept = kept_variants(source, devices)
+    with open(source, "rb") as f:
+        entries, row_ptr, child_indices = _read_blob(f, seal, kept, report, str(source))
+        _write_library(f, seal, entries, row_ptr, child_indices, output, report, str(source))
+    report.output_size = output.stat().st_size
+    return report
+
+
+def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport,
+               shown: str) -> tuple[list[BlobEntry], list[int], list[int]]:
+    """The input's blob entries, with new payloads for the device modules that lose variants
+    (read through a read-only mapping: only their pages are touched)."""
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        view = memoryview(mapped)
+        base = ffi.from_buffer("uint8_t[]", mapped)
+        blob_ptr = ffi.new("mp_blob_t**")
+        try:
+            span = ffi.new("mp_const_byte_span_t*")
+            span.data = base + seal.blob_offset
+            span.size = seal.blob_size
+            status = lib.mp_blob_parse(span[0], lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS, blob_ptr)
+            if status != 0:
+                raise error_from_status(status)
+            blob = blob_ptr[0]
+            info = ffi.new("mp_blob_info_t*")
+            lib.mp_blob_info(blob, info)
+            entry = ffi.new("mp_blob_module_t*")
+            entries: list[BlobEntry] = []
+            row_ptr, child_indices = [0], []
+            for i in range(info.module_count):
+                lib.mp_blob_module(blob, i, entry)
+                key = ffi.string(entry.type_key).decode()
+                e = BlobEntry(key, entry.payload_offset, entry.payload_size,
+                              entry.payload_checksum, lib.mp_blob_module_flags(blob, i))
+                kids = [lib.mp_blob_child(blob, entry.first_edge + k)
+                        for k in range(entry.child_count)]
+                child_indices += kids
+                row_ptr.append(len(child_indices))
+                if key in SLIMMED_KINDS and key != LIB_TYPE_KEY:
+                    start = seal.blob_offset + e.offset
+                    payload = view[start:start + e.size]
+                    description = _module_description(key, base + start, e.size, e.flags)
+                    where = f"{shown}: module[{i}] ({key})"
+                    e.chunks = slim_payload(key, payload, description, kept.get(i, set()),
+                                            where)
+                    names = [v["arch"] for v in description["variants"]]
+                    keep_names = [n for n in names if set(n.split("+")) & kept.get(i, set())]
+                    report.modules.append({"index": i, "type_key": key, "kept": keep_names,
+                                           "dropped": [n for n in names if n not in keep_names]})
+                    if e.chunks is not None:  # copied out of the mapping before it closes
+                        e.chunks = [bytes(memoryview(c).cast("B")) for c in e.chunks]
+                    del payload
+                entries.append(e)
+            lib.mp_blob_free(blob)
+        finally:
+            ffi.release(base)
+            view.release()
+    return entries, row_ptr, child_indices
+
+
+def _module_description(key: str, data: Any, size: int, flags: int) -> dict[str, Any]:
+    span = ffi.new("mp_const_byte_span_t*")
+    span.data = data
+    span.size = size
+    out = ffi.new("mp_module_t**")
+    status = lib.mp_module_load_from_entry(key.encode(), span[0], flags, out)
+    if status != 0:
+        raise error_from_status(status)
+    try:
+        description: dict[str, Any] = _describe(out[0])
+    finally:
+        lib.mp_module_release(out[0])
+    return description
+
+
+def _write_library(f: Any, seal: Any, entries: list[BlobEntry], row_ptr: list[int],
+                   child_indices: list[int], output: Path, report: SlimReport,
+                   shown: str) -> None:
+    f.seek(0)
+    elf = ELFFile(f)
+    blob_end = seal.blob_offset + seal.blob_size
+    segment = next((i for i, s in enumerate(elf.iter_segments())
+                    if s["p_type"] == "PT_LOAD" and s["p_offset"] == seal.blob_offset), None)
+    anchor = elf.get_section_index(ANCHOR.name)
+    if segment is None or anchor is None or seal.version < 2:
+        raise ModpackError(f"{shown}: its blob is not in a segment of its own (a library "
+                           "exported with a custom packer, or an older one); slim rewrites "
+                           "libraries whose blob modpack placed: export it again")
+    alignment = elf.get_section(anchor)["sh_addralign"] or 64
+    moved = [(i, s["sh_offset"]) for i, s in enumerate(elf.iter_sections())
+             if s["sh_type"] != "SHT_NOBITS" and s["sh_offset"] >= blob_end]
+    tail_start = min([o for _, o in moved] + ([elf["e_shoff"]] if elf["e_shoff"] >= blob_end
+                                               else []), default=blob_end)
+    tail_alignment = max([elf.get_section(i)["sh_addralign"] for i, _ in moved] + [8])
+    body_end = seal.file_size - SEAL_SIZE  # what the seal trailer (and signatures) follow
+    symbols = []
+    for name in (".dynsym", ".symtab"):
+        table = elf.get_section_by_name(name)
+        if isinstance(table, SymbolTableSection):
+            for i, symbol in enumerate(table.iter_symbols()):
+                if symbol.name == BLOB_SYMBOL:
+                    symbols.append(table["sh_offset"] + i * table["sh_entsize"])
+    phoff, shoff, shentsize = elf["e_phoff"], elf["e_shoff"], elf["e_shentsize"]
+    src = f.fileno()
+    target = AnonymousOutput(output)
+    try:
+        out = target.file
+        dst = out.fileno()
+        copy_range(src, dst, 0, 0, seal.blob_offset)
+        size, index_size = write_blob(src, seal.blob_offset, entries, row_ptr, child_indices,
+                                      dst, seal.blob_offset, alignment)
+        new_tail = align_up(seal.blob_offset + size, tail_alignment)
+        shift = new_tail - tail_start
+        os.ftruncate(dst, new_tail)
+        copy_range(src, dst, tail_start, new_tail, body_end - tail_start)
+        out.seek(phoff + segment * _PHDR.size + 32)  # p_filesz, p_memsz
+        out.write(struct.pack("<QQ", size, size))
+        if shoff >= blob_end:
+            out.seek(40)
+            out.write(struct.pack("<Q", shoff + shift))
+        new_shoff = shoff + shift if shoff >= blob_end else shoff
+        for index, old in moved:
+            out.seek(new_shoff + index * shentsize + 24)
+            out.write(struct.pack("<Q", old + shift))
+        out.seek(new_shoff + anchor * shentsize + 32)
+        out.write(struct.pack("<Q", size))
+        for at in symbols:
+            out.seek(at + (shift if at >= blob_end else 0) + 16)
+            out.write(struct.pack("<Q", size))
+        out.flush()
+        coverage = read_coverage(out)
+        if coverage is not None:
+            fields = list(note_fields(out, coverage))
+            if any(fields[-1]):
+                report.notes.append(f"{shown} was signed; the signature signed other bytes and "
+                                    "is dropped: sign the slimmed library again (modpack sign)")
+            fields[-1] = bytes(len(fields[-1]))
+            out.seek(coverage.note)
+            out.write(NOTE.pack(*fields))
+        if os.path.getsize(shown) > seal.file_size:
+            report.notes.append(f"{shown} carries signatures after its seal; they are dropped: "
+                                "sign the slimmed library again (modpack sign)")
+        start = align_up(index_size, alignment)
+        placement = Placement(seal.blob_offset, seal.blob_vaddr, size,
+                              seal.blob_offset + min(start, size), size - min(start, size))
+        out.seek(0, os.SEEK_END)
+        seal_file(out, placement)
+        target.publish(0o755)
+    finally:
+        target.discard()
+
+
+def describe_report(report: SlimReport) -> str:
+    return json.dumps({"output": str(report.output), "devices": report.devices,
+                       "modules": report.modules, "input_size": report.input_size,
+                       "output_size": report.output_size, "notes": report.notes}, indent=2)
