@@ -270,6 +270,14 @@ def export_originals(out: Path, linker: str | None = None) -> list[Path]:
             os.environ["MODPACK_LINKER"] = linker
         tag = linker or "default"
         made = [host.export_library(out / f"{tag}.so"), host.export_library(out / f"{tag}.tar")]
+        # Device code in code frames (format 1.1): damage to the compressed bytes, the frame
+        # headers or the flags is refused like damage anywhere else.
+        packed = modpack.csource_module(VADD_C)
+        packed.import_module(modpack.opencl_module(
+            "__kernel void k(__global float* x) { x[get_global_id(0)] *= 2.0f; }\n" * 1
+            + "".join(f"// comment line {i} that compresses\n" for i in range(100))))
+        packed.import_module(small)
+        made.append(packed.export_library(out / f"{tag}-compressed.so", compress_code=True))
     finally:
         os.environ.clear()
         os.environ.update(env)

@@ -14,10 +14,12 @@ import xxhash
 from ..errors import FormatError
 from ..format import WRITER_VERSION, EntryRecord, IndexLayout, pack_index
 from ..format.layout import align_up
+from .payloads import FileRange
 
 __all__ = ["BlobEntry", "copy_range", "write_blob"]
 
 _COPY_CHUNK = 1 << 30
+_HASH_CHUNK = 8 << 20
 
 
 @dataclass
@@ -29,7 +31,9 @@ class BlobEntry:
     size: int
     checksum: int
     flags: int
-    chunks: list[Any] | None = None  # the rewritten payload; None: copied as is
+    # The rewritten payload: bytes, and FileRanges (absolute offsets in the input file) of
+    # what it keeps as is; None: the whole payload copied as is.
+    chunks: list[Any] | None = None
 
 
 def copy_range(src: int, dst: int, src_offset: int, dst_offset: int, size: int) -> None:
@@ -44,13 +48,13 @@ def copy_range(src: int, dst: int, src_offset: int, dst_offset: int, size: int) 
         size -= done
 
 
-def write_blob(src: int, src_blob: int, entries: list[EntryRecord | BlobEntry] | list[BlobEntry],
+def write_blob(src: int, src_blob: int, entries: list[BlobEntry],
                row_ptr: list[int], child_indices: list[int], dst: int, dst_blob: int,
                alignment: int) -> tuple[int, int]:
     """Write the blob of |entries| (with the input's tree) into file |dst| at |dst_blob|, the
     unchanged payloads copied from file |src|'s blob at |src_blob|; returns (blob size, index
     size). Payloads shared in the input stay shared."""
-    blob_entries = [e for e in entries if isinstance(e, BlobEntry)]
+    blob_entries = entries
     keys = [e.type_key for e in blob_entries]
     layout = IndexLayout.plan(keys, len(child_indices))
     records = [EntryRecord(e.type_key, flags=e.flags) for e in blob_entries]
@@ -72,6 +76,13 @@ def write_blob(src: int, src_blob: int, entries: list[EntryRecord | BlobEntry] |
             digest = xxhash.xxh3_64()
             size = 0
             for chunk in entry.chunks:
+                if isinstance(chunk, FileRange):  # kept code: hashed in pieces, copied whole
+                    for at in range(0, chunk.size, _HASH_CHUNK):
+                        digest.update(os.pread(src, min(_HASH_CHUNK, chunk.size - at),
+                                               chunk.offset + at))
+                    copy_range(src, dst, chunk.offset, dst_blob + offset + size, chunk.size)
+                    size += chunk.size
+                    continue
                 view = memoryview(chunk).cast("B")
                 digest.update(view)
                 os.pwrite(dst, view, dst_blob + offset + size)

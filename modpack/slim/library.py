@@ -33,7 +33,7 @@ from ..inspection import _describe
 from ..runtime.binding import error_from_status, ffi, lib
 from .blob import BlobEntry, copy_range, write_blob
 from .keep import SLIMMED_KINDS, device_strings, kept_variants
-from .payloads import slim_payload
+from .payloads import FileRange, slim_payload
 
 __all__ = ["SlimReport", "slim_library"]
 
@@ -126,8 +126,9 @@ def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport,
                     keep_names = [n for n in names if set(n.split("+")) & kept.get(i, set())]
                     report.modules.append({"index": i, "type_key": key, "kept": keep_names,
                                            "dropped": [n for n in names if n not in keep_names]})
-                    if e.chunks is not None:  # copied out of the mapping before it closes
-                        e.chunks = [bytes(memoryview(c).cast("B")) for c in e.chunks]
+                    if e.chunks is not None:  # kept code: by its place in the file
+                        e.chunks = [FileRange(start + c.offset, c.size)
+                                    if isinstance(c, FileRange) else c for c in e.chunks]
                     del payload
                 entries.append(e)
             lib.mp_blob_free(blob)

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import FormatError, ModpackError
 
-__all__ = ["slim_payload"]
+__all__ = ["FileRange", "slim_payload"]
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """Bytes of the payload kept as they are (a variant's code), by offset in the payload:
+    copied by the kernel, never read into memory."""
+
+    offset: int
+    size: int
 
 _ALIGNMENT = 64  # MP_CUDA_VARIANT_ALIGNMENT, MP_ROCM_CODE_ALIGNMENT
 
@@ -37,7 +47,7 @@ def slim_payload(type_key: str, payload: memoryview, description: dict[str, Any]
     for i in kept:
         v = variants[i]
         pad = -offset % _ALIGNMENT
-        chunks += [bytes(pad), payload[v["offset"]:v["offset"] + v["size"]]]
+        chunks += [bytes(pad), FileRange(v["offset"], v["size"])]
         offset += pad + v["size"]
     return chunks
 

@@ -21,7 +21,10 @@
 typedef struct {
   size_t (*compress)(void* dst, size_t capacity, const void* src, size_t size, int level);
   size_t (*compress_bound)(size_t size);
-  size_t (*decompress)(void* dst, size_t capacity, const void* src, size_t size);
+  void* (*create_dctx)(void);
+  size_t (*free_dctx)(void* dctx);
+  size_t (*decompress_dctx)(void* dctx, void* dst, size_t capacity, const void* src,
+                            size_t size);
   unsigned long long (*frame_content_size)(const void* src, size_t size);
   size_t (*find_frame_compressed_size)(const void* src, size_t size);
   unsigned (*is_error)(size_t code);
@@ -32,6 +35,10 @@ static libzstd_t zstd;
 static bool zstd_loaded;
 static char zstd_problem[256];
 static pthread_once_t zstd_once = PTHREAD_ONCE_INIT;
+/* One decompression context kept for the next decode (making one costs more than decoding a
+ * small cubin); a decode that finds it taken makes its own. */
+static pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+static void* spare_dctx;
 
 static void load_libzstd(void) {
   static const char* const names[] = {"libzstd.so.1", "libzstd.so"};
@@ -51,7 +58,9 @@ static void load_libzstd(void) {
   } wanted[] = {
       {"ZSTD_compress", (void**)&zstd.compress},
       {"ZSTD_compressBound", (void**)&zstd.compress_bound},
-      {"ZSTD_decompress", (void**)&zstd.decompress},
+      {"ZSTD_createDCtx", (void**)&zstd.create_dctx},
+      {"ZSTD_freeDCtx", (void**)&zstd.free_dctx},
+      {"ZSTD_decompressDCtx", (void**)&zstd.decompress_dctx},
       {"ZSTD_getFrameContentSize", (void**)&zstd.frame_content_size},
       {"ZSTD_findFrameCompressedSize", (void**)&zstd.find_frame_compressed_size},
       {"ZSTD_isError", (void**)&zstd.is_error},
@@ -96,7 +105,16 @@ mp_status_t mp_zstd_decompress(const uint8_t* data, uint64_t size, uint8_t* out,
   MP_RETURN_IF_ERROR(need_libzstd());
   if (size > SIZE_MAX || capacity > SIZE_MAX)
     return mp_errorf(MP_ERR_FORMAT, "a Zstandard frame too large to address");
-  size_t n = zstd.decompress(out, (size_t)capacity, data, (size_t)size);
+  pthread_mutex_lock(&spare_lock);
+  void* dctx = spare_dctx;
+  spare_dctx = NULL;
+  pthread_mutex_unlock(&spare_lock);
+  if (!dctx && !(dctx = zstd.create_dctx())) return mp_out_of_memory("a Zstandard context");
+  size_t n = zstd.decompress_dctx(dctx, out, (size_t)capacity, data, (size_t)size);
+  pthread_mutex_lock(&spare_lock);
+  if (!spare_dctx) spare_dctx = dctx, dctx = NULL;
+  pthread_mutex_unlock(&spare_lock);
+  if (dctx) zstd.free_dctx(dctx);
   if (zstd.is_error(n))
     return mp_errorf(MP_ERR_FORMAT, "damaged Zstandard data (%s)", zstd.error_name(n));
   *out_size = n;
