@@ -16,7 +16,8 @@ cd "$(dirname "$0")/.."
 # into a folder, for the aarch64 wheel).
 DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config lld mold libxxhash-dev ocl-icd-libopencl1
   pocl-opencl-icd clang libclang-rt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user debootstrap
-  libvulkan1 libvulkan-dev mesa-vulkan-drivers glslang-tools spirv-tools spirv-cross)
+  libvulkan1 libvulkan-dev mesa-vulkan-drivers glslang-tools spirv-tools spirv-cross
+  libzstd1)  # compressed device code: libzstd is loaded with dlopen when needed, not linked
 
 setup() {
   local missing=()
