@@ -631,13 +631,15 @@ def _parse_blob(f: Any, offset: int, size: int, shown: str) -> dict[str, Any]:
                 report = _read_parsed(out[0])
             finally:
                 lib.mp_blob_free(out[0])
-            for module in report["modules"]:
+            entry_flags = report.pop("entry_flags")
+            for module, flags in zip(report["modules"], entry_flags):
                 if module["type_key"] != LIB_TYPE_KEY:
                     payload = base + offset + module["offset"]
                     module["contents"] = _contents(module["type_key"], payload, module["size"],
-                                                   module["flags"])
+                                                   flags)
                     code = _code_sizes(module["contents"])
                     if code is not None:
+                        module["code_frames"] = bool(flags & ENTRY_CODE_FRAMES)
                         module["code"] = code
             return report
         finally:
@@ -669,8 +671,8 @@ def _read_parsed(blob: Any) -> dict[str, Any]:
                 parents[c].append(i)
     modules = [
         _module(i, keys[i], off, size, None if keys[i] == LIB_TYPE_KEY else checksum,
-                children[i], parents[i], flags)
-        for i, (off, size, checksum, flags) in enumerate(entries)
+                children[i], parents[i])
+        for i, (off, size, checksum, _) in enumerate(entries)
     ]
     return {
         "format_version": f"{info.format_major}.{info.format_minor}",
@@ -683,6 +685,7 @@ def _read_parsed(blob: Any) -> dict[str, Any]:
         },
         "modules": modules,
         "import_tree": {"row_ptr": row_ptr, "child_indices": child_indices},
+        "entry_flags": [flags for *_, flags in entries],  # popped by _parse_blob
     }
 
 
@@ -779,18 +782,18 @@ def _describe(module: Any) -> dict[str, Any]:
 
 
 def _module(index: int, type_key: str, offset: int, size: int, checksum: int | None,
-            children: list[int], parents: list[int], flags: int = 0) -> dict[str, Any]:
+            children: list[int], parents: list[int]) -> dict[str, Any]:
     return {
         "index": index,
         "type_key": type_key,
         "offset": offset,
         "size": size,
-        "flags": flags,
-        "code_frames": bool(flags & ENTRY_CODE_FRAMES),
         "checksum": None if checksum is None else _hex(checksum),
         "children": children,
         "parents": parents,
         "contents": None,  # filled in for payload modules: functions, arrays, kind details
+        # then, for device modules: "code_frames" and "code" (their code's stored and raw
+        # sizes)
     }
 
 
