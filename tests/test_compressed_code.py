@@ -191,3 +191,23 @@ def test_entry_flags_need_the_header_flag():
     span = ffi.new("mp_const_byte_span_t*", {"data": ffi.from_buffer(payload), "size": 16})
     out = ffi.new("mp_module_t**")
     assert lib.mp_module_load_from_entry(b"const", span[0], 1, out) != 0
+
+
+def test_plain_inspect_shows_stored_and_raw_code_sizes(tmp_path):
+    """The text of ``modpack inspect`` (not only --json) gives per device module its code as
+    stored and once decoded, and per piece of code the same."""
+    from modpack.cli.main import format_inspection
+
+    packed = format_inspection(inspect_library(library(tmp_path, "c.so", True)))
+    code = inspect_library(tmp_path / "c.so")["modules"][1]["code"]
+    raw = len(KERNELS.encode())
+    assert (f"  code: {code['stored_bytes']} bytes stored, {raw} bytes raw, compressed (zstd "
+            "code frames)") in packed
+    assert f"source: {raw} bytes (stored {code['stored_bytes']} bytes, raw {raw} bytes, " \
+           "zstd)" in packed
+    plain = format_inspection(inspect_library(library(tmp_path, "u.so", False)))
+    assert f"  code: {raw} bytes stored, {raw} bytes raw, uncompressed" in plain
+    assert f"(stored {raw} bytes, raw {raw} bytes, no frame)" in plain
+    proc = subprocess.run([sys.executable, "-m", "modpack", "inspect", str(tmp_path / "c.so")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and "bytes raw, compressed (zstd code frames)" in proc.stdout

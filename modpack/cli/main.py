@@ -149,6 +149,12 @@ def format_inspection(report: dict[str, Any]) -> str:
         if contents:
             named = f", named {contents['name']!r}" if "name" in contents else ""
             out += ["", f"module {m['index']} ({m['type_key']}{named})"]
+            if m.get("code"):  # a device module: its code as stored and once decoded
+                code = m["code"]
+                how = "compressed (zstd code frames)" if code["compressed"] else (
+                    "code frames, none compressed" if m.get("code_frames") else "uncompressed")
+                out.append(f"  code: {code['stored_bytes']} bytes stored, {code['raw_bytes']} "
+                           f"bytes raw, {how}")
             out += ["  " + line for line in _contents(contents)]
 
     functions = report["functions"]
@@ -166,7 +172,8 @@ def _contents(contents: dict[str, Any]) -> list[str]:
         lines.append(f"cannot describe: {contents['error']}")
     if "source_bytes" in contents:  # an OpenCL module: its source and how it is built
         options = contents.get("build_options") or "(none)"
-        lines.append(f"source: {contents['source_bytes']} bytes, build options: {options}")
+        lines.append(f"source: {contents['source_bytes']} bytes"
+                     f"{_stored(contents.get('source_code'))}, build options: {options}")
     if "file" in contents:  # a weights module: the weight file it refers to
         lines.append(f"weight file {contents['file']} ({contents.get('digest', '?')[:23]}...)")
     for a in contents.get("arrays", []):
@@ -191,17 +198,28 @@ def _contents(contents: dict[str, Any]) -> list[str]:
             lines.append(f"function {f}")
     for v in contents.get("variants", []):
         holds = f" ({', '.join(v['kernels'])})" if "kernels" in v else ""
-        lines.append(f"variant {v.get('arch')}: {v.get('kind')}, {v.get('size')} bytes{holds}")
+        lines.append(f"variant {v.get('arch')}: {v.get('kind')}, {v.get('size')} bytes"
+                     f"{_stored(v)}{holds}")
     for i, shader in enumerate(contents.get("shaders", [])):  # a Vulkan module's SPIR-V
-        lines.append(f"shader {i}: SPIR-V, {shader['size']} bytes")
+        lines.append(f"shader {i}: SPIR-V, {shader['size']} bytes{_stored(shader)}")
     for face in contents.get("interfaces", []):
         size = "x".join(map(str, face["workgroup_size"]))
         lines.append(f"kernel {face['kernel']}: shader {face['shader']} entry point "
                      f"{face['entry_point']}, workgroup size {size}, "
                      f"{face['push_constant_bytes']} bytes of push constants")
     for b in contents.get("binaries", []):
-        lines.append(f"prebuilt binary for {b['device']}: {b['size']} bytes")
+        lines.append(f"prebuilt binary for {b['device']}: {b['size']} bytes{_stored(b)}")
     return lines
+
+
+def _stored(piece: dict[str, Any] | None) -> str:
+    """A piece of device code's sizes as stored and once decoded (code frames), or nothing for
+    a piece the runtime did not size (an older kind's description)."""
+    if not piece or "stored_bytes" not in piece or "raw_bytes" not in piece:
+        return ""
+    encoding = piece.get("encoding", "raw")
+    how = {"raw": "no frame", "stored": "framed, uncompressed"}.get(encoding, encoding)
+    return f" (stored {piece['stored_bytes']} bytes, raw {piece['raw_bytes']} bytes, {how})"
 
 
 def _type_key(key: str) -> str:
