@@ -211,3 +211,19 @@ def test_plain_inspect_shows_stored_and_raw_code_sizes(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "modpack", "inspect", str(tmp_path / "c.so")],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and "bytes raw, compressed (zstd code frames)" in proc.stdout
+
+
+def test_the_code_frames_flag_needs_format_1_1(tmp_path):
+    """A blob that sets the code-frames header flag but says format 1.0 is damaged (no
+    writer makes it): a FormatError naming both, before any entry is read."""
+    from blobtools import parse, read_blob, reseal
+
+    blob = read_blob(library(tmp_path, "c.so", True))
+    assert struct.unpack_from("<HH", blob, 8) == (1, 1) and parse(bytes(blob)) is None
+    struct.pack_into("<H", blob, 10, 0)
+    error = parse(bytes(reseal(blob)))
+    assert isinstance(error, FormatError)
+    assert "code frames" in str(error) and "format 1.1" in str(error) \
+        and "format 1.0" in str(error)
+    struct.pack_into("<H", blob, 10, 2)  # a later minor with the flag reads as before
+    assert parse(bytes(reseal(blob))) is None

@@ -117,6 +117,14 @@ static mp_status_t parse_header(mp_const_byte_span_t bytes, uint64_t available,
                      "upgrade modpack to load it",
                      h->flags & ~(uint32_t)MP_FORMAT_KNOWN_FLAGS, h->format_major, h->format_minor,
                      h->writer_major, h->writer_minor, h->writer_patch);
+  /* Code frames came with format 1.1: a blob that claims an older minor and sets their flag
+   * was not written by any modpack (the writer sets both or neither). */
+  if ((h->flags & MP_FORMAT_FLAG_CODE_FRAMES) && h->format_minor < MP_FORMAT_MINOR_CODE_FRAMES)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "corrupt blob header: flag 0x%x (code frames) needs format %d.%d, but the "
+                     "header says format %u.%u; the file was damaged after export",
+                     (unsigned)MP_FORMAT_FLAG_CODE_FRAMES, MP_FORMAT_MAJOR,
+                     MP_FORMAT_MINOR_CODE_FRAMES, h->format_major, h->format_minor);
   if (h->module_count == 0)
     return mp_errorf(MP_ERR_FORMAT, "corrupt blob: module_count is 0 (a blob has a root)");
   return MP_OK;
