@@ -9,7 +9,7 @@ import json
 import os
 from typing import Any
 
-from .errors import ArgumentError, MissingFileError
+from .errors import ArgumentError, FormatError, MissingFileError
 from .runtime.binding import error_from_status, ffi, lib
 
 __all__ = ["preflight"]
@@ -38,13 +38,32 @@ def preflight(path: str | os.PathLike[str], device: str) -> dict[str, Any]:
     result.struct_size = ffi.sizeof("mp_preflight_result_t")
     needed = ffi.new("uint64_t*")
     capacity = 1 << 16
+    located = _tar_blob(shown) if shown.endswith(".tar") else None
     while True:
         buffer = ffi.new("char[]", capacity)
-        status = lib.mp_preflight(shown.encode(), device.encode(), buffer, capacity, needed,
-                                  result)
+        if located is None:
+            status = lib.mp_preflight(shown.encode(), device.encode(), buffer, capacity,
+                                      needed, result)
+        else:
+            status = lib.mp_preflight_blob(shown.encode(), located[0], located[1],
+                                           device.encode(), buffer, capacity, needed, result)
         if status != 0:
             raise error_from_status(status)
         if needed[0] < capacity:
             report: dict[str, Any] = json.loads(ffi.string(buffer).decode())
             return report
         capacity = needed[0] + 1
+
+
+def _tar_blob(path: str) -> tuple[int, int]:
+    """A ``.tar`` export's blob, (offset, size) in the archive, read in place as for a
+    ``.so`` (the blob's index checksum is checked; the tar seal is required, as the seal is of
+    a ``.so``, and checked whole by load_module and slim)."""
+    from .format.tar_blob import find_tar_blob
+    from .format.tar_seal import SEAL_MEMBER
+
+    blob = find_tar_blob(path)
+    if not blob.members or blob.members[-1].name != SEAL_MEMBER:
+        raise FormatError(f"preflight reads a library through its seal: {path} carries no "
+                          f"modpack seal (no {SEAL_MEMBER} member at its end)")
+    return blob.offset, blob.size

@@ -216,6 +216,25 @@ def test_files_that_are_not_libraries(tmp_path):
         modpack.preflight(tmp_path / "junk.so", "vulkan")
 
 
+@pytest.mark.parametrize("device", ["cuda:sm_86", "cuda:sm_70", "rocm:gfx90a:xnack-", "opencl",
+                                    "vulkan"])
+def test_a_tar_export_is_answered_as_its_so(library, tmp_path, device):
+    """A .tar export's blob is read in place (its blob object's __dev_mblob): the answers are
+    the .so's; a tar without its seal member is refused as a .so without a seal is."""
+    import tarfile
+
+    tar = four_kinds().export_library(tmp_path / "four.tar")
+    so, answer = modpack.preflight(library, device), modpack.preflight(tar, device)
+    assert answer["modules"] == so["modules"] and answer["fits"] == so["fits"]
+    assert answer["read"]["bytes"] < 64 << 10
+    unsealed = tmp_path / "unsealed.tar"
+    with tarfile.open(tar) as src, tarfile.open(unsealed, "w") as dst:
+        for member in src.getmembers()[:-1]:
+            dst.addfile(member, src.extractfile(member))
+    with pytest.raises(modpack.FormatError, match="preflight reads a library through its seal"):
+        modpack.preflight(unsealed, device)
+
+
 # ---- the loader's choice -----------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import numpy as np
 import pytest
@@ -41,15 +42,22 @@ def libraries(tmp_path_factory):
         host.import_module(modpack.cuda_module(binaries=bins))
         host.import_module(modpack.opencl_module("__kernel void k(__global float* x) {}"))
         host.import_module(modpack.const_module({"w": WEIGHTS}))
-        out[compress] = host.export_library(tmp / f"k{int(compress)}.so",
-                                            compress_code=compress)
+        for suffix in (".so", ".tar"):
+            out[compress, suffix] = host.export_library(tmp / f"k{int(compress)}{suffix}",
+                                                        compress_code=compress)
+        out[compress] = out[compress, ".so"]
     return out
 
 
 def host_sections(path):
     """Every section the library loads but those slim rewrites: the blob, the seal note and
-    .dynsym (the size of __dev_mblob)."""
+    .dynsym (the size of __dev_mblob); of a .tar, every member but the blob object and the
+    seal."""
     from elftools.elf.elffile import ELFFile
+    if path.suffix == ".tar":
+        with tarfile.open(path) as tar:
+            return {m.name: (m.get_info(), tar.extractfile(m).read())
+                    for m in tar.getmembers() if m.name not in ("devc.o", "MODPACK-SEAL")}
     with open(path, "rb") as f:
         elf = ELFFile(f)
         return {s.name: s.data() for s in elf.iter_sections()
@@ -62,10 +70,11 @@ def arches(path):
     return [v["arch"] for v in cuda["contents"]["variants"]]
 
 
+@pytest.mark.parametrize("suffix", [".so", ".tar"])
 @pytest.mark.parametrize("compress", [False, True])
-def test_slim_keeps_what_preflight_chooses(libraries, tmp_path, compress):
-    source = libraries[compress]
-    out = tmp_path / "fleet.so"
+def test_slim_keeps_what_preflight_chooses(libraries, tmp_path, compress, suffix):
+    source = libraries[compress, suffix]
+    out = tmp_path / f"fleet{suffix}"
     report = slim_library(source, out, "sm_86,sm_90")
     assert arches(out) == ["sm_80", "sm_90", "compute_75"]
     assert report.modules[0]["dropped"] == ["sm_75"]
@@ -83,21 +92,24 @@ def test_slim_keeps_what_preflight_chooses(libraries, tmp_path, compress):
     assert a["modules"][3]["checksum"] == b["modules"][3]["checksum"]  # weights, same bytes
     assert a["modules"][2]["checksum"] == b["modules"][2]["checksum"]  # OpenCL, as is
     assert a["format_version"] == b["format_version"]
+    assert a["writer_version"] == b["writer_version"]
     assert host_sections(source) == host_sections(out)  # host code byte for byte
-    again = tmp_path / "again.so"
+    again = tmp_path / f"again{suffix}"
     slim_library(source, again, ["sm_90", "sm_86"])
     assert again.read_bytes() == out.read_bytes()
 
 
-def test_a_module_without_code_for_a_kept_device_is_named(libraries, tmp_path):
+@pytest.mark.parametrize("suffix", [".so", ".tar"])
+def test_a_module_without_code_for_a_kept_device_is_named(libraries, tmp_path, suffix):
+    source, out = libraries[False, suffix], tmp_path / f"x{suffix}"
     with pytest.raises(ModpackError, match=r"module\[1\] \(cuda\) has no variant for "
                                            r"cuda:sm_70"):
-        slim_library(libraries[False], tmp_path / "x.so", "sm_70")
+        slim_library(source, out, "sm_70")
     with pytest.raises(ModpackError, match=r"module\[1\] \(cuda\) would keep no variant"):
-        slim_library(libraries[False], tmp_path / "x.so", "gfx942")
+        slim_library(source, out, "gfx942")
     with pytest.raises(ArgumentError, match="--keep"):
-        slim_library(libraries[False], tmp_path / "x.so", "volta")
-    assert not (tmp_path / "x.so").exists()
+        slim_library(source, out, "volta")
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_cli_and_a_dropped_signature(libraries, tmp_path):
@@ -121,3 +133,34 @@ def test_cli_and_a_dropped_signature(libraries, tmp_path):
                            str(tmp_path / "o2.so"), "--keep", "sm_70"], capture_output=True,
                           text=True)
     assert proc.returncode == 1 and "module[1] (cuda)" in proc.stderr
+
+
+def test_a_tar_is_slimmed_into_a_sealed_tar(libraries, tmp_path):
+    """A .tar comes out a .tar: members in the same order with the exporter's headers, the
+    blob object written by the exporter's own packer (keeping every variant gives the input
+    back byte for byte), the tar seal checked before anything is read and written anew."""
+    from modpack.errors import FormatError
+    from modpack.format.tar_blob import find_tar_blob
+    from modpack.format.tar_seal import check_tar_seal
+
+    source = libraries[True, ".tar"]
+    whole = tmp_path / "whole.tar"
+    slim_library(source, whole, "sm_75,sm_80,sm_90")
+    assert whole.read_bytes() == source.read_bytes()
+    out = tmp_path / "fleet.tar"
+    proc = subprocess.run([sys.executable, "-m", "modpack", "slim", str(source), "-o",
+                           str(out), "--keep", "sm_80"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "kept sm_80, compute_75; dropped sm_75, sm_90" in proc.stdout
+    assert check_tar_seal(out) == check_tar_seal(source) == ["lib0.o", "devc.o"]
+    blob = find_tar_blob(out)
+    assert blob.size < find_tar_blob(source).size and blob.alignment == 64
+    assert (blob.offset - blob.member.offset_data) % 64 == 0
+    assert arches(out) == ["sm_80", "compute_75"]
+    damaged = tmp_path / "damaged.tar"
+    data = bytearray(source.read_bytes())
+    data[find_tar_blob(source).offset + 100] ^= 1
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="does not match its seal"):
+        slim_library(damaged, tmp_path / "x.tar", "sm_80")
+    assert not (tmp_path / "x.tar").exists()

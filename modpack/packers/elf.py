@@ -36,10 +36,12 @@ def _align(value: int, alignment: int) -> int:
 
 
 def pack_elf_object(write_blob: BlobWriter, workspace: Path, cc: str | None,
-                    alignment: int, anchor: bool = False) -> Path:
+                    alignment: int, anchor: bool = False, arch: str | None = None) -> Path:
     """Write ``workspace/devc.o`` (``anchor.o`` for an anchor) for the target of |cc| (an
-    architecture of ELF_MACHINES) holding the blob aligned to |alignment|; returns its path."""
-    machine = target_machine(cc) or ""
+    architecture of ELF_MACHINES) holding the blob aligned to |alignment|; returns its path.
+    |arch| (``x86_64``, ``aarch64``) names the target instead of |cc| (slim, which rewrites a
+    ``.tar``'s blob object for the target its objects are for)."""
+    machine = arch or target_machine(cc) or ""
     arch = machine_name(machine or None)
     if arch not in ELF_MACHINES:
         raise ArgumentError(

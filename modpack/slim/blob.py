@@ -12,7 +12,7 @@ from typing import Any
 import xxhash
 
 from ..errors import FormatError
-from ..format import WRITER_VERSION, EntryRecord, IndexLayout, pack_index
+from ..format import EntryRecord, IndexLayout, pack_index
 from ..format.layout import align_up
 from .payloads import FileRange
 
@@ -50,10 +50,12 @@ def copy_range(src: int, dst: int, src_offset: int, dst_offset: int, size: int) 
 
 def write_blob(src: int, src_blob: int, entries: list[BlobEntry],
                row_ptr: list[int], child_indices: list[int], dst: int, dst_blob: int,
-               alignment: int) -> tuple[int, int]:
+               alignment: int, writer_version: tuple[int, int, int]) -> tuple[int, int]:
     """Write the blob of |entries| (with the input's tree) into file |dst| at |dst_blob|, the
     unchanged payloads copied from file |src|'s blob at |src_blob|; returns (blob size, index
-    size). Payloads shared in the input stay shared."""
+    size). Payloads shared in the input stay shared. |writer_version|: the input's (slim
+    rewrites the index, not what the payloads hold, and its output depends on its input and
+    keep list only, not on the modpack that slims)."""
     blob_entries = entries
     keys = [e.type_key for e in blob_entries]
     layout = IndexLayout.plan(keys, len(child_indices))
@@ -91,7 +93,7 @@ def write_blob(src: int, src_blob: int, entries: list[BlobEntry],
         record.payload_offset, record.payload_size, record.payload_checksum = (
             offset, size, checksum)
         cursor = offset + size
-    index = pack_index(layout, records, row_ptr, child_indices, cursor, WRITER_VERSION)
+    index = pack_index(layout, records, row_ptr, child_indices, cursor, writer_version)
     os.pwrite(dst, index, dst_blob)
     # The gaps between payloads: zeros (the file was truncated to the blob's start, so they
     # read as zeros where nothing was written; make the blob's end part of the file).

@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import shutil
 import struct
+import tarfile
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,14 +26,18 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from ..errors import ArgumentError, FormatError, MissingFileError, ModpackError
-from ..files.scratch import AnonymousOutput
+from ..files.scratch import AnonymousOutput, scratch_name
 from ..format.coverage import NOTE, note_fields, read_coverage
 from ..format.image import Placement
 from ..format.layout import BLOB_SYMBOL, LIB_TYPE_KEY, align_up
 from ..format.seal import SEAL_SIZE, check_seal, seal_file
 from ..format.section import ANCHOR
+from ..format.tar_blob import find_tar_blob
+from ..format.tar_seal import check_tar_seal, seal_tar
 from ..inspection import _describe
+from ..packers.elf import pack_elf_object
 from ..runtime.binding import error_from_status, ffi, lib
+from ..toolchain.cc import create_tar
 from .blob import BlobEntry, copy_range, write_blob
 from .keep import SLIMMED_KINDS, device_strings, kept_variants
 from .payloads import FileRange, slim_payload
@@ -67,10 +74,9 @@ def slim_library(path: str | os.PathLike[str], out: str | os.PathLike[str],
         raise MissingFileError(f"no such library: {source}")
     if output.resolve() == source.resolve():
         raise ArgumentError(f"slim writes a new file: -o {output} is the input")
-    if source.suffix == ".tar":
-        raise ModpackError(f"{source}: slim of a .tar library is not supported yet; export a "
-                           ".so, or slim the modules before exporting")
     devices = device_strings(keep)
+    if source.suffix == ".tar":
+        return _slim_tar(source, output, devices)
     seal = check_seal(source)
     if seal is None:
         raise FormatError(f"{source} carries no seal; slim reads sealed libraries only")
@@ -79,16 +85,19 @@ def slim_library(path: str | os.PathLike[str], out: str | os.PathLike[str],
         raise ModpackError(f"{source} holds host code only: nothing to slim")
     kept = kept_variants(source, devices)
     with open(source, "rb") as f:
-        entries, row_ptr, child_indices = _read_blob(f, seal, kept, report, str(source))
-        _write_library(f, seal, entries, row_ptr, child_indices, output, report, str(source))
+        entries, row_ptr, child_indices, writer = _read_blob(f, seal, kept, report,
+                                                             str(source))
+        _write_library(f, seal, entries, row_ptr, child_indices, writer, output, report,
+                       str(source))
     report.output_size = output.stat().st_size
     return report
 
 
-def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport,
-               shown: str) -> tuple[list[BlobEntry], list[int], list[int]]:
-    """The input's blob entries, with new payloads for the device modules that lose variants
-    (read through a read-only mapping: only their pages are touched)."""
+def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport, shown: str
+               ) -> tuple[list[BlobEntry], list[int], list[int], tuple[int, int, int]]:
+    """The input's blob entries (|seal|: its blob_offset and blob_size in the file), with
+    new payloads for the device modules that lose variants (read through a read-only mapping:
+    only their pages are touched), its tree and its writer version."""
     with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         view = memoryview(mapped)
         base = ffi.from_buffer("uint8_t[]", mapped)
@@ -131,11 +140,12 @@ def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport,
                                     if isinstance(c, FileRange) else c for c in e.chunks]
                     del payload
                 entries.append(e)
+            writer = (info.writer_major, info.writer_minor, info.writer_patch)
             lib.mp_blob_free(blob)
         finally:
             ffi.release(base)
             view.release()
-    return entries, row_ptr, child_indices
+    return entries, row_ptr, child_indices, writer
 
 
 def _module_description(key: str, data: Any, size: int, flags: int) -> dict[str, Any]:
@@ -154,8 +164,8 @@ def _module_description(key: str, data: Any, size: int, flags: int) -> dict[str,
 
 
 def _write_library(f: Any, seal: Any, entries: list[BlobEntry], row_ptr: list[int],
-                   child_indices: list[int], output: Path, report: SlimReport,
-                   shown: str) -> None:
+                   child_indices: list[int], writer: tuple[int, int, int], output: Path,
+                   report: SlimReport, shown: str) -> None:
     f.seek(0)
     elf = ELFFile(f)
     blob_end = seal.blob_offset + seal.blob_size
@@ -188,7 +198,7 @@ def _write_library(f: Any, seal: Any, entries: list[BlobEntry], row_ptr: list[in
         dst = out.fileno()
         copy_range(src, dst, 0, 0, seal.blob_offset)
         size, index_size = write_blob(src, seal.blob_offset, entries, row_ptr, child_indices,
-                                      dst, seal.blob_offset, alignment)
+                                      dst, seal.blob_offset, alignment, writer)
         new_tail = align_up(seal.blob_offset + size, tail_alignment)
         shift = new_tail - tail_start
         os.ftruncate(dst, new_tail)
@@ -228,6 +238,80 @@ def _write_library(f: Any, seal: Any, entries: list[BlobEntry], row_ptr: list[in
         target.publish(0o755)
     finally:
         target.discard()
+
+
+@dataclass(frozen=True)
+class _Located:
+    """A blob in a file that has no ELF seal to say where it is (a .tar's blob object)."""
+
+    blob_offset: int
+    blob_size: int
+
+
+def _slim_tar(source: Path, output: Path, devices: list[str]) -> SlimReport:
+    """A ``.tar`` export slimmed: a new ``.tar`` of the same members in the same order, the
+    host objects byte for byte, the blob object written anew by the exporter's ELF packer
+    around the slimmed blob (its payloads copied from the input by the kernel), tar headers
+    as the exporter writes them (create_tar: no time, owner or machine's mode), sealed with
+    the tar seal. A .tar carries no signature (a signed one fails its tar seal)."""
+    shown = str(source)
+    check_tar_seal(source)  # FormatError naming the damage, or the absence of a seal
+    located = find_tar_blob(source)
+    if located.member is None:
+        raise ModpackError(f"{source} holds host code only: nothing to slim")
+    arch = _TAR_MACHINES.get(located.machine)
+    if arch is None:
+        raise ModpackError(f"{shown}: its blob object is for {located.machine}; slim rewrites "
+                           f"the blob objects of {', '.join(sorted(_TAR_MACHINES.values()))} "
+                           ".tar exports (export a .so, or export for one of those)")
+    for member in located.members[:-1]:
+        if Path(member.name).name != member.name or member.name in (".", ".."):
+            raise ModpackError(f"{shown}: member {member.name!r} is not a plain object name, "
+                               "as modpack's export writes them; export it again")
+    report = SlimReport(output, devices, input_size=source.stat().st_size)
+    kept = kept_variants(source, devices)
+    blob = _Located(located.offset, located.size)
+    workspace = Path(tempfile.mkdtemp(prefix=f".{output.name}.slim-", dir=output.parent))
+    tmp = scratch_name(output)
+    try:
+        with open(source, "rb") as f:
+            entries, row_ptr, child_indices, writer = _read_blob(f, blob, kept, report, shown)
+
+            def write(out: Any, offset: int) -> int:
+                out.flush()
+                size, _ = write_blob(f.fileno(), blob.blob_offset, entries, row_ptr,
+                                     child_indices, out.fileno(), offset, located.alignment,
+                                     writer)
+                return size
+
+            objects = []
+            with tarfile.open(source, "r") as tar:
+                for member in located.members[:-1]:
+                    path = workspace / member.name
+                    if member is located.member:
+                        (workspace / "blob").mkdir()
+                        made = pack_elf_object(write, workspace / "blob", None,
+                                               located.alignment, arch=arch)
+                        made.rename(path)
+                    else:  # host code: the member's bytes as they are
+                        content = tar.extractfile(member)
+                        assert content is not None  # check_tar_seal: regular files only
+                        with open(path, "wb") as out:
+                            shutil.copyfileobj(content, out, _COPY_CHUNK)
+                    objects.append(path)
+        create_tar(tmp, objects)
+        seal_tar(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, output)
+    finally:
+        tmp.unlink(missing_ok=True)
+        shutil.rmtree(workspace, ignore_errors=True)
+    report.output_size = output.stat().st_size
+    return report
+
+
+_TAR_MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64"}  # packers.ELF_MACHINES
+_COPY_CHUNK = 1 << 20
 
 
 def describe_report(report: SlimReport) -> str:

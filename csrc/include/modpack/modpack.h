@@ -263,6 +263,13 @@ typedef struct {
 MP_API mp_status_t mp_preflight(const char* path, const char* device, char* buffer,
                                 uint64_t capacity, uint64_t* out_length,
                                 mp_preflight_result_t* out_result);
+/* The same for a blob the caller located in the file at |path|: |blob_size| bytes at
+ * |blob_offset| (the __dev_mblob of a .tar export's blob object, whose tar seal the caller
+ * checks; |blob_size| 0: host code only); no seal is read. modpack.preflight asks this for
+ * .tar exports. */
+MP_API mp_status_t mp_preflight_blob(const char* path, uint64_t blob_offset, uint64_t blob_size,
+                                     const char* device, char* buffer, uint64_t capacity,
+                                     uint64_t* out_length, mp_preflight_result_t* out_result);
 
 /* Check the seal of the library at |path| by reading the file (nothing is mapped or run):
  * MP_OK, with the seal in |*out_seal|, when it carries one and every byte outside the payloads

@@ -154,18 +154,26 @@ static mp_status_t parse_devices(const char* device, devices_t* out) {
 }
 
 /* The library's seal and blob index, read with counted preads. */
-static mp_status_t read_index(counted_t* f, uint64_t file_size, mp_seal_v1_t* seal,
+static mp_status_t read_index(counted_t* f, uint64_t file_size, bool located, mp_seal_v1_t* seal,
                               uint8_t** out_index, mp_blob_t** out_blob) {
   uint8_t raw[MP_SEAL_SIZE];
   uint64_t sealed_size = 0;
-  mp_status_t status = mp_seal_read_fd(f->fd, file_size, f->path, seal, raw, &sealed_size);
-  /* mp_seal_read_fd reads the trailer, and a signed file's signature trailer and seal too;
-   * for a seal note, the file's head (files/seal.h). */
-  f->bytes += MP_SEAL_SIZE + (sealed_size && sealed_size < file_size ? 32 + MP_SEAL_SIZE : 0);
-  f->reads += sealed_size && sealed_size < file_size ? 3 : 1;
-  if (status == MP_OK && seal->version == MP_SEAL_VERSION) {
-    f->bytes += file_size < MP_SEAL_NOTE_HEAD ? file_size : MP_SEAL_NOTE_HEAD;
-    f->reads += 1;
+  mp_status_t status = MP_OK;
+  if (located) { /* a blob the caller located (blob_size 0: none): no seal read */
+    if (seal->blob_offset > file_size || seal->blob_size > file_size - seal->blob_offset)
+      return mp_errorf(MP_ERR_FORMAT, "'%s' is %" PRIu64 " bytes: it holds no blob of %" PRIu64
+                       " bytes at offset %" PRIu64, f->path, file_size, seal->blob_size,
+                       seal->blob_offset);
+  } else {
+    status = mp_seal_read_fd(f->fd, file_size, f->path, seal, raw, &sealed_size);
+    /* mp_seal_read_fd reads the trailer, and a signed file's signature trailer and seal too;
+     * for a seal note, the file's head (files/seal.h). */
+    f->bytes += MP_SEAL_SIZE + (sealed_size && sealed_size < file_size ? 32 + MP_SEAL_SIZE : 0);
+    f->reads += sealed_size && sealed_size < file_size ? 3 : 1;
+    if (status == MP_OK && seal->version == MP_SEAL_VERSION) {
+      f->bytes += file_size < MP_SEAL_NOTE_HEAD ? file_size : MP_SEAL_NOTE_HEAD;
+      f->reads += 1;
+    }
   }
   if (status == MP_ERR_NOT_FOUND)
     return mp_error_prefix(MP_ERR_FORMAT, "preflight reads a library through its seal: ");
@@ -284,8 +292,27 @@ static mp_status_t answer_module(counted_t* f, const mp_seal_v1_t* seal, const m
   return MP_OK;
 }
 
+static mp_status_t preflight(const char* path, bool located, uint64_t blob_offset,
+                             uint64_t blob_size, const char* device, char* buffer,
+                             uint64_t capacity, uint64_t* out_length,
+                             mp_preflight_result_t* out_result);
+
 mp_status_t mp_preflight(const char* path, const char* device, char* buffer, uint64_t capacity,
                          uint64_t* out_length, mp_preflight_result_t* out_result) {
+  return preflight(path, false, 0, 0, device, buffer, capacity, out_length, out_result);
+}
+
+mp_status_t mp_preflight_blob(const char* path, uint64_t blob_offset, uint64_t blob_size,
+                              const char* device, char* buffer, uint64_t capacity,
+                              uint64_t* out_length, mp_preflight_result_t* out_result) {
+  return preflight(path, true, blob_offset, blob_size, device, buffer, capacity, out_length,
+                   out_result);
+}
+
+static mp_status_t preflight(const char* path, bool located, uint64_t blob_offset,
+                             uint64_t blob_size, const char* device, char* buffer,
+                             uint64_t capacity, uint64_t* out_length,
+                             mp_preflight_result_t* out_result) {
   if (!path || !out_result || out_result->struct_size < sizeof *out_result || (!buffer && capacity))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_preflight: NULL argument, or a result whose "
                      "struct_size is not sizeof(mp_preflight_result_t)");
@@ -307,10 +334,12 @@ mp_status_t mp_preflight(const char* path, const char* device, char* buffer, uin
     return status;
   }
   counted_t f = {fd, path, 0, 0};
-  mp_seal_v1_t seal;
+  mp_seal_v1_t seal = {0};
+  seal.blob_offset = blob_offset;
+  seal.blob_size = blob_size;
   uint8_t* index = NULL;
   mp_blob_t* blob = NULL;
-  status = read_index(&f, id.size, &seal, &index, &blob);
+  status = read_index(&f, id.size, located, &seal, &index, &blob);
   mp_json_t j = {buffer, capacity, 0};
   if (status == MP_OK) {
     mp_json_printf(&j, "{\"path\": ");
