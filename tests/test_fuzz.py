@@ -48,7 +48,43 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run(sys.executable, ROOT / "csrc" / "tests" / "make_fuzz_corpus.py", folder)
     seeds = sorted(p.name for p in folder.iterdir())
     assert {"blob-golden", "const-writer", "opencl-writer", "cuda-writer"} <= set(seeds), seeds
+    assert {"blob-frames-writer", "cuda-frames19-writer", "opencl-frames19-writer",
+            "vulkan-frames19-writer", "rocm-frames19-writer"} <= set(seeds), seeds
     return folder
+
+
+def test_the_compressed_code_seeds_reach_the_code_frames(corpus: Path):
+    """The seeds with code frames load through the selectors the target gives them (one per
+    built-in kind after the plain ones: the entry flag set), compressed frames among them, and
+    the blob seed is format 1.1 with the flag on its device entries."""
+    from modpack.modules.kernel_info import builtin_kinds
+    from modpack.runtime.binding import ffi, lib
+
+    kinds = builtin_kinds()
+    compressed = 0
+    for seed in sorted(corpus.glob("*-frames*-writer")):
+        data = seed.read_bytes()
+        if seed.name.startswith("blob-"):
+            blob = data[1:]
+            assert blob[8:12] == bytes([1, 0, 1, 0])  # format 1.1
+            parsed = ffi.new("mp_blob_t**")
+            span = ffi.new("mp_const_byte_span_t*", {"data": ffi.from_buffer(blob),
+                                                     "size": len(blob)})
+            assert lib.mp_blob_parse(span[0], 0, parsed) == 0
+            flags = [lib.mp_blob_module_flags(parsed[0], i) for i in range(5)]
+            lib.mp_blob_free(parsed[0])
+            assert flags == [0, 1, 1, 1, 1], flags
+            continue
+        assert 3 + len(kinds) <= data[0] < 3 + 2 * len(kinds), seed.name
+        kind = kinds[data[0] - 3 - len(kinds)]
+        payload = data[1:]
+        compressed += payload.count(b"MPCF\x01\x00\x01\x00")  # version 1, zstd
+        span = ffi.new("mp_const_byte_span_t*", {"data": ffi.from_buffer(payload),
+                                                 "size": len(payload)})
+        out = ffi.new("mp_module_t**")
+        assert lib.mp_module_load_from_entry(kind.encode(), span[0], 1, out) == 0, seed.name
+        lib.mp_module_release(out[0])
+    assert compressed >= 4
 
 
 def test_the_seeds_load(fuzzer: Path, corpus: Path):

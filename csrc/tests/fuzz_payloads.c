@@ -7,7 +7,11 @@
  * (written to a scratch file and loaded, checksums and digests checked or not), a weights
  * payload (a reference to a weight file), or a payload of a built-in kind: selectors from
  * FIRST_BUILTIN on follow the one list of built-in kinds (mp_builtin_kind), so a new kind is
- * fuzzed without an edit here (make_fuzz_corpus.py numbers its seeds the same way). Whatever loads is exercised the way inspect and lookups do: listing,
+ * fuzzed without an edit here (make_fuzz_corpus.py numbers its seeds the same way). After
+ * them come the same kinds again, loaded with the entry flag MP_FORMAT_ENTRY_CODE_FRAMES (the
+ * payload's code in code frames, as export_library(compress_code=...) writes it): each frame
+ * the payload holds is then also decoded, as a device's first use would (blob entries with
+ * the flag take the same path). Whatever loads is exercised the way inspect and lookups do: listing,
  * describing, looking functions up, and reading every byte of every array view (so a view
  * reaching past its payload is caught by AddressSanitizer). Nothing is called: a kernel call
  * would start a device driver. Public API only; see README.md in this folder. */
@@ -21,7 +25,8 @@
 #include "modpack/kind.h"
 
 /* Selectors: 0 a blob, 1 a weight file, 2 a weights payload (the load layer's own kind), then
- * one per built-in kind, in mp_builtin_kind's order. */
+ * one per built-in kind, in mp_builtin_kind's order, then one per built-in kind again for its
+ * payload with code frames. */
 enum { BLOB = 0, WEIGHT_FILE = 1, WEIGHTS_PAYLOAD = 2, FIRST_BUILTIN = 3 };
 static const char* const WEIGHTS_KIND = "weights";
 
@@ -64,12 +69,36 @@ static void exercise(mp_module_t* module) {
   mp_module_describe(module, large, sizeof large, &needed);
 }
 
-static void load_payload(const char* type_key, const uint8_t* data, size_t size) {
+/* Frames are decoded only when a device first uses a piece, and the fuzzer starts no device:
+ * decode every frame header at a 64-byte boundary of a payload that loaded (code is aligned so
+ * in every kind) as that first use would, within a bound on what it may allocate. */
+static void decode_frames(const uint8_t* data, size_t size) {
+  for (size_t at = 0; at + MP_CODE_FRAME_HEADER_SIZE <= size; at += 64) {
+    if (memcmp(data + at, MP_CODE_FRAME_MAGIC, 4) != 0) continue;
+    uint64_t stored = 0; /* the frame's stored_size (u64 LE at 24): its exact extent */
+    for (int k = 7; k >= 0; --k) stored = stored << 8 | data[at + 24 + (size_t)k];
+    if (stored > size - at - MP_CODE_FRAME_HEADER_SIZE) continue;
+    uint64_t extent = MP_CODE_FRAME_HEADER_SIZE + stored;
+    uint32_t encoding;
+    uint64_t raw_size;
+    if (mp_code_frame_info(data + at, extent, &encoding, &raw_size) != MP_OK) continue;
+    if (raw_size > (16u << 20)) continue;
+    uint8_t* raw = malloc(raw_size ? (size_t)raw_size : 1);
+    if (!raw) continue;
+    if (mp_code_frame_decode(data + at, extent, raw, raw_size) == MP_OK)
+      for (uint64_t b = 0; b < raw_size; ++b) sink ^= raw[b];
+    free(raw);
+  }
+}
+
+static void load_payload(const char* type_key, const uint8_t* data, size_t size,
+                         uint32_t entry_flags) {
   mp_module_t* module = NULL;
   mp_const_byte_span_t payload = {data, size};
-  if (mp_module_load_from_payload(type_key, payload, &module) != MP_OK) return;
+  if (mp_module_load_from_entry(type_key, payload, entry_flags, &module) != MP_OK) return;
   exercise(module);
   mp_module_release(module);
+  if (entry_flags & MP_FORMAT_ENTRY_CODE_FRAMES) decode_frames(data, size);
 }
 
 static void load_blob(const uint8_t* data, size_t size, uint32_t flags) {
@@ -84,7 +113,8 @@ static void load_blob(const uint8_t* data, size_t size, uint32_t flags) {
     for (uint64_t k = 0; k < entry.child_count; ++k)
       sink ^= (uint8_t)mp_blob_child(blob, entry.first_edge + k);
     if (fuzzed_kind(entry.type_key))
-      load_payload(entry.type_key, data + entry.payload_offset, entry.payload_size);
+      load_payload(entry.type_key, data + entry.payload_offset, entry.payload_size,
+                   mp_blob_module_flags(blob, i));
   }
   mp_blob_free(blob);
 }
@@ -113,8 +143,11 @@ static void load_weight_file(const uint8_t* data, size_t size) {
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static uint32_t selectors;
-  if (!selectors) selectors = FIRST_BUILTIN + builtin_count();
+  static uint32_t selectors, builtins;
+  if (!selectors) {
+    builtins = builtin_count();
+    selectors = FIRST_BUILTIN + 2 * builtins;
+  }
   if (size == 0) return 0;
   uint32_t selector = data[0] % selectors;
   if (selector == BLOB) {
@@ -123,9 +156,12 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else if (selector == WEIGHT_FILE) {
     load_weight_file(data + 1, size - 1);
   } else if (selector == WEIGHTS_PAYLOAD) {
-    load_payload(WEIGHTS_KIND, data + 1, size - 1);
+    load_payload(WEIGHTS_KIND, data + 1, size - 1, 0);
+  } else if (selector < FIRST_BUILTIN + builtins) {
+    load_payload(mp_builtin_kind(selector - FIRST_BUILTIN), data + 1, size - 1, 0);
   } else {
-    load_payload(mp_builtin_kind(selector - FIRST_BUILTIN), data + 1, size - 1);
+    load_payload(mp_builtin_kind(selector - FIRST_BUILTIN - builtins), data + 1, size - 1,
+                 MP_FORMAT_ENTRY_CODE_FRAMES);
   }
   return 0;
 }

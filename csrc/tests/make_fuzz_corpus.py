@@ -1,8 +1,10 @@
 """Write the seed corpus of fuzz_payloads.c into a folder: the golden blob, each of its
 payloads, and small valid payloads of every built-in kind made by modpack's own writers. Each
 seed starts with the selector byte the fuzz target reads (0 blob, 1 weight file, 2 weights
-payload, then one per built-in kind in the runtime's list, ``mp_builtin_kind``); the golden
-weight file and a written one are seeds too. Every built-in kind must have writer seeds here
+payload, then one per built-in kind in the runtime's list, ``mp_builtin_kind``, then one per
+built-in kind again for a payload whose code is in code frames, ``KIND+frames``); the golden
+weight file and a written one are seeds too, and so are the device kinds' payloads with their
+code compressed (as ``export_library(compress_code=...)`` writes them) and a blob of them. Every built-in kind must have writer seeds here
 (``writer_modules``): tests/test_kind_recipe.py checks it.
 
     python csrc/tests/make_fuzz_corpus.py CORPUS_DIR
@@ -11,6 +13,7 @@ weight file and a written one are seeds too. Every built-in kind must have write
 from __future__ import annotations
 
 import dataclasses
+import io
 import sys
 from pathlib import Path
 
@@ -23,7 +26,9 @@ from modpack.runtime.binding import check, ffi, lib
 ROOT = Path(__file__).resolve().parents[2]
 # The selector byte of each kind of seed, as fuzz_payloads.c reads it.
 SELECTOR = {"blob": 0, "weightfile": 1, "weights": 2,
-            **{kind: 3 + i for i, kind in enumerate(builtin_kinds())}}
+            **{kind: 3 + i for i, kind in enumerate(builtin_kinds())},
+            **{f"{kind}+frames": 3 + len(builtin_kinds()) + i
+               for i, kind in enumerate(builtin_kinds())}}
 
 OPENCL = """
 kernel void scale(global float* x, float k, int n) {
@@ -122,6 +127,35 @@ def writer_seeds() -> dict[str, bytes]:
             for name, module in writer_modules().items()}
 
 
+def framed_seeds() -> dict[str, bytes]:
+    """The device modules' payloads with their code in code frames (zstd level 19, and level 1
+    for the CUDA one; a piece compression does not shrink is a stored frame), and a blob of
+    them as an export with compress_code writes it (format 1.1, entry flags set)."""
+    from modpack.format.code_frames import CodeFrames
+    from modpack.serializer import ModuleSerializer
+
+    seeds: dict[str, bytes] = {}
+    modules = writer_modules()
+    framed = {name: m for name, m in modules.items() if getattr(m, "frames_code", False)}
+    assert {m.type_key for m in framed.values()} >= {"cuda", "opencl", "vulkan", "rocm"}
+    for level in (19, 1):
+        frames = CodeFrames(level)
+        for name, module in framed.items():
+            if level == 1 and module.type_key != "cuda":
+                continue
+            payload = b"".join(bytes(memoryview(c).cast("B"))
+                               for c in module.payload_chunks(code=frames))
+            seeds[f"{name}-frames{level}-writer"] = (
+                bytes([SELECTOR[f"{module.type_key}+frames"]]) + payload)
+    root = modules["const"]
+    for key in ("cuda", "opencl", "vulkan", "rocm"):
+        root.import_module(modules[key])
+    out = io.BytesIO()
+    ModuleSerializer(root, 19).write_blob_to(out, 0, 64)
+    seeds["blob-frames-writer"] = bytes([SELECTOR["blob"]]) + out.getvalue()
+    return seeds
+
+
 def weight_seeds(scratch: Path) -> dict[str, bytes]:
     """The golden weight file, one written here (with a duplicate array and alignment 4096),
     and a weights payload referring to it."""
@@ -138,7 +172,7 @@ def weight_seeds(scratch: Path) -> dict[str, bytes]:
 def main(folder: str) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    seeds = {**golden_seeds(), **writer_seeds(), **weight_seeds(out)}
+    seeds = {**golden_seeds(), **writer_seeds(), **framed_seeds(), **weight_seeds(out)}
     (out / "seed.mpw").unlink()
     for name, data in seeds.items():
         (out / name).write_bytes(data)
