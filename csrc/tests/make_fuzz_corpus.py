@@ -4,8 +4,9 @@ seed starts with the selector byte the fuzz target reads (0 blob, 1 weight file,
 payload, then one per built-in kind in the runtime's list, ``mp_builtin_kind``, then one per
 built-in kind again for a payload whose code is in code frames, ``KIND+frames``); the golden
 weight file and a written one are seeds too, and so are the device kinds' payloads with their
-code compressed (as ``export_library(compress_code=...)`` writes them) and a blob of them. Every built-in kind must have writer seeds here
-(``writer_modules``): tests/test_kind_recipe.py checks it.
+code compressed (as ``export_library(compress_code=...)`` writes them) and a blob of them.
+Every built-in kind must have writer seeds here (``writer_modules``): tests/test_kind_recipe.py
+checks it.
 
     python csrc/tests/make_fuzz_corpus.py CORPUS_DIR
 """

@@ -19,12 +19,14 @@ def add_slim(subparsers: Any) -> None:
             "the kept devices' loaders would choose and the portable code they fall back on "
             "(PTX, generic ROCm targets) — what `modpack preflight` reports. Host code, "
             "weights, OpenCL and Vulkan code are copied byte for byte. The same input and "
-            "--keep give the same bytes. A signature on the input is dropped (sign again). "
+            "--keep give the same bytes. A .tar export gives a .tar (its host objects as they "
+            "are, its blob object rewritten, the tar seal anew). A signature on the input is "
+            "dropped (sign again). "
             "Exit status 0 on success, 1 when a module would keep no code for a kept device, "
             "2 for a bad argument."
         ),
     )
-    p.add_argument("library", help="the library (e.g. deploy.so)")
+    p.add_argument("library", help="the library (e.g. deploy.so, or a .tar export)")
     p.add_argument("-o", "--output", required=True, help="the slimmed library to write")
     p.add_argument("--keep", required=True,
                    help="comma-separated devices: sm_XY (CUDA), gfxNNN[:feature±] (ROCm), or "

@@ -6,7 +6,9 @@ blob is written anew (:mod:`.blob`: device modules rewritten by :mod:`.payloads`
 payload — weights included — copied by the kernel at the same alignment), the few ELF fields
 that hold the blob's size and what follows it are updated, and the file is sealed again. A
 signature cannot survive (it signed other bytes): it is dropped, and the report says to sign
-again. The same input and keep list give the same bytes.
+again. The same input and keep list give the same bytes. A ``.tar`` export gives a ``.tar``
+(:func:`_slim_tar`): its host objects as they are, its blob object written anew by the
+exporter's ELF packer, the tar seal anew.
 """
 
 from __future__ import annotations
