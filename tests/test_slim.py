@@ -164,3 +164,26 @@ def test_a_tar_is_slimmed_into_a_sealed_tar(libraries, tmp_path):
     with pytest.raises(FormatError, match="does not match its seal"):
         slim_library(damaged, tmp_path / "x.tar", "sm_80")
     assert not (tmp_path / "x.tar").exists()
+
+
+def test_a_blob_of_a_newer_format_minor_is_not_slimmed(libraries, tmp_path):
+    """A later minor may add fields and meanings this writer would drop: slim refuses it
+    (the loader still reads it, as the compatibility rule says)."""
+    import struct
+
+    from blobtools import read_blob, reseal, write_blob
+
+    from modpack.errors import IncompatibleError
+
+    source = tmp_path / "newer.so"
+    shutil.copy(libraries[False, ".so"], source)
+    blob = read_blob(source)
+    from modpack.runtime.binding import lib
+
+    struct.pack_into("<H", blob, 10, lib.MP_FORMAT_MINOR + 1)  # format_minor
+    write_blob(source, bytes(reseal(blob)))
+    modpack.load_module(source)  # a newer minor loads
+    out = tmp_path / "out.so"
+    with pytest.raises(IncompatibleError, match=r"format 1\.\d+ blob; this modpack writes"):
+        slim_library(source, out, "sm_90")
+    assert not out.exists()

@@ -27,7 +27,7 @@ from typing import Any
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from ..errors import ArgumentError, FormatError, MissingFileError, ModpackError
+from ..errors import ArgumentError, FormatError, IncompatibleError, MissingFileError, ModpackError
 from ..files.scratch import AnonymousOutput, scratch_name
 from ..format.coverage import NOTE, note_fields, read_coverage
 from ..format.image import Placement
@@ -114,6 +114,14 @@ def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport,
             blob = blob_ptr[0]
             info = ffi.new("mp_blob_info_t*")
             lib.mp_blob_info(blob, info)
+            if info.format_minor > lib.MP_FORMAT_MINOR:
+                lib.mp_blob_free(blob)
+                # A later minor may carry fields and meanings this writer would drop.
+                raise IncompatibleError(
+                    f"{shown} holds a format {info.format_major}.{info.format_minor} blob; this "
+                    f"modpack writes format {lib.MP_FORMAT_MAJOR}.{lib.MP_FORMAT_MINOR} and "
+                    "would drop what the newer one added: slim it with the modpack that made it "
+                    "(or a newer one)")
             entry = ffi.new("mp_blob_module_t*")
             entries: list[BlobEntry] = []
             row_ptr, child_indices = [0], []
