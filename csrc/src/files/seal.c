@@ -29,6 +29,7 @@ enum {
   CHUNK = 1 << 20,
   DIGEST_FIELD = offsetof(mp_seal_v1_t, digest_low),
   NOTE_HEAD = MP_SEAL_NOTE_HEAD, /* read to find a seal note (files/seal.h) */
+  HEAD_READ = 64 << 10,          /* a version 2 check's first read: a small library whole */
 };
 
 /* Hash the file's bytes [begin, end) into |hash|. */
@@ -158,18 +159,50 @@ mp_status_t mp_seal_read_fd(int fd, uint64_t file_size, const char* path, mp_sea
   return MP_OK;
 }
 
-/* A version 2 seal: the note read from the file's head, which is read once, as the first chunk
- * of what the digest covers (all of a small library). */
+/* The longest piece the digest of |note| reads: a covered range, the payloads cut out. */
+static uint64_t longest_piece(const mp_seal_note_t* note) {
+  uint64_t skip_begin = note->seal.payloads_offset;
+  uint64_t skip_end = note->seal.payloads_offset + note->seal.payloads_size;
+  uint64_t longest = 0;
+  for (uint64_t i = 0; i < note->range_count; ++i) {
+    uint64_t begin = note->ranges[i].begin, end = note->ranges[i].end;
+    uint64_t pieces[2][2] = {{begin, end}, {0, 0}};
+    if (skip_end > skip_begin && skip_begin < end && begin < skip_end) {
+      pieces[0][1] = skip_begin > begin ? skip_begin : begin;
+      pieces[1][0] = skip_end > begin ? skip_end : begin;
+      pieces[1][1] = end > pieces[1][0] ? end : pieces[1][0];
+    }
+    for (int k = 0; k < 2; ++k)
+      if (pieces[k][1] - pieces[k][0] > longest) longest = pieces[k][1] - pieces[k][0];
+  }
+  return longest;
+}
+
+/* A version 2 seal: the note read from the file's head (one read: all a small library's
+ * covered bytes), then the rest of what the digest covers into a buffer no larger than its
+ * longest piece, so that a library whose payloads make most of the file reads, allocates and
+ * touches only its few covered pages. */
 static mp_status_t check_note(int fd, uint64_t file_size, const char* path, const uint8_t* raw,
                               bool trailer, mp_seal_v1_t* out) {
-  uint64_t capacity = file_size < CHUNK ? file_size : CHUNK;
-  uint8_t* buffer = malloc((size_t)capacity + 1);
+  uint64_t head_size = file_size < HEAD_READ ? file_size : HEAD_READ;
+  uint8_t* buffer = malloc((size_t)head_size + 1);
   if (!buffer) return mp_out_of_memory("checking the seal");
-  uint64_t head_size = mp_file_read_at(fd, buffer, (size_t)capacity, 0) ? capacity : 0;
+  if (!mp_file_read_at(fd, buffer, (size_t)head_size, 0)) head_size = 0;
   mp_seal_note_t note;
   mp_status_t status = read_note(fd, file_size, path, buffer, head_size, raw, trailer, &note);
   if (status == MP_OK) {
-    status = mp_seal_note_check(fd, path, &note, buffer, head_size, capacity);
+    uint64_t capacity = longest_piece(&note);
+    capacity = capacity < CHUNK ? capacity : CHUNK;
+    if (capacity > head_size) {
+      uint8_t* larger = realloc(buffer, (size_t)capacity + 1);
+      if (larger)
+        buffer = larger;
+      else
+        status = mp_out_of_memory("checking the seal");
+    } else {
+      capacity = head_size;
+    }
+    if (status == MP_OK) status = mp_seal_note_check(fd, path, &note, buffer, head_size, capacity);
     if (status == MP_OK) *out = note.seal;
     mp_seal_note_free(&note);
   }
