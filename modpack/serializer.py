@@ -33,7 +33,7 @@ from .format import (
 from .format.code_frames import CodeFrames
 from .format.layout import ALIGNMENT, ENTRY_CODE_FRAMES, align_up
 from .log import export_log, timed
-from .modules.tree import HostNode, Node, walk
+from .modules.tree import HostNode, Node, imports_of, walk
 
 __all__ = ["BlobFile", "BlobPlan", "ModuleSerializer"]
 
@@ -134,7 +134,7 @@ class ModuleSerializer:
             out: list[object] = []
             seen: set[int] = set()
             for member in members:  # Nodes: the merged host library's node is not a member
-                for child in member.imported_modules:  # type: ignore[union-attr]
+                for child in imports_of(member):
                     c = node(child)
                     if c is not n and id(c) not in seen:
                         seen.add(id(c))

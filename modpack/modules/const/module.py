@@ -114,7 +114,17 @@ class ConstModule(BinaryModule):
         return self._layout
 
     def payload_size(self) -> int:
-        return self._planned()[2]
+        # Counted without building the metadata block, which the blob writer builds later
+        # (beside the host compiler): planning an export of 10,000 modules stays quick.
+        if self._layout is not None:
+            return self._layout[2]
+        arrays = self._arrays
+        cursor = _HEADER.size + _RECORD.size * len(arrays)
+        for name, a in arrays.items():
+            cursor += 8 * a.ndim + (len(name) if name.isascii() else len(name.encode()))
+        for a in arrays.values():
+            cursor = _align(cursor, _DATA_ALIGNMENT) + a.nbytes
+        return cursor
 
     def payload_chunks(self) -> Iterable[Any]:
         meta, data_offsets, _ = self._planned()
