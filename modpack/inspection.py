@@ -45,6 +45,7 @@ from .interop.tvm import BLOB_SYMBOLS as TVM_BLOB_SYMBOLS
 from .interop.tvm import read_tvm_blob
 from .runtime.binding import error_from_status, ffi, lib
 from .runtime.dtypes import dtype_name
+from .runtime.entries import entry_module
 from .toolchain.demangle import demangle, is_mangled
 from .verdict import Verdict, check_file
 from .weight_reports import inspect_weight_file, is_weight_file
@@ -716,36 +717,29 @@ def _contents(type_key: str, payload: Any, size: int, flags: int = 0) -> dict[st
     """What a module holds, as its registered loader sees it: the loader parses the payload
     in place (no driver is touched, no code from the file runs) and the module lists its
     functions, arrays and kind-specific details."""
-    span = ffi.new("mp_const_byte_span_t*")
-    span.data = payload
-    span.size = size
-    out = ffi.new("mp_module_t**")
-    status = lib.mp_module_load_from_entry(type_key.encode(), span[0], flags, out)
-    if status != 0:
-        return {"error": str(error_from_status(status))}
-    module = out[0]
     try:
-        functions = [
-            ffi.string(lib.mp_module_function_name(module, i)).decode()
-            for i in range(lib.mp_module_function_count(module))
-        ]
-        arrays = []
-        name = ffi.new("char**")
-        tensor = ffi.new("DLTensor**")
-        for i in range(lib.mp_module_array_count(module)):
-            if lib.mp_module_array_at(module, i, name, tensor) != 0:
-                continue
-            t = tensor[0]
-            arrays.append({
-                "name": ffi.string(name[0]).decode(),
-                "dtype": dtype_name(t.dtype.code, t.dtype.bits, t.dtype.lanes),
-                "shape": [t.shape[d] for d in range(t.ndim)],
-            })
-        contents = {"functions": functions, "arrays": arrays, **_describe(module)}
-        _add_demangled(contents.get("kernels", []))
-        return contents
-    finally:
-        lib.mp_module_release(module)
+        module = entry_module(type_key, payload, size, flags)
+    except Exception as exc:  # the loader's refusal: a ModpackError, or a Python loader's own
+        return {"error": str(exc)}
+    functions = [
+        ffi.string(lib.mp_module_function_name(module, i)).decode()
+        for i in range(lib.mp_module_function_count(module))
+    ]
+    arrays = []
+    name = ffi.new("char**")
+    tensor = ffi.new("DLTensor**")
+    for i in range(lib.mp_module_array_count(module)):
+        if lib.mp_module_array_at(module, i, name, tensor) != 0:
+            continue
+        t = tensor[0]
+        arrays.append({
+            "name": ffi.string(name[0]).decode(),
+            "dtype": dtype_name(t.dtype.code, t.dtype.bits, t.dtype.lanes),
+            "shape": [t.shape[d] for d in range(t.ndim)],
+        })
+    contents = {"functions": functions, "arrays": arrays, **_describe(module)}
+    _add_demangled(contents.get("kernels", []))
+    return contents
 
 
 def _add_demangled(kernels: list[dict[str, Any]]) -> None:

@@ -39,6 +39,7 @@ from ..format.tar_seal import check_tar_seal, seal_tar
 from ..inspection import _describe
 from ..packers.elf import pack_elf_object
 from ..runtime.binding import error_from_status, ffi, lib
+from ..runtime.entries import entry_module
 from ..toolchain.cc import create_tar
 from .blob import BlobEntry, copy_range, write_blob
 from .keep import SLIMMED_KINDS, device_strings, kept_variants
@@ -159,17 +160,7 @@ def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport,
 
 
 def _module_description(key: str, data: Any, size: int, flags: int) -> dict[str, Any]:
-    span = ffi.new("mp_const_byte_span_t*")
-    span.data = data
-    span.size = size
-    out = ffi.new("mp_module_t**")
-    status = lib.mp_module_load_from_entry(key.encode(), span[0], flags, out)
-    if status != 0:
-        raise error_from_status(status)
-    try:
-        description: dict[str, Any] = _describe(out[0])
-    finally:
-        lib.mp_module_release(out[0])
+    description: dict[str, Any] = _describe(entry_module(key, data, size, flags))
     return description
 
 
