@@ -48,7 +48,7 @@ class ConstModule(BinaryModule):
     __slots__ = ("_arrays", "_digests", "_layout")
 
     def __init__(self, arrays: Mapping[str, Any]) -> None:
-        self._imports = ()  # Module.__init__, inlined: trees of 10,000 const modules are built
+        super().__init__()
         if type(arrays) is not dict and not isinstance(arrays, Mapping):
             raise ArgumentError("const_module expects a mapping of name -> numpy array")
         self._arrays: dict[str, np.ndarray] = {}
