@@ -20,6 +20,11 @@ except ImportError as exc:  # pragma: no cover - only without a build
         "`pip install -e .` (or `pip install .`) from the repository root"
     ) from exc
 
+# The functions every load calls, looked up once now: cffi makes a function's Python object
+# on its first lookup (3-4 us each), which would otherwise land in a process's first load.
+for _name in ("mp_module_load", "mp_module_retain", "mp_module_release"):
+    getattr(lib, _name)
+
 __all__ = ["check", "error_from_status", "fail", "ffi", "lib", "loader_names", "string"]
 
 EXCEPTIONS: dict[int, type[errors.ModpackError]] = {

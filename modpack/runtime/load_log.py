@@ -39,3 +39,8 @@ def _mp_py_load_phase(path: Any, phase: Any, ms: float, detail: Any) -> None:
     more = ffi.string(detail).decode("utf-8", "replace")
     load_log.debug("load %s: %s %.3f ms%s", shown, name, ms, f"  {more}" if more else "",
                    extra={"load_path": shown, "phase": name, "duration_ms": ms})
+
+
+# Asked once now: a logger's first level check takes its cache-miss path (a lock and an
+# exception, about 15 us), which would otherwise land in the process's first load.
+follow_logger()

@@ -10,8 +10,10 @@ object; it appears in the tree as itself (see :mod:`modpack.runtime.callbacks`).
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
+from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,16 +30,19 @@ from .weight_files import WeightArrays, current_arrays, current_version
 __all__ = ["LoadedModule", "python_modules", "wrap_module"]
 
 _WEIGHTS_KIND = string(lib.MP_WEIGHTS_KIND)  # the type key of modules that read a weight file
+_UINTPTR = ffi.typeof("uintptr_t")  # parsed at import: cffi parses a type's text on first use
 
-# One wrapper per runtime module, so shared imports (diamonds) come back as one object.
-_wrappers: weakref.WeakValueDictionary[int, LoadedModule] = weakref.WeakValueDictionary()
+# One wrapper per runtime module, so shared imports (diamonds) come back as one object: its
+# address -> a weak reference to it. A dict of weakref.ref, not a WeakValueDictionary, whose
+# pure-Python first use made up about 20 us of a process's first load of a tiny library.
+_wrappers: dict[int, weakref.ref[LoadedModule]] = {}
 # Modules implemented in Python (from register_loader): runtime address -> the Python object.
 python_modules: dict[int, Module] = {}
 
 
 def wrap_module(handle: Any) -> LoadedModule | Module:
     """The Python object for a borrowed runtime module |handle| (retained if new)."""
-    address = int(ffi.cast("uintptr_t", handle))
+    address = int(ffi.cast(_UINTPTR, handle))
     python_module = python_modules.get(address)
     if python_module is not None:
         # Its imports are whatever the library's tree says, not what its loader built: loaded
@@ -47,12 +52,19 @@ def wrap_module(handle: Any) -> LoadedModule | Module:
         imports = [wrap_module(lib.mp_module_import_at(handle, i)) for i in range(count)]
         python_module._imports = imports  # type: ignore[assignment]
         return python_module
-    wrapper = _wrappers.get(address)
+    ref = _wrappers.get(address)
+    wrapper = ref() if ref is not None else None
     if wrapper is None:
         lib.mp_module_retain(handle)
         wrapper = LoadedModule._adopt(handle)
-        _wrappers[address] = wrapper
+        _wrappers[address] = weakref.ref(wrapper, functools.partial(_forget, address))
     return wrapper
+
+
+def _forget(address: int, ref: weakref.ref[LoadedModule]) -> None:
+    """A wrapper died: drop its entry, unless a new wrapper for a new module at the same
+    address took the slot since (one atomic step, as WeakValueDictionary does it)."""
+    _remove_dead_weakref(_wrappers, address)
 
 
 class LoadedModule:
@@ -79,7 +91,7 @@ class LoadedModule:
         """Wrap the cdata |handle|, taking over one reference."""
         self = object.__new__(cls)
         self._handle = ffi.gc(handle, lib.mp_module_release)
-        self._address = int(ffi.cast("uintptr_t", handle))
+        self._address = int(ffi.cast(_UINTPTR, handle))
         self._imports_cache = None
         self._functions = {}
         self._arrays_cache = None

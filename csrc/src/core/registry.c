@@ -9,15 +9,31 @@
 #include "core/error.h"
 
 typedef struct {
-  char* type_key;
+  const char* type_key; /* a kind's own, or a copy owned here (a loader on its own) */
   mp_loader_fn_t fn;
   void* user_data;
   const mp_kind_t* kind; /* NULL for a loader registered on its own */
 } loader_entry_t;
 
+/* Room for the built-in kinds without an allocation: registering them is part of a process's
+ * first load. User kinds beyond it move the table to the heap. */
+enum { STATIC_ENTRIES = 16 };
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static loader_entry_t* entries;
-static size_t entry_count;
+static loader_entry_t static_entries[STATIC_ENTRIES];
+static loader_entry_t* entries = static_entries;
+static size_t entry_count, entry_capacity = STATIC_ENTRIES;
+
+/* Room for one more entry; false when out of memory. */
+static bool reserve_locked(void) {
+  if (entry_count < entry_capacity) return true;
+  loader_entry_t* grown = malloc(2 * entry_capacity * sizeof *grown);
+  if (!grown) return false;
+  memcpy(grown, entries, entry_count * sizeof *grown);
+  if (entries != static_entries) free(entries);
+  entries = grown;
+  entry_capacity *= 2;
+  return true;
+}
 
 static loader_entry_t* find_locked(const char* type_key) {
   for (size_t i = 0; i < entry_count; ++i)
@@ -43,15 +59,19 @@ static mp_status_t add(const char* type_key, mp_loader_fn_t fn, void* user_data,
   } else if (kind && kind->device && find_device_locked(kind->device->device_type)) {
     status = mp_errorf(MP_ERR_ALREADY_EXISTS, "device type %d is already registered",
                        (int)kind->device->device_type);
+  } else if (kind) {
+    if (reserve_locked())
+      entries[entry_count++] = (loader_entry_t){type_key, fn, user_data, kind};
+    else
+      status = mp_out_of_memory("a loader entry");
   } else {
-    loader_entry_t* grown = realloc(entries, (entry_count + 1) * sizeof *grown);
-    char* key = grown ? malloc(strlen(type_key) + 1) : NULL;
-    if (grown) entries = grown;
+    size_t size = strlen(type_key) + 1;
+    char* key = reserve_locked() ? malloc(size) : NULL;
     if (!key) {
       status = mp_out_of_memory("a loader entry");
     } else {
-      strcpy(key, type_key);
-      entries[entry_count++] = (loader_entry_t){key, fn, user_data, kind};
+      memcpy(key, type_key, size);
+      entries[entry_count++] = (loader_entry_t){key, fn, user_data, NULL};
     }
   }
   pthread_mutex_unlock(&registry_lock);
@@ -78,7 +98,7 @@ mp_status_t mp_registry_remove_loader(const char* type_key) {
   loader_entry_t* e = type_key ? find_locked(type_key) : NULL;
   bool builtin = e && e->kind;
   if (e && !builtin) {
-    free(e->type_key);
+    free((char*)e->type_key);
     *e = entries[--entry_count];
   }
   pthread_mutex_unlock(&registry_lock);

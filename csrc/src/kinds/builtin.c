@@ -4,7 +4,7 @@
  * suite iterate. */
 #include "kinds/builtin.h"
 
-#include <pthread.h>
+#include "core/once.h"
 
 /* Each kind's descriptor, defined in its own folder. */
 extern const mp_kind_t mp_const_kind;
@@ -27,7 +27,7 @@ const char* mp_builtin_kind(uint32_t index) {
   return index < BUILTIN_COUNT ? builtin_kinds[index]->type_key : NULL;
 }
 
-static pthread_once_t registered = PTHREAD_ONCE_INIT;
+static mp_once_t registered = MP_ONCE_INIT;
 
 static void register_all(void) {
   /* Nothing is registered before this runs, so no key or device type can be taken. */
@@ -36,5 +36,5 @@ static void register_all(void) {
 }
 
 void mp_kinds_register_builtin(void) {
-  pthread_once(&registered, register_all);
+  mp_once(&registered, register_all);
 }

@@ -14,7 +14,6 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,26 +33,51 @@ static int name_in_use(struct dl_phdr_info* info, size_t size, void* name) {
   return info->dlpi_name && strcmp(info->dlpi_name, name) == 0;
 }
 
-/* Whether /proc/self/fd names this process's descriptors: asked once. */
-static bool proc_fd_names;
-static pthread_once_t proc_fd_names_asked = PTHREAD_ONCE_INIT;
-
-static void ask_proc_fd_names(void) {
-  proc_fd_names = access("/proc/self/fd", X_OK) == 0;
+/* "/proc/self/fd/N" into |buffer| (MP_DL_NAME_SIZE bytes), without printf: a process's
+ * first load would pay for libc's first formatted print otherwise. */
+static void proc_fd_name(int fd, char* buffer) {
+  static const char prefix[] = "/proc/self/fd/";
+  char digits[16];
+  int count = 0;
+  unsigned value = (unsigned)fd;
+  do digits[count++] = (char)('0' + value % 10);
+  while ((value /= 10) != 0);
+  memcpy(buffer, prefix, sizeof prefix - 1);
+  char* p = buffer + sizeof prefix - 1;
+  while (count) *p++ = digits[--count];
+  *p = '\0';
 }
 
-const char* mp_dl_name_for(int* fd, const char* path, char* buffer, size_t size) {
-  pthread_once(&proc_fd_names_asked, ask_proc_fd_names);
-  if (!proc_fd_names) return path;
+/* A /proc name for the file open as *fd that the dynamic loader does not know yet (*fd may
+ * move to another number); false when none was found. */
+static bool free_proc_name(int* fd, char* name) {
   for (int attempt = 0; attempt < 64; ++attempt) {
-    snprintf(buffer, size, "/proc/self/fd/%d", *fd);
-    if (!dl_iterate_phdr(name_in_use, buffer)) return buffer;
+    proc_fd_name(*fd, name);
+    if (!dl_iterate_phdr(name_in_use, name)) return true;
     int moved = fcntl(*fd, F_DUPFD_CLOEXEC, *fd + 1);
-    if (moved < 0) break;
+    if (moved < 0) return false;
     close(*fd);
     *fd = moved;
   }
-  return path;
+  return false;
+}
+
+/* Whether /proc/self/fd names this process's descriptors: asked only when a dlopen by such a
+ * name failed (the question costs a procfs lookup), then remembered. Under the library lock. */
+static enum { PROC_UNKNOWN, PROC_MOUNTED, PROC_MISSING } proc_fd_names = PROC_UNKNOWN;
+
+void* mp_dl_open(int* fd, const char* path, char name[MP_DL_NAME_SIZE]) {
+  name[0] = '\0';
+  if (proc_fd_names != PROC_MISSING && free_proc_name(fd, name)) {
+    dlerror();
+    void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (handle || proc_fd_names == PROC_MOUNTED) return handle;
+    proc_fd_names = access("/proc/self/fd", X_OK) == 0 ? PROC_MOUNTED : PROC_MISSING;
+    if (proc_fd_names == PROC_MOUNTED) return NULL; /* the file's own fault: dlerror says */
+  }
+  name[0] = '\0';
+  dlerror();
+  return dlopen(path, RTLD_NOW | RTLD_LOCAL);
 }
 
 /* Whether the dynamic loader still knows an object by |name|. */

@@ -10,10 +10,13 @@
 
 #include <stddef.h>
 
-/* The name to dlopen the file open as *fd by, written into |buffer| (*fd may move to another
- * number until the name is one the dynamic loader does not know); |path| itself where /proc
- * is not mounted. */
-const char* mp_dl_name_for(int* fd, const char* path, char* buffer, size_t size);
+enum { MP_DL_NAME_SIZE = 64 };
+
+/* dlopen (RTLD_NOW | RTLD_LOCAL) the file open as *fd, by a /proc name the dynamic loader
+ * does not know yet, written into |name| (*fd may move to another number to find one); by
+ * |path| where /proc is not mounted, |name| then "". NULL when dlopen failed: dlerror says
+ * why. */
+void* mp_dl_open(int* fd, const char* path, char name[MP_DL_NAME_SIZE]);
 
 /* Close |fd|, which the dynamic loader knew as |name| ("" when it had the path: no /proc),
  * after the dlclose of its object: at once if no object of that name is left, else once the

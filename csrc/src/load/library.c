@@ -162,11 +162,8 @@ mp_status_t mp_library_open(const char* path, int fd, const mp_file_id_t* id,
     *out_existing = found != NULL;
     return status;
   }
-  char name_buffer[64];
-  const char* name = mp_dl_name_for(&fd, path, name_buffer, sizeof name_buffer);
-  const char* proc_name = name == path ? "" : name;
-  dlerror();
-  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  char proc_name[MP_DL_NAME_SIZE];
+  void* handle = mp_dl_open(&fd, path, proc_name);
   if (!handle) {
     close(fd);
     return mp_errorf(MP_ERR_IO, "cannot load '%s': %s", path, dlerror());
@@ -201,7 +198,7 @@ mp_status_t mp_library_open(const char* path, int fd, const mp_file_id_t* id,
   }
   library->handle = handle;
   library->fd = fd;
-  snprintf(library->dlopen_name, sizeof library->dlopen_name, "%s", proc_name);
+  memcpy(library->dlopen_name, proc_name, sizeof library->dlopen_name);
   library->id = *id;
   *out_library = library;
   return MP_OK;

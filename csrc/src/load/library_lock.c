@@ -6,8 +6,10 @@
 
 #include <pthread.h>
 
+#include "core/once.h"
+
 static pthread_mutex_t library_lock;
-static pthread_once_t library_lock_once = PTHREAD_ONCE_INIT;
+static mp_once_t library_lock_once = MP_ONCE_INIT;
 
 static void init_library_lock(void) {
   pthread_mutexattr_t attr;
@@ -18,7 +20,7 @@ static void init_library_lock(void) {
 }
 
 void mp_library_lock(void) {
-  pthread_once(&library_lock_once, init_library_lock);
+  mp_once(&library_lock_once, init_library_lock);
   pthread_mutex_lock(&library_lock);
 }
 

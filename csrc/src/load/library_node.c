@@ -1,7 +1,6 @@
 /* The "library" module kind: a loaded library's host code as a node of its tree (the "_lib"
  * entry of the blob, or the whole tree of a library without one). Its functions are the host
  * functions the library exports, found by their symbols (`__mp_func_<name>`). */
-#include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -12,9 +11,14 @@
 static mp_status_t library_get_function(mp_module_t* self, const char* name,
                                         mp_function_t** out_function) {
   mp_library_t* library = mp_module_impl(self);
+  /* Joined by hand: libc's first formatted print would cost a process's first load (which
+   * looks a name up here) more than the rest of this function. */
+  static const char prefix[] = MP_FUNC_SYMBOL_PREFIX;
   char symbol[512];
-  int n = snprintf(symbol, sizeof symbol, "%s%s", MP_FUNC_SYMBOL_PREFIX, name);
-  if (n < 0 || (size_t)n >= sizeof symbol) return MP_OK; /* no such long name */
+  size_t length = strlen(name);
+  if (length >= sizeof symbol - (sizeof prefix - 1)) return MP_OK; /* no such long name */
+  memcpy(symbol, prefix, sizeof prefix - 1);
+  memcpy(symbol + sizeof prefix - 1, name, length + 1);
   void* address = mp_library_symbol(library, symbol);
   if (!address) return MP_OK;
   mp_packed_cfunc_t fn;

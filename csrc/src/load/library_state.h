@@ -9,6 +9,7 @@
 
 #include "device/array_cache.h"
 #include "files/file.h"
+#include "load/dl_names.h"
 #include "load/host_lookups.h"
 #include "load/load_settings.h"
 #include "modpack/modpack.h"
@@ -18,7 +19,7 @@ struct mp_library {
   const mp_system_lib_t* system; /* a system library (no handle, no file), or NULL */
   void* handle;                  /* from dlopen */
   int fd; /* the file, open while loaded: dlopen knows the library by its /proc name */
-  char dlopen_name[64]; /* that name ("" when dlopen had the path: no /proc) */
+  char dlopen_name[MP_DL_NAME_SIZE]; /* that name ("" when dlopen had the path: no /proc) */
   mp_file_id_t id;
   char* path;
   mp_module_t* root;           /* the root of its live tree (not owned), under the library lock */

@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 
 #include "core/crypto.h"
 #include "core/error.h"
+#include "core/once.h"
 #include "core/registry.h"
 #include "kinds/builtin.h"
 #include "load/file_check.h"
@@ -134,7 +134,7 @@ static mp_status_t load_fd(int fd, mp_file_id_t id, const char* path,
   return status;
 }
 
-static pthread_once_t kinds_registered = PTHREAD_ONCE_INIT;
+static mp_once_t kinds_registered = MP_ONCE_INIT;
 
 static void register_all_kinds(void) {
   mp_kinds_register_builtin();
@@ -142,7 +142,7 @@ static void register_all_kinds(void) {
 }
 
 void mp_load_register_kinds(void) {
-  pthread_once(&kinds_registered, register_all_kinds);
+  mp_once(&kinds_registered, register_all_kinds);
 }
 
 /* A path, never a library name (dlopen would search the library path for "deploy.so"). */

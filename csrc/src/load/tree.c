@@ -78,9 +78,11 @@ static mp_status_t parse_blob(mp_library_t* library, mp_const_byte_span_t bytes,
                             "'%s': %s", path, MP_BLOB_SYMBOL);
   mp_blob_info_t info;
   mp_blob_info(*out_blob, &info);
-  snprintf(detail, sizeof detail, "%" PRIu64 " modules, %" PRIu64 " bytes", info.module_count,
-           info.blob_size);
-  mp_trace_phase(path, "index", &clock, detail);
+  if (mp_trace_enabled()) {
+    snprintf(detail, sizeof detail, "%" PRIu64 " modules, %" PRIu64 " bytes", info.module_count,
+             info.blob_size);
+    mp_trace_phase(path, "index", &clock, detail);
+  }
   if (flags & MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) {
     mp_trace_phase(path, "checksums", &clock, "skipped (MP_LOAD_SKIP_PAYLOAD_CHECKSUMS)");
     return MP_OK;
