@@ -174,3 +174,39 @@ print(list(out[:n]) == [x.ctypes.data, 2, 2, 64, 1, 0, 1, 3, 2, 4, 2])
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=Path(__file__).parent)
     assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("array", [
+    np.arange(10, dtype=np.float32), np.zeros((3, 4, 5), np.int64), np.array(3.5),
+    np.zeros((0, 4), np.int8), np.arange(100_000, dtype=np.uint8),
+    np.arange(300_000, dtype=np.float64),  # past the size at which the GIL is released
+    np.arange(10, dtype=">i4"), np.ones(7, np.complex64), np.ones(5, np.bool_)],
+    ids=lambda a: f"{a.dtype.str}{list(a.shape)}")
+def test_array_digests_read_in_place_match_xxhash(array):
+    """A const module's change check reads arrays in place: the digest is xxhash's XXH3-64
+    of the same bytes, exactly."""
+    import xxhash
+
+    from modpack.runtime import _calls
+    from modpack.runtime.digests import array_digest
+
+    expected = xxhash.xxh3_64_intdigest(array.tobytes())
+    if function.NUMPY_IN_PLACE:
+        assert _calls.array_digest(array) == expected
+    assert array_digest(array) == expected
+
+
+def test_array_digests_of_arrays_not_read_in_place_fall_back():
+    """A strided view, a subclass or another object is not read in place (None); the digest
+    then goes through the buffer protocol and agrees."""
+    import xxhash
+
+    from modpack.runtime import _calls
+    from modpack.runtime.digests import array_digest
+
+    strided = np.arange(20, dtype=np.float32)[::2]
+    assert _calls.array_digest(strided) is None
+    assert _calls.array_digest(np.ma.masked_array([1, 2])) is None
+    assert _calls.array_digest(b"bytes") is None
+    contiguous = np.ascontiguousarray(strided)
+    assert array_digest(contiguous) == xxhash.xxh3_64_intdigest(contiguous.tobytes())

@@ -46,6 +46,9 @@ def numpy_in_place(types: Mapping[int, tuple[int, int, int, int]], probe: Any,
     through that layout as |expected| says (data address, shape, strides, type number, byte
     order, writeable, C-contiguous); False (and the buffer protocol) otherwise."""
 def call(function: Function, /, *args: Any) -> Any: ...
+def array_digest(array: Any, /) -> int | None:
+    """XXH3-64 of a C-contiguous numpy array's bytes, read in place; None for an array this
+    path does not read (the buffer protocol then decides)."""
 def lookup(module_address: int, name: str, query_imports: bool, /) -> Function: ...
 def dlpack_capsule(managed_tensor_address: int, versioned: bool, /) -> Any:
     """A ``"dltensor"`` (DLManagedTensor) or ``"dltensor_versioned"`` capsule owning it."""

@@ -12,6 +12,7 @@ uintptr_t modpack_calls_api(void) {
       .function_release = mp_function_release,
       .module_get_function = mp_module_get_function,
       .array_flags = mp_array_flags,
+      .checksum = mp_checksum,
   };
   return (uintptr_t)&table;
 }

@@ -272,6 +272,35 @@ static PyObject* calls_numpy_in_place(PyObject* module, PyObject* args) {
   Py_RETURN_TRUE;
 }
 
+/* array_digest(array) -> int | None: XXH3-64 of a C-contiguous numpy array's bytes, read in
+ * place (xxhash.xxh3_64_intdigest(array.data) without the buffer protocol, whose format
+ * string took most of a const module's build); None for an array this path does not read. */
+static PyObject* calls_array_digest(PyObject* module, PyObject* obj) {
+  (void)module;
+  if (!api || !numpy_layout_checked || Py_TYPE(obj) != (PyTypeObject*)ndarray_type)
+    Py_RETURN_NONE;
+  const numpy_array_abi_t* a = (const numpy_array_abi_t*)obj;
+  const numpy_descr_abi_t* descr = (const numpy_descr_abi_t*)a->descr;
+  if (!(a->flags & NUMPY_C_CONTIGUOUS) || descr->type_num < 0 || descr->type_num >= NUMPY_TYPES ||
+      numpy_types[descr->type_num].itemsize <= 0 || a->nd < 0)
+    Py_RETURN_NONE; /* a dtype whose item size the probe did not give */
+  uint64_t size = (uint64_t)numpy_types[descr->type_num].itemsize;
+  for (int d = 0; d < a->nd; ++d) {
+    if (a->dimensions[d] < 0 || __builtin_mul_overflow(size, (uint64_t)a->dimensions[d], &size))
+      Py_RETURN_NONE;
+  }
+  mp_const_byte_span_t bytes = {(const uint8_t*)a->data, size};
+  uint64_t digest;
+  if (size >= (1u << 20)) { /* long enough to let other threads run meanwhile */
+    Py_BEGIN_ALLOW_THREADS
+    digest = api->checksum(bytes);
+    Py_END_ALLOW_THREADS
+  } else {
+    digest = api->checksum(bytes);
+  }
+  return PyLong_FromUnsignedLongLong(digest);
+}
+
 /* The tensor of a DLPack capsule not yet consumed, legacy ("dltensor") or versioned
  * ("dltensor_versioned", DLPack 1.x: its read-only flag becomes MP_VALUE_READ_ONLY in
  * |*flags|). NULL with no Python error for another capsule; NULL with ArgumentError for a
@@ -677,6 +706,8 @@ static PyMethodDef methods[] = {
      "capsule_tensor(capsule): (managed tensor address, versioned), or None."},
     {"capsule_consume", calls_capsule_consume, METH_O,
      "capsule_consume(capsule): mark a DLPack capsule taken over."},
+    {"array_digest", calls_array_digest, METH_O,
+     "array_digest(array): XXH3-64 of a C-contiguous numpy array's bytes, or None."},
     {NULL, NULL, 0, NULL},
 };
 

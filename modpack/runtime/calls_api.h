@@ -19,6 +19,7 @@ typedef struct {
   mp_status_t (*module_get_function)(mp_module_t* module, const char* name, int32_t query_imports,
                                      mp_function_t** out_function);
   uint32_t (*array_flags)(const DLTensor* array); /* a modpack.Array's MP_ARRAY_* flags */
+  uint64_t (*checksum)(mp_const_byte_span_t bytes); /* XXH3-64, the format's checksum */
 } modpack_calls_api_t;
 
 #endif /* MODPACK_RUNTIME_CALLS_API_H_ */

@@ -18,12 +18,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from ...compat import zip_strict
 from ...errors import ArgumentError, ModpackError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
+from ...runtime.digests import array_digest
 from ...runtime.dtypes import dtype_to_dl
 from ..base import BinaryModule
 from ..weights import WeightsModule
@@ -63,7 +63,7 @@ class ConstModule(BinaryModule):
                 raise ArgumentError(f"array {name!r} has {array.ndim} dimensions; the runtime "
                                     f"reads up to {_MAX_NDIM}: reshape it")
             self._arrays[name] = array
-            self._digests[name] = _digest(array)
+            self._digests[name] = array_digest(array)
         # The payload's layout, planned when first asked for (at export): building a tree of
         # many small modules stays quick.
         self._layout: tuple[bytes, list[int], int] | None = None
@@ -134,7 +134,7 @@ class ConstModule(BinaryModule):
             if offset > cursor:
                 yield bytes(offset - cursor)
             data = _bytes_of(array)
-            if _digest(array) != self._digests[name]:
+            if array_digest(array) != self._digests[name]:
                 raise ModpackError(
                     f"const array {name!r} changed after const_module() was built (its bytes "
                     "differ from when the module was made): build the module after the last "
@@ -154,15 +154,6 @@ def _check_name(name: Any) -> None:
     if not 1 <= size <= _MAX_NAME or "\0" in name:
         raise ArgumentError(f"array name {name!r} must be a str of 1 to {_MAX_NAME} bytes of "
                             "UTF-8 without NUL")
-
-
-def _digest(array: np.ndarray) -> int:
-    """XXH3-64 of a C-contiguous array's bytes: straight from its buffer when numpy exports
-    one (every dtype but the ml_dtypes ones), else through a byte view."""
-    try:
-        return xxhash.xxh3_64_intdigest(array.data)
-    except (TypeError, ValueError, BufferError):
-        return xxhash.xxh3_64_intdigest(_bytes_of(array))
 
 
 def _bytes_of(array: np.ndarray) -> memoryview:
