@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -114,23 +115,33 @@ class ModuleSerializer:
 
     @staticmethod
     def _index(root: Node) -> BlobPlan:
-        reachable = list(walk(root))
-        for m in reachable:
-            if not (m.is_dso_exportable or m.is_binary_serializable):
+        dso: list[HostNode] = []
+        dso_ids: set[int] = set()
+        valid_keys: set[str] = set()  # each type key checked once, not once per module
+        for m in walk(root):
+            if m.is_dso_exportable:
+                dso.append(m)
+                dso_ids.add(id(m))
+            elif not m.is_binary_serializable:
                 raise ModpackError(
                     f"cannot export a {m.type_key or type(m).__name__} module: it is neither "
                     "compiled into the library (DSO-exportable) nor binary-serializable"
                 )
-            if not m.is_dso_exportable:
+            elif m.type_key not in valid_keys:
                 _check_type_key(m.type_key)
-        dso = [m for m in reachable if m.is_dso_exportable]
+                valid_keys.add(m.type_key)
         lib_node = object()  # the merged host library's node identity
 
         def node(m: Node) -> object:
-            return lib_node if m.is_dso_exportable else m
+            return lib_node if id(m) in dso_ids else m
 
-        def children(n: object) -> list[object]:
-            members = dso if n is lib_node else [n]
+        def children(n: object) -> Sequence[object]:
+            if n is lib_node:
+                members: Sequence[Any] = dso
+            elif not imports_of(n):
+                return ()  # a leaf, as most modules of a large tree are
+            else:
+                members = (n,)
             out: list[object] = []
             seen: set[int] = set()
             for member in members:  # Nodes: the merged host library's node is not a member
@@ -144,7 +155,7 @@ class ModuleSerializer:
         # Preorder DFS: index on first visit, children in import order.
         order: list[object] = []
         index: dict[int, int] = {}
-        kids: list[list[object]] = []  # children(order[i]), found once
+        kids: list[Sequence[object]] = []  # children(order[i]), found once
         stack = [node(root)]
         while stack:
             n = stack.pop()
@@ -154,12 +165,14 @@ class ModuleSerializer:
             order.append(n)
             found = children(n)
             kids.append(found)
-            stack.extend(reversed([c for c in found if id(c) not in index]))
+            if found:
+                stack.extend(reversed([c for c in found if id(c) not in index]))
 
         row_ptr: list[int] = [0]
         child_indices: list[int] = []
         for found in kids:
-            child_indices.extend(index[id(c)] for c in found)
+            if found:
+                child_indices.extend([index[id(c)] for c in found])
             row_ptr.append(len(child_indices))
         _check_acyclic(order, row_ptr, child_indices)
         nodes = [None if n is lib_node else n for n in order]

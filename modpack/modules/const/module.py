@@ -32,6 +32,7 @@ __all__ = ["ConstModule", "const_module"]
 
 _HEADER = check_struct(struct.Struct("<IIQ"), "mp_const_header_v1_t")
 _RECORD = check_struct(struct.Struct("<QIBBHIIQQQ"), "mp_const_record_v1_t")
+_HEADER_SIZE, _RECORD_SIZE = _HEADER.size, _RECORD.size
 _DATA_ALIGNMENT: int = lib.MP_CONST_DATA_ALIGNMENT
 _MAX_NAME: int = lib.MP_CONST_MAX_NAME
 _MAX_NDIM: int = lib.MP_CONST_MAX_NDIM
@@ -118,12 +119,12 @@ class ConstModule(BinaryModule):
         # (beside the host compiler): planning an export of 10,000 modules stays quick.
         if self._layout is not None:
             return self._layout[2]
-        arrays = self._arrays
-        cursor = _HEADER.size + _RECORD.size * len(arrays)
+        arrays, alignment = self._arrays, _DATA_ALIGNMENT
+        cursor = _HEADER_SIZE + _RECORD_SIZE * len(arrays)
         for name, a in arrays.items():
             cursor += 8 * a.ndim + (len(name) if name.isascii() else len(name.encode()))
         for a in arrays.values():
-            cursor = _align(cursor, _DATA_ALIGNMENT) + a.nbytes
+            cursor = (cursor + alignment - 1) // alignment * alignment + a.nbytes
         return cursor
 
     def payload_chunks(self) -> Iterable[Any]:
