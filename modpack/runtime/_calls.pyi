@@ -47,8 +47,9 @@ def numpy_in_place(types: Mapping[int, tuple[int, int, int, int]], probe: Any,
     order, writeable, C-contiguous); False (and the buffer protocol) otherwise."""
 def call(function: Function, /, *args: Any) -> Any: ...
 def array_digest(array: Any, /) -> int | None:
-    """XXH3-64 of a C-contiguous numpy array's bytes, read in place; None for an array this
-    path does not read (the buffer protocol then decides)."""
+    """XXH3-64 of the bytes of an array a const module can take as it is (exactly a numpy
+    ndarray, C-contiguous, of a standard native-endian dtype), read in place; None for
+    anything else."""
 def lookup(module_address: int, name: str, query_imports: bool, /) -> Function: ...
 def dlpack_capsule(managed_tensor_address: int, versioned: bool, /) -> Any:
     """A ``"dltensor"`` (DLManagedTensor) or ``"dltensor_versioned"`` capsule owning it."""

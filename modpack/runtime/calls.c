@@ -272,9 +272,10 @@ static PyObject* calls_numpy_in_place(PyObject* module, PyObject* args) {
   Py_RETURN_TRUE;
 }
 
-/* array_digest(array) -> int | None: XXH3-64 of a C-contiguous numpy array's bytes, read in
- * place (xxhash.xxh3_64_intdigest(array.data) without the buffer protocol, whose format
- * string took most of a const module's build); None for an array this path does not read. */
+/* array_digest(array) -> int | None: XXH3-64 of the bytes of a numpy array a const module can
+ * take as it is (exactly an ndarray, C-contiguous, of a standard native-endian dtype), read in
+ * place: xxhash.xxh3_64_intdigest(array.data) without the buffer protocol, whose format string
+ * took most of a const module's build. None for anything else (the caller goes the long way). */
 static PyObject* calls_array_digest(PyObject* module, PyObject* obj) {
   (void)module;
   if (!api || !numpy_layout_checked || Py_TYPE(obj) != (PyTypeObject*)ndarray_type)
@@ -282,8 +283,9 @@ static PyObject* calls_array_digest(PyObject* module, PyObject* obj) {
   const numpy_array_abi_t* a = (const numpy_array_abi_t*)obj;
   const numpy_descr_abi_t* descr = (const numpy_descr_abi_t*)a->descr;
   if (!(a->flags & NUMPY_C_CONTIGUOUS) || descr->type_num < 0 || descr->type_num >= NUMPY_TYPES ||
-      numpy_types[descr->type_num].itemsize <= 0 || a->nd < 0)
-    Py_RETURN_NONE; /* a dtype whose item size the probe did not give */
+      numpy_types[descr->type_num].itemsize <= 0 || a->nd < 0 ||
+      (descr->byteorder != '=' && descr->byteorder != '|'))
+    Py_RETURN_NONE; /* a dtype the probe did not give, or byte-swapped */
   uint64_t size = (uint64_t)numpy_types[descr->type_num].itemsize;
   for (int d = 0; d < a->nd; ++d) {
     if (a->dimensions[d] < 0 || __builtin_mul_overflow(size, (uint64_t)a->dimensions[d], &size))

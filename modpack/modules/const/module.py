@@ -23,7 +23,7 @@ from ...compat import zip_strict
 from ...errors import ArgumentError, ModpackError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
-from ...runtime.digests import array_digest
+from ...runtime.digests import array_digest, plain_array_digest
 from ...runtime.dtypes import dtype_to_dl
 from ..base import BinaryModule
 from ..weights import WeightsModule
@@ -56,15 +56,17 @@ class ConstModule(BinaryModule):
         self._digests: dict[str, int] = {}
         for name, value in arrays.items():
             _check_name(name)
-            array = value if type(value) is np.ndarray else np.asarray(value)
-            if not array.flags.c_contiguous:  # (ascontiguousarray would turn 0-d into 1-d)
-                array = array.copy(order="C")
-            dtype_to_dl(array.dtype)  # raises for dtypes DLPack cannot describe
-            if array.ndim > _MAX_NDIM:
-                raise ArgumentError(f"array {name!r} has {array.ndim} dimensions; the runtime "
+            # A plain C-contiguous array of a standard dtype is taken as it is, hashed in place
+            # in one call; anything else is made one first.
+            digest = plain_array_digest(value)
+            if digest is None:
+                value = _as_const_array(value)
+                digest = array_digest(value)
+            if value.ndim > _MAX_NDIM:
+                raise ArgumentError(f"array {name!r} has {value.ndim} dimensions; the runtime "
                                     f"reads up to {_MAX_NDIM}: reshape it")
-            self._arrays[name] = array
-            self._digests[name] = array_digest(array)
+            self._arrays[name] = value
+            self._digests[name] = digest
         # The payload's layout, planned when first asked for (at export): building a tree of
         # many small modules stays quick.
         self._layout: tuple[bytes, list[int], int] | None = None
@@ -142,6 +144,16 @@ class ConstModule(BinaryModule):
                     "change, or give it a copy (array.copy())")
             yield data
             cursor = offset + array.nbytes
+
+
+def _as_const_array(value: Any) -> np.ndarray:
+    """|value| as a C-contiguous array of a dtype DLPack describes (raising for one it does
+    not)."""
+    array = value if type(value) is np.ndarray else np.asarray(value)
+    if not array.flags.c_contiguous:  # (ascontiguousarray would turn 0-d into 1-d)
+        array = array.copy(order="C")
+    dtype_to_dl(array.dtype)  # raises for dtypes DLPack cannot describe
+    return array
 
 
 def _check_name(name: Any) -> None:
