@@ -12,6 +12,7 @@ import mmap
 import os
 import re
 import shutil
+import sys
 import tarfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -44,6 +45,7 @@ __all__ = ["load_module", "load_module_from_bytes", "load_system_lib", "register
 Loader = TypeVar("Loader", bound=Callable[[memoryview], Module])
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODULE_OUT = ffi.typeof("mp_module_t**")  # parsed at import, not by the first load
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
 def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
@@ -93,9 +95,9 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
     array is checked against its digest at load, or with ``verify_on_first_use=True`` the
     first time it is read (a large model whose arrays are touched over minutes).
     """
-    # A str, not a Path: pathlib's first use in a process costs more than the rest of
-    # this function (measured: 40 us of a tiny library's first load).
-    name = os.fsdecode(os.fspath(path))
+    # A str, not a Path, and no helper that a plain str does not need: on a process's first
+    # load each first call of a Python function costs microseconds (pathlib's: 40 us).
+    name = path if type(path) is str else os.fsdecode(os.fspath(path))
     if private_copy and trusted_keys is None:
         raise ArgumentError("private_copy=True is for signed loads: give trusted_keys too (an "
                             "unsigned load maps the file, checked by its seal and checksums)")
@@ -105,7 +107,7 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
     flags = _flags(verify_checksums, allow_unsealed) | (
         lib.MP_LOAD_PRIVATE_COPY if private_copy else 0) | (
         lib.MP_LOAD_VERIFY_ON_FIRST_USE if verify_on_first_use else 0)
-    if os.path.splitext(name)[1] == ".tar":
+    if name.endswith(".tar"):
         tar = Path(name)
         _check_file(tar)  # a FIFO would block the archive reader
         if trusted_keys is not None:
@@ -117,7 +119,7 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
     follow_logger()  # the load's phases to the modpack.load logger, if it logs DEBUG
     # The runtime resolves the path, and refuses what is not a regular file without blocking;
     # a failure is explained in Python terms only when it happens.
-    status = lib.mp_module_load(os.fsencode(name), options.pointer, out)
+    status = lib.mp_module_load(name.encode(_FS_ENCODING, _FS_ERRORS), options.pointer, out)
     if status != 0:
         error = error_from_status(status)
         _check_file(Path(name))

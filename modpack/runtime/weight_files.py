@@ -40,7 +40,19 @@ _OPTIONS_SIZE = ffi.sizeof("mp_load_options_t")
 
 def load_options(flags: int, trusted_keys: Iterable[TrustedKey] | None = None,
                  weights: WeightsLocation | None = None) -> Any:
-    """The runtime's ``mp_load_options_t`` (kept alive by the returned object)."""
+    """The runtime's ``mp_load_options_t`` (kept alive by the returned object). The options of
+    a load naming no keys and no weight files are made once per set of flags and shared: the
+    runtime only reads them."""
+    if trusted_keys is None and weights is None:
+        plain = _plain_options.get(flags)
+        if plain is None:
+            plain = _plain_options[flags] = _options(flags, None, None)
+        return plain
+    return _options(flags, trusted_keys, weights)
+
+
+def _options(flags: int, trusted_keys: Iterable[TrustedKey] | None,
+             weights: WeightsLocation | None) -> _Kept:
     keep: list[Any] = []
     options = ffi.new(_OPTIONS_TYPE)
     options.struct_size = _OPTIONS_SIZE
@@ -89,6 +101,10 @@ class _Kept:
     def __init__(self, pointer: Any, keep: list[Any]) -> None:
         self.pointer = pointer
         self._keep = keep
+
+
+# flags -> the options of a load naming no keys and no weight files; the plain load's made now
+_plain_options: dict[int, _Kept] = {0: _options(0, None, None)}
 
 
 def describe_module(handle: Any) -> dict[str, Any]:
