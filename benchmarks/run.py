@@ -26,7 +26,6 @@ import os
 import platform
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import tables
+from tables import error_of, med, text_table
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -317,25 +319,6 @@ def _run(cmd: list[Any], env: dict[str, str] | None = None) -> str:
 # ---- the table ------------------------------------------------------------------------------
 
 
-def med(results: list[dict[str, Any]] | None, field: str | Callable[[dict], Any]
-        ) -> float | None:
-    values = []
-    for r in results or []:
-        if "error" in r:
-            continue
-        v = field(r) if callable(field) else r.get(field)
-        if v is not None:
-            values.append(v)
-    return statistics.median(values) if values else None
-
-
-def error_of(results: list[dict[str, Any]] | None) -> str | None:
-    for r in results or []:
-        if "error" in r:
-            return r["error"]
-    return None
-
-
 def fmt_time(s: float | None) -> str:
     if s is None:
         return "-"
@@ -535,36 +518,29 @@ def build_rows(b: Bench) -> list[dict[str, Any]]:
     return rows
 
 
+def _shown(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with a figure or a failure to show."""
+    return [r for r in rows if r["modpack"] is not None or r["tvm"] is not None
+            or r["modpack_text"] != "-" or r["tvm_text"].startswith("failed")]
+
+
+def _cells(r: dict[str, Any], met_text: dict[bool | None, str]) -> list[str]:
+    met = met_text[r["met"]] + (f" ({r['note']})" if r["note"] else "")
+    return [r["workload"], r["modpack_text"], r["tvm_text"], r["ratio_text"], r["target"], met]
+
+
+_HEADERS = ["workload", "modpack", "TVM", "TVM/modpack", "target", "met?"]
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
-    headers = ["workload", "modpack", "TVM", "TVM/modpack", "target", "met?"]
-    table = [[r["workload"], r["modpack_text"], r["tvm_text"], r["ratio_text"],
-              r["target"], {True: "yes", False: "NO", None: ""}[r["met"]]
-              + (f" ({r['note']})" if r["note"] else "")]
-             for r in rows if r["modpack"] is not None or r["tvm"] is not None
-             or r["modpack_text"] != "-" or r["tvm_text"].startswith("failed")]
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *table, strict=False)]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    print(line.format(*headers))
-    print(line.format(*("-" * w for w in widths)))
-    for t in table:
-        print(line.format(*t))
+    print(text_table(_HEADERS, [_cells(r, {True: "yes", False: "NO", None: ""})
+                                for r in _shown(rows)]))
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The table as Markdown (for RESULTS.md)."""
-    out = ["| workload | modpack | TVM | TVM/modpack | target | met? |",
-           "|---|---|---|---|---|---|"]
-    for r in rows:
-        if r["modpack"] is None and r["tvm"] is None and r["modpack_text"] == "-" \
-                and not r["tvm_text"].startswith("failed"):
-            continue
-        met = {True: "**yes**", False: "**no**", None: ""}[r["met"]]
-        if r["note"]:
-            met += f" ({r['note']})"
-        cells = [r["workload"], r["modpack_text"], r["tvm_text"], r["ratio_text"], r["target"],
-                 met]
-        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(out)
+    return tables.markdown_table(_HEADERS, [
+        _cells(r, {True: "**yes**", False: "**no**", None: ""}) for r in _shown(rows)])
 
 
 # ---- metadata and main ----------------------------------------------------------------------

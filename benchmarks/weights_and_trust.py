@@ -41,7 +41,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import tables
 from run import _tail, fmt_bytes, fmt_time, source_state
+from tables import error_of, med, text_table
 
 HERE = Path(__file__).resolve().parent
 WORKERS = HERE / "workers"
@@ -338,18 +340,6 @@ def exports(b: Bench) -> None:
 # ---- the table ------------------------------------------------------------------------------
 
 
-def med(results: list[dict[str, Any]] | None, field: str | Callable[[dict], Any]
-        ) -> float | None:
-    values = [field(r) if callable(field) else r.get(field)
-              for r in results or [] if "error" not in r]
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
-
-
-def error_of(results: list[dict[str, Any]] | None) -> str | None:
-    return next((r["error"] for r in results or [] if "error" in r), None)
-
-
 def fmt_growth(n: float | None) -> str:
     if n is None:
         return "-"
@@ -506,15 +496,9 @@ def build_rows(b: Bench) -> list[dict[str, Any]]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    headers = ["row", "", "figure", "target", "met?"]
-    table = [[r["row"], r["name"], r["figure"], r["target"],
-              {True: "yes", False: "NO", None: ""}[r["met"]]] for r in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *table, strict=False)]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    print(line.format(*headers))
-    print(line.format(*("-" * w for w in widths)))
-    for t in table:
-        print(line.format(*t))
+    print(text_table(["row", "", "figure", "target", "met?"],
+                     [[r["row"], r["name"], r["figure"], r["target"],
+                       {True: "yes", False: "NO", None: ""}[r["met"]]] for r in rows]))
     print()
     for r in rows:
         if r["note"]:
@@ -523,12 +507,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The table as Markdown (for RESULTS.md)."""
-    out = ["| row | | figure (median) | target | met? | notes |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        met = {True: "**yes**", False: "**no**", None: ""}[r["met"]]
-        cells = [r["row"], r["name"].strip(), r["figure"], r["target"], met, r["note"]]
-        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(out)
+    return tables.markdown_table(
+        ["row", "", "figure (median)", "target", "met?", "notes"],
+        [[r["row"], r["name"].strip(), r["figure"], r["target"],
+          {True: "**yes**", False: "**no**", None: ""}[r["met"]], r["note"]] for r in rows])
 
 
 # ---- metadata and main ----------------------------------------------------------------------
