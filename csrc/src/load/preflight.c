@@ -176,7 +176,7 @@ static mp_status_t read_index(counted_t* f, uint64_t file_size, bool located, mp
     }
   }
   if (status == MP_ERR_NOT_FOUND)
-    return mp_error_prefix(MP_ERR_FORMAT, "preflight reads a library through its seal: ");
+    return mp_error_prefix(MP_ERR_FORMAT, "preflight reads a library through its seal");
   MP_RETURN_IF_ERROR(status);
   *out_index = NULL;
   *out_blob = NULL;
@@ -203,7 +203,7 @@ static mp_status_t read_index(counted_t* f, uint64_t file_size, bool located, mp
   if (status != MP_OK) {
     free(index);
     return status == MP_ERR_IO ? status
-                               : mp_error_prefix(status, "'%s': %s: ", f->path, MP_BLOB_SYMBOL);
+                               : mp_error_prefix(status, "'%s': %s", f->path, MP_BLOB_SYMBOL);
   }
   *out_index = index;
   return MP_OK;
@@ -275,7 +275,7 @@ static mp_status_t answer_module(counted_t* f, const mp_seal_v1_t* seal, const m
   }
   free(p.window);
   if (status != MP_OK)
-    return mp_error_prefix(status, "'%s': module %" PRIu64 " (%s): ", f->path, index, m.type_key);
+    return mp_error_prefix(status, "'%s': module %" PRIu64 " (%s)", f->path, index, m.type_key);
   mp_json_printf(j, "], ");
   if (!any) {
     *out_state = 3;

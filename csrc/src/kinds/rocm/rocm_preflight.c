@@ -18,7 +18,7 @@ static mp_status_t parse_device(const char* arch, char* canonical, size_t capaci
                      "rocm:gfx1100 (rocminfo and HIP's gcnArchName show it), not 'rocm' alone");
   mp_status_t status = mp_rocm_parse_device(arch, &t);
   if (status != MP_OK)
-    return mp_error_prefix(status, "DEVICE rocm:%s: ", arch);
+    return mp_error_prefix(status, "DEVICE rocm:%s", arch);
   mp_rocm_target_string(&t, canonical, capacity);
   return MP_OK;
 }
