@@ -58,13 +58,14 @@ void main() { }
 """
 
 
-def _export(tmp_path: Path, module: modpack.Module, name: str = "vk.so") -> Path:
+def _export(tmp_path: Path, module: modpack.Module, name: str = "vk.so",
+            compress_code: bool = False) -> Path:
     host = modpack.csource_module(
         '#include "modpack/backend.h"\n'
         "static int64_t one(int64_t x) { return x; }\n"
         "MP_EXPORT_FUNC(one, int64_t, int64_t)\n")
     host.import_module(module)
-    return host.export_library(tmp_path / name)
+    return host.export_library(tmp_path / name, compress_code=compress_code)
 
 
 # ---- writing: records by reflection ---------------------------------------------------------
@@ -185,6 +186,24 @@ def test_a_kernel_runs_and_matches_numpy(scale_kernel):
     np.testing.assert_array_equal(id_.numpy(), i + 2)
     assert (qd.numpy().view(np.int32)[1::2] == 1).all()
     assert scale_kernel["vk/scale"] is not None
+
+
+@needs_vulkan
+def test_compressed_shaders_run_and_match_numpy(tmp_path):
+    """compress_code=True stores the SPIR-V in a zstd code frame, decoded when the device
+    first loads the module; the kernel runs on the device as the uncompressed one does."""
+    module = modpack.vulkan_module({"scale": SCALE}, name="vkz")
+    path = _export(tmp_path, module, "vkz.so", compress_code=True)
+    module_info = inspect_library(path)["modules"][1]
+    assert module_info["type_key"] == "vulkan" and module_info["code"]["compressed"], module_info
+    (shader,) = module_info["contents"]["shaders"]
+    assert shader["encoding"] == "zstd" and shader["stored_bytes"] < shader["raw_bytes"], shader
+    lib = modpack.load_module(path)
+    x = np.arange(4096, dtype=np.float32)
+    a = modpack.array(x, device="vulkan:0")
+    out = modpack.empty(4096, "float32", device="vulkan:0")
+    lib.imported_modules[0]["scale"](a, out, -1.5, 4096, 64, 1, 1)
+    np.testing.assert_array_equal(out.numpy(), x * -1.5)
 
 
 @needs_vulkan
