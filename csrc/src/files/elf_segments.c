@@ -95,6 +95,8 @@ mp_status_t mp_elf_segments_check(const ElfW(Phdr) * phdrs, uint64_t count, uint
     previous = i;
     any = true;
   }
+  if (!any) /* eu-strip leaves a version 1 library so: every program header PT_NULL */
+    return mp_errorf(MP_ERR_FORMAT, "'%s' has no loadable segment: %s", path, advice);
   for (uint64_t i = 0; i < count; ++i) {
     const ElfW(Phdr)* p = &phdrs[i];
     bool read_in_memory = p->p_type == PT_PHDR || p->p_type == PT_DYNAMIC ||
