@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import subprocess
 
 import numpy as np
@@ -444,3 +445,30 @@ def test_a_library_for_another_machine_says_which(host, tmp):
                        match=rf"foreign.so' was built for {name} \(64-bit, little-endian\); "
                              r"this machine is .*load it on a machine of its kind"):
         modpack.load_module(path)
+
+
+def test_the_placement_reads_only_shared_libraries_it_can_edit(tmp):
+    """The small ELF reader that placing the blob uses (modpack/format/elf64.py) refuses, with
+    a ModpackError naming the file, what it cannot place a blob into: not ELF, 32-bit or
+    big-endian ELF, an executable, header tables past the end of the file."""
+    from modpack.errors import ModpackError
+    from modpack.format.elf64 import Elf64
+
+    library = modpack.csource_module("int x = 1;").export_library(tmp / "plain.so")
+    good = library.read_bytes()
+    with open(library, "rb") as f:
+        elf = Elf64(f, library)
+        assert elf.section(".dynsym") is not None and any(s.type == 1 for s in elf.segments)
+    cases = {
+        "not-elf": (b"\0" * 64, "no ELF magic"),
+        "elf32": (good[:4] + b"\x01" + good[5:], "ELF32"),
+        "big-endian": (good[:5] + b"\x02" + good[6:], "big-endian"),
+        "executable": (good[:16] + struct.pack("<H", 2) + good[18:], "ET_EXEC"),
+        "cut": (good[:200], "lie past its end"),
+        "short": (good[:10], "lie past its end"),
+    }
+    for name, (data, message) in cases.items():
+        path = tmp / f"{name}.so"
+        path.write_bytes(data)
+        with open(path, "rb") as f, pytest.raises(ModpackError, match=message):
+            Elf64(f, path)

@@ -24,7 +24,7 @@ The ``.modpack.blob`` section header and the ``__dev_mblob`` symbols (``.dynsym`
 ``.symtab``) are pointed at the blob. Nothing of this depends on the linker (GNU ld, gold, lld
 and mold all give the same result). :func:`find_blob` says where the blob lies in a library
 linked with the whole blob inside (a custom packer, a relinked ``.tar``). ELF is read with
-pyelftools; the few fields changed are written in place with ``struct``.
+:mod:`.elf64`, a small reader; the few fields changed are written in place with ``struct``.
 """
 
 from __future__ import annotations
@@ -35,11 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
-
 from ..errors import ModpackError
+from .elf64 import Elf64
 from .layout import BLOB_SYMBOL, HEADER_SIZE, align_up
 from .section import ANCHOR
 
@@ -51,7 +48,8 @@ PLACEABLE_MACHINES = frozenset({"x86_64", "aarch64", "riscv64", "ppc64le", "loon
 # write_blob(file, offset) writes the blob into |file| from byte |offset| on; returns its size.
 BlobWriter = Callable[[BinaryIO, int], int]
 
-_PT_LOAD, _PF_R = 1, 4
+_PT_LOAD, _PT_NOTE, _PT_PHDR, _PF_R = 1, 4, 6, 4
+_SHT_NOBITS = 8
 _PHDR = struct.Struct("<IIQQQQQQ")
 _E_SHOFF = 40  # in an Elf64_Ehdr
 _SH_ADDR, _SH_OFFSET, _SH_SIZE, _SH_ADDRALIGN = 16, 24, 32, 48  # in an Elf64_Shdr
@@ -129,22 +127,22 @@ def place_blob_into(f: BinaryIO, path: Any, write_blob: BlobWriter, alignment: i
 def find_blob(path: str | os.PathLike[str], alignment: int) -> Placement | None:
     """Where ``__dev_mblob`` lies in the library at |path|, or None when it has no blob."""
     with open(path, "rb") as f:
-        elf = _elf(f, path)
+        elf = Elf64(f, path)
         symbol = None
         for name in (".dynsym", ".symtab"):
-            table = elf.get_section_by_name(name)
-            found = (table.get_symbol_by_name(BLOB_SYMBOL)
-                     if isinstance(table, SymbolTableSection) else None)
-            if found:
-                symbol = found[0]
+            table = elf.section(name)
+            entries = elf.symbol_entries(table, BLOB_SYMBOL) if table else []
+            if entries:
+                f.seek(entries[0] + _ST_VALUE)
+                symbol = struct.unpack("<QQ", f.read(16))
                 break
         if symbol is None:
             return None
-        vaddr, size = symbol["st_value"], symbol["st_size"]
-        for segment in elf.iter_segments():
-            start = segment["p_vaddr"]
-            if segment["p_type"] == "PT_LOAD" and start <= vaddr < start + segment["p_filesz"]:
-                offset = segment["p_offset"] + vaddr - start
+        vaddr, size = symbol
+        for segment in elf.segments:
+            start = segment.vaddr
+            if segment.type == _PT_LOAD and start <= vaddr < start + segment.filesz:
+                offset = segment.offset + vaddr - start
                 return _with_payloads(f, offset, vaddr, size, alignment)
     raise ModpackError(f"{path}: {BLOB_SYMBOL} lies in no file-backed segment")
 
@@ -159,17 +157,6 @@ def _with_payloads(f: BinaryIO, offset: int, vaddr: int, size: int,
                            f"{index_size} bytes, in a {size}-byte blob")
     start = min(align_up(index_size, alignment), size)
     return Placement(offset, vaddr, size, offset + start, size - start)
-
-
-def _elf(f: BinaryIO, path: Any) -> ELFFile:
-    try:
-        elf = ELFFile(f)
-    except ELFError as exc:
-        raise ModpackError(f"{path} is not an ELF library: {exc}") from None
-    if elf.elfclass != 64 or not elf.little_endian or elf["e_type"] != "ET_DYN":
-        raise ModpackError(f"{path}: placing the blob needs a 64-bit little-endian shared "
-                           f"library (got ELF{elf.elfclass}, {elf['e_type']})")
-    return elf
 
 
 @dataclass
@@ -191,67 +178,66 @@ class _Plan:
 
     @classmethod
     def read(cls, f: BinaryIO, path: Any) -> _Plan:
-        elf = _elf(f, path)
-        anchor = elf.get_section_index(ANCHOR.name)
+        elf = Elf64(f, path)
+        anchor = elf.section(ANCHOR.name)
         if anchor is None:
             raise ModpackError(f"{path}: the linked library lacks modpack's anchor section "
                                f"{ANCHOR.name}; was the anchor object left out of the link, or "
                                "dropped by a linker script?")
-        segments = list(elf.iter_segments())
-        loads = [s for s in segments if s["p_type"] == "PT_LOAD"]
-        if not loads or elf["e_phentsize"] != _PHDR.size:
+        segments = elf.segments
+        loads = [s for s in segments if s.type == _PT_LOAD]
+        if not loads:
             raise ModpackError(f"{path}: the linked library has no loadable segment")
-        load_end = max(s["p_offset"] + s["p_filesz"] for s in loads)
-        symbols = []
+        load_end = max(s.offset + s.filesz for s in loads)
+        symbols: list[int] = []
         moved = []
         tail_alignment = 8
-        for i, section in enumerate(elf.iter_sections()):
-            if section["sh_type"] == "SHT_NOBITS" or section["sh_offset"] < load_end or (
-                    section["sh_flags"] & _SHF_ALLOC and not section["sh_size"]):
+        for section in elf.sections:
+            if section.type == _SHT_NOBITS or section.offset < load_end or (
+                    section.flags & _SHF_ALLOC and not section.size):
                 continue  # (gold puts an empty .tm_clone_table there)
-            if section["sh_flags"] & _SHF_ALLOC:
+            if section.flags & _SHF_ALLOC:
                 raise ModpackError(f"{path}: section {section.name} is allocated but lies after "
                                    "every loadable segment")
-            moved.append((i, section["sh_offset"]))
-            tail_alignment = max(tail_alignment, section["sh_addralign"])
+            moved.append((section.index, section.offset))
+            tail_alignment = max(tail_alignment, section.addralign)
         for name in (".dynsym", ".symtab"):
-            symtab = elf.get_section_by_name(name)
-            if isinstance(symtab, SymbolTableSection):
-                for i, symbol in enumerate(symtab.iter_symbols()):
-                    if symbol.name == BLOB_SYMBOL:
-                        symbols.append(symtab["sh_offset"] + i * symtab["sh_entsize"])
+            table = elf.section(name)
+            if table is not None:
+                symbols += elf.symbol_entries(table, BLOB_SYMBOL)
             if name == ".dynsym" and not symbols:
                 raise ModpackError(f"{path}: the library does not export {BLOB_SYMBOL} (a "
                                    "version script or a visibility option hides it); the "
                                    "runtime finds the blob through it")
-        f.seek(elf["e_phoff"])
-        table = f.read(_PHDR.size * len(segments))
+        f.seek(elf.phoff)
+        table_bytes = f.read(_PHDR.size * len(segments))
         return cls(
-            phoff=elf["e_phoff"],
-            headers=[table[i * _PHDR.size:(i + 1) * _PHDR.size] for i in range(len(segments))],
-            slot=cls._slot(elf, segments, path),
+            phoff=elf.phoff,
+            headers=[table_bytes[i * _PHDR.size:(i + 1) * _PHDR.size]
+                     for i in range(len(segments))],
+            slot=cls._slot(elf, path),
             load_end=load_end,
-            end_vaddr=max(s["p_vaddr"] + s["p_memsz"] for s in loads),
-            page=max([s["p_align"] for s in loads] + [4096]),
-            shoff=elf["e_shoff"],
-            shentsize=elf["e_shentsize"],
-            anchor=anchor,
+            end_vaddr=max(s.vaddr + s.memsz for s in loads),
+            page=max([s.align for s in loads] + [4096]),
+            shoff=elf.shoff,
+            shentsize=elf.shentsize,
+            anchor=anchor.index,
             moved_sections=moved,
             tail_alignment=tail_alignment,
             symbols=symbols,
         )
 
     @staticmethod
-    def _slot(elf: ELFFile, segments: list[Any], path: Any) -> int:
+    def _slot(elf: Elf64, path: Any) -> int:
         """The program header the blob's segment takes: the slot note's own PT_NOTE, else
         PT_PHDR."""
-        note = elf.get_section_by_name(_SLOT_SECTION)
-        for i, s in enumerate(segments):
-            if (note is not None and s["p_type"] == "PT_NOTE"
-                    and s["p_vaddr"] == note["sh_addr"] and s["p_memsz"] == note["sh_size"]):
+        note = elf.section(_SLOT_SECTION)
+        for i, s in enumerate(elf.segments):
+            if (note is not None and s.type == _PT_NOTE and s.vaddr == note.addr
+                    and s.memsz == note.size):
                 return i
-        for i, s in enumerate(segments):
-            if s["p_type"] == "PT_PHDR":
+        for i, s in enumerate(elf.segments):
+            if s.type == _PT_PHDR:
                 return i
         raise NoProgramHeaderSlot(
             f"{path}: the linker made no program header the blob's segment can take (neither "
