@@ -29,6 +29,7 @@ import xxhash
 
 from ..errors import FormatError
 from ..runtime.binding import ffi, lib
+from .elf64 import EHDR, PHDR, Segment
 from .layout import check_struct
 
 __all__ = ["NOTE", "NOTE_HEADER", "Coverage", "ElfLayout", "covered_bytes", "read_coverage",
@@ -49,27 +50,12 @@ assert len(NOTE_HEADER) + NOTE_DESC_SIZE == lib.MP_SEAL_NOTE_SIZE
 _DIGEST_AT = ffi.offsetof("mp_seal_note_v2_t", "digest_low")
 _SLOTS_AT = ffi.offsetof("mp_seal_note_v2_t", "signatures")
 
-EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-PHDR = struct.Struct("<IIQQQQQQ")
 PT_LOAD, PT_NOTE, PT_PHDR = 1, 4, 6
 # Masked fields: (offset, size) in the ELF header and in each program header.
 _EHDR_MASKS = ((40, 8), (58, 6))  # e_shoff; e_shentsize, e_shnum, e_shstrndx
 _P_OFFSET, _P_PADDR = (8, 8), (24, 8)
 _MAX_NOTES = 1 << 20  # a PT_NOTE segment larger than this is not searched
 _CHUNK = 1 << 20
-
-
-@dataclass(frozen=True)
-class Segment:
-    index: int
-    type: int
-    flags: int
-    offset: int
-    vaddr: int
-    paddr: int
-    filesz: int
-    memsz: int
-    align: int
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from typing import Any, BinaryIO
 
 from ..errors import ModpackError
 
-__all__ = ["Elf64", "Section", "Segment"]
+__all__ = ["EHDR", "PHDR", "Elf64", "Section", "Segment"]
 
-_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-_PHDR = struct.Struct("<IIQQQQQQ")
+EHDR = struct.Struct("<16sHHIQQQIHHHHHH")  # Elf64_Ehdr
+PHDR = struct.Struct("<IIQQQQQQ")  # Elf64_Phdr
 _SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
 _ET_DYN = 3
@@ -29,6 +29,9 @@ _MAX_TABLE = 1 << 28  # no header table or symbol table this reader reads is lar
 
 @dataclass(frozen=True)
 class Segment:
+    """A program header, the |index|-th of its table."""
+
+    index: int
     type: int
     flags: int
     offset: int
@@ -61,23 +64,23 @@ class Elf64:
     def __init__(self, f: BinaryIO, path: Any) -> None:
         self._f, self.path = f, path
         self.file_size = f.seek(0, 2)
-        head = self._read(0, _EHDR.size, "its ELF header")
+        head = self._read(0, EHDR.size, "its ELF header")
         if head[:4] != b"\x7fELF":
             raise ModpackError(f"{path} is not an ELF library: no ELF magic bytes")
-        if head[4] != 2 or head[5] != 1 or _EHDR.unpack(head)[1] != _ET_DYN:
+        if head[4] != 2 or head[5] != 1 or EHDR.unpack(head)[1] != _ET_DYN:
             kind = _TYPE_NAMES.get(struct.unpack_from("<H", head, 16)[0], "an unknown type")
             raise ModpackError(f"{path}: placing the blob needs a 64-bit little-endian shared "
                                f"library (got ELF{64 if head[4] == 2 else 32}, "
                                f"{'little' if head[5] == 1 else 'big'}-endian, {kind})")
-        fields = _EHDR.unpack(head)
+        fields = EHDR.unpack(head)
         self.phoff, self.shoff = fields[5], fields[6]
         self.phentsize, self.shentsize = fields[9], fields[11]
         phnum, shnum, shstrndx = fields[10], fields[12], fields[13]
-        if (phnum and self.phentsize != _PHDR.size) or (shnum and self.shentsize != _SHDR.size):
+        if (phnum and self.phentsize != PHDR.size) or (shnum and self.shentsize != _SHDR.size):
             raise ModpackError(f"{path} is not an ELF library this reader knows: program or "
                                "section header entries of an unexpected size")
-        table = self._read(self.phoff, phnum * _PHDR.size, "its program headers")
-        self.segments = [Segment(*p) for p in _PHDR.iter_unpack(table)]
+        table = self._read(self.phoff, phnum * PHDR.size, "its program headers")
+        self.segments = [Segment(i, *p) for i, p in enumerate(PHDR.iter_unpack(table))]
         raw = list(_SHDR.iter_unpack(
             self._read(self.shoff, shnum * _SHDR.size, "its section headers")))
         names = b""

@@ -13,7 +13,7 @@ copy any library, segments and program headers unchanged:
 - the program header table stays where the linker put it, at the start of the first segment,
   with as many entries: the blob's segment takes the entry of the link's ``PT_NOTE`` of the
   slot note (a note nothing reads, whose alignment gives it a program header of its own), or
-  else of ``PT_PHDR`` (which no dynamic loader needs in a shared library: they find the table
+  else of ``PTPHDR`` (which no dynamic loader needs in a shared library: they find the table
   in the first segment);
 - the segment begins right where the linked segments end in the file, rounded up to the page
   (where ``objcopy`` would lay it out again); what the linker put after them (sections nothing
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from ..errors import ModpackError
-from .elf64 import Elf64
+from .elf64 import PHDR, Elf64
 from .layout import BLOB_SYMBOL, HEADER_SIZE, align_up
 from .section import ANCHOR
 
@@ -48,9 +48,8 @@ PLACEABLE_MACHINES = frozenset({"x86_64", "aarch64", "riscv64", "ppc64le", "loon
 # write_blob(file, offset) writes the blob into |file| from byte |offset| on; returns its size.
 BlobWriter = Callable[[BinaryIO, int], int]
 
-_PT_LOAD, _PT_NOTE, _PT_PHDR, _PF_R = 1, 4, 6, 4
+_PT_LOAD, _PT_NOTE, _PTPHDR, _PF_R = 1, 4, 6, 4
 _SHT_NOBITS = 8
-_PHDR = struct.Struct("<IIQQQQQQ")
 _E_SHOFF = 40  # in an Elf64_Ehdr
 _SH_ADDR, _SH_OFFSET, _SH_SIZE, _SH_ADDRALIGN = 16, 24, 32, 48  # in an Elf64_Shdr
 _SHF_ALLOC = 0x2
@@ -61,7 +60,7 @@ _SLOT_SECTION = ".note.modpack.slot"  # modpack.packers.seal_note.SLOT_NOTE_SECT
 
 class NoProgramHeaderSlot(ModpackError):
     """The linked library has no program header the blob's segment can take (a linker that
-    makes neither PT_PHDR nor a PT_NOTE of its own for the slot note): the export links the
+    makes neither PTPHDR nor a PT_NOTE of its own for the slot note): the export links the
     blob instead."""
 
 
@@ -105,7 +104,7 @@ def place_blob_into(f: BinaryIO, path: Any, write_blob: BlobWriter, alignment: i
     shift = align_up(offset + size - plan.load_end, plan.tail_alignment)
     f.seek(plan.load_end + shift)
     f.write(tail)
-    load = _PHDR.pack(_PT_LOAD, _PF_R, offset, vaddr, vaddr, size, size, page)
+    load = PHDR.pack(_PT_LOAD, _PF_R, offset, vaddr, vaddr, size, size, page)
     f.seek(plan.phoff)
     f.write(b"".join(plan.program_headers(load)))
     shoff = plan.shoff + (shift if plan.shoff >= plan.load_end else 0)
@@ -210,10 +209,10 @@ class _Plan:
                                    "version script or a visibility option hides it); the "
                                    "runtime finds the blob through it")
         f.seek(elf.phoff)
-        table_bytes = f.read(_PHDR.size * len(segments))
+        table_bytes = f.read(PHDR.size * len(segments))
         return cls(
             phoff=elf.phoff,
-            headers=[table_bytes[i * _PHDR.size:(i + 1) * _PHDR.size]
+            headers=[table_bytes[i * PHDR.size:(i + 1) * PHDR.size]
                      for i in range(len(segments))],
             slot=cls._slot(elf, path),
             load_end=load_end,
@@ -230,23 +229,23 @@ class _Plan:
     @staticmethod
     def _slot(elf: Elf64, path: Any) -> int:
         """The program header the blob's segment takes: the slot note's own PT_NOTE, else
-        PT_PHDR."""
+        PTPHDR."""
         note = elf.section(_SLOT_SECTION)
         for i, s in enumerate(elf.segments):
             if (note is not None and s.type == _PT_NOTE and s.vaddr == note.addr
                     and s.memsz == note.size):
                 return i
         for i, s in enumerate(elf.segments):
-            if s.type == _PT_PHDR:
+            if s.type == _PTPHDR:
                 return i
         raise NoProgramHeaderSlot(
             f"{path}: the linker made no program header the blob's segment can take (neither "
-            f"PT_PHDR nor a PT_NOTE of its own for {_SLOT_SECTION})")
+            f"PTPHDR nor a PT_NOTE of its own for {_SLOT_SECTION})")
 
     def program_headers(self, load: bytes) -> list[bytes]:
         """The new table, as large as the old one: the slot's entry gone, |load| after the
         last PT_LOAD (the dynamic loader wants them in address order)."""
         headers = [h for i, h in enumerate(self.headers) if i != self.slot]
-        last = max(i for i, h in enumerate(headers) if _PHDR.unpack(h)[0] == _PT_LOAD)
+        last = max(i for i, h in enumerate(headers) if PHDR.unpack(h)[0] == _PT_LOAD)
         headers.insert(last + 1, load)
         return headers
