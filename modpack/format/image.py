@@ -13,7 +13,7 @@ copy any library, segments and program headers unchanged:
 - the program header table stays where the linker put it, at the start of the first segment,
   with as many entries: the blob's segment takes the entry of the link's ``PT_NOTE`` of the
   slot note (a note nothing reads, whose alignment gives it a program header of its own), or
-  else of ``PTPHDR`` (which no dynamic loader needs in a shared library: they find the table
+  else of ``PT_PHDR`` (which no dynamic loader needs in a shared library: they find the table
   in the first segment);
 - the segment begins right where the linked segments end in the file, rounded up to the page
   (where ``objcopy`` would lay it out again); what the linker put after them (sections nothing
@@ -48,7 +48,7 @@ PLACEABLE_MACHINES = frozenset({"x86_64", "aarch64", "riscv64", "ppc64le", "loon
 # write_blob(file, offset) writes the blob into |file| from byte |offset| on; returns its size.
 BlobWriter = Callable[[BinaryIO, int], int]
 
-_PT_LOAD, _PT_NOTE, _PTPHDR, _PF_R = 1, 4, 6, 4
+_PT_LOAD, _PT_NOTE, _PT_PHDR, _PF_R = 1, 4, 6, 4
 _SHT_NOBITS = 8
 _E_SHOFF = 40  # in an Elf64_Ehdr
 _SH_ADDR, _SH_OFFSET, _SH_SIZE, _SH_ADDRALIGN = 16, 24, 32, 48  # in an Elf64_Shdr
@@ -60,7 +60,7 @@ _SLOT_SECTION = ".note.modpack.slot"  # modpack.packers.seal_note.SLOT_NOTE_SECT
 
 class NoProgramHeaderSlot(ModpackError):
     """The linked library has no program header the blob's segment can take (a linker that
-    makes neither PTPHDR nor a PT_NOTE of its own for the slot note): the export links the
+    makes neither PT_PHDR nor a PT_NOTE of its own for the slot note): the export links the
     blob instead."""
 
 
@@ -229,18 +229,18 @@ class _Plan:
     @staticmethod
     def _slot(elf: Elf64, path: Any) -> int:
         """The program header the blob's segment takes: the slot note's own PT_NOTE, else
-        PTPHDR."""
+        PT_PHDR."""
         note = elf.section(_SLOT_SECTION)
         for i, s in enumerate(elf.segments):
             if (note is not None and s.type == _PT_NOTE and s.vaddr == note.addr
                     and s.memsz == note.size):
                 return i
         for i, s in enumerate(elf.segments):
-            if s.type == _PTPHDR:
+            if s.type == _PT_PHDR:
                 return i
         raise NoProgramHeaderSlot(
             f"{path}: the linker made no program header the blob's segment can take (neither "
-            f"PTPHDR nor a PT_NOTE of its own for {_SLOT_SECTION})")
+            f"PT_PHDR nor a PT_NOTE of its own for {_SLOT_SECTION})")
 
     def program_headers(self, load: bytes) -> list[bytes]:
         """The new table, as large as the old one: the slot's entry gone, |load| after the
