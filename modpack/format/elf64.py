@@ -108,7 +108,10 @@ class Elf64:
                 if text.startswith(wanted, symbol[0]) and _string(text, symbol[0]) == name]
 
     def _read(self, offset: int, size: int, what: str) -> bytes:
-        if size > _MAX_TABLE or offset > self.file_size or size > self.file_size - offset:
+        if size > _MAX_TABLE:
+            raise ModpackError(f"{self.path}: {what} would be {size} bytes, more than an ELF "
+                               f"library this reader edits holds ({_MAX_TABLE} at most)")
+        if offset > self.file_size or size > self.file_size - offset:
             raise ModpackError(f"{self.path} is not an ELF library: {what} ({size} bytes at "
                                f"offset {offset}) lie past its end ({self.file_size} bytes)")
         self._f.seek(offset)

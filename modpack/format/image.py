@@ -53,7 +53,7 @@ _SHT_NOBITS = 8
 _E_SHOFF = 40  # in an Elf64_Ehdr
 _SH_ADDR, _SH_OFFSET, _SH_SIZE, _SH_ADDRALIGN = 16, 24, 32, 48  # in an Elf64_Shdr
 _SHF_ALLOC = 0x2
-_ST_VALUE, _ST_SIZE = 8, 16  # in an Elf64_Sym
+_ST_VALUE = 8  # in an Elf64_Sym: st_value, then st_size
 _INDEX_SIZE_FIELD = 48  # mp_format_header_v1_t.index_size
 _SLOT_SECTION = ".note.modpack.slot"  # modpack.packers.seal_note.SLOT_NOTE_SECTION
 
