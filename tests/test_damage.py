@@ -19,6 +19,7 @@ import sys
 import tarfile
 import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +77,9 @@ for line in sys.stdin:
 @dataclass(frozen=True)
 class Damage:
     """One damaged copy: what was done, to which region of which original, and whether it
-    reaches what every load checks (else it may load, whole)."""
+    reaches what every load checks (else it may load, whole). The copy is a recipe (|source|'s
+    bytes with |edit| applied) written to |path| only while its batch runs: the long campaign's
+    thousands of copies of megabyte files would otherwise fill a CI machine's disk."""
 
     original: str
     region: str
@@ -84,6 +87,19 @@ class Damage:
     path: Path
     caught: bool = True
     modules: str = ""  # how many modules the original's root imports
+    source: Path = Path()
+    edit: tuple[str, int, int] = ("cut", 0, 0)  # (flip, at, bit), (zero, at, length), (cut, at, 0)
+
+    def content(self, data: bytes) -> bytes:
+        """The damaged copy of |data| (the bytes of |source|)."""
+        kind, at, arg = self.edit
+        if kind == "flip":
+            copy = bytearray(data)
+            copy[at] ^= 1 << arg
+            return bytes(copy)
+        if kind == "zero":
+            return data[:at] + bytes(arg) + data[at + arg :]
+        return data[:at]
 
 
 @dataclass
@@ -154,32 +170,52 @@ def damage(original: Path, regions: list[tuple[str, int, int]], out: Path, rng: 
     # Truncated at |at|: whether a checked byte is lost.
     cut = np.concatenate((np.cumsum(checked[::-1])[::-1] > 0, [False]))
 
-    def write(region: str, what: str, content: bytes, caught: bool) -> None:
+    def write(region: str, what: str, edit: tuple[str, int, int], caught: bool) -> None:
         path = out / f"{original.stem}-{len(made)}{original.suffix}"
-        path.write_bytes(content)
-        made.append(Damage(original.name, region, what, path, bool(caught), str(modules)))
+        made.append(Damage(original.name, region, what, path, bool(caught), str(modules),
+                           original, edit))
 
     for name, begin, end in regions:
         for _ in range(flips):
             at, bit = rng.randrange(begin, end), rng.randrange(8)
-            copy = bytearray(data)
-            copy[at] ^= 1 << bit
-            write(name, f"bit {bit} of byte {at} flipped", bytes(copy), checked[at])
+            write(name, f"bit {bit} of byte {at} flipped", ("flip", at, bit), checked[at])
         at = rng.randrange(begin, end)
         length = min(rng.choice((1, 8, 64, 4096)), end - at)
         changed = np.frombuffer(data[at : at + length], dtype=np.uint8) != 0
         if changed.any():
-            write(name, f"{length} bytes zeroed at {at}",
-                  data[:at] + bytes(length) + data[at + length :],
+            write(name, f"{length} bytes zeroed at {at}", ("zero", at, length),
                   (checked[at : at + length] & changed).any())
-        write(name, f"truncated at {begin}", data[:begin], cut[begin])
+        write(name, f"truncated at {begin}", ("cut", begin, 0), cut[begin])
     for _ in range(truncations):
         at = rng.randrange(len(data))
-        write("anywhere", f"truncated at {at}", data[:at], cut[at])
+        write("anywhere", f"truncated at {at}", ("cut", at, 0), cut[at])
     return made
 
 
+BATCH = 250  # damaged copies on disk per batch: a few hundred MiB at most
+
+
 def run_campaign(damages: list[Damage]) -> list[Outcome]:
+    """Load every damaged copy in child processes, batches side by side on the machine's
+    cores: each batch's copies are written before it runs and removed after, so the disk holds
+    only the batches running."""
+    originals = {d.source: d.source.read_bytes() for d in damages}
+
+    def run(batch: list[Damage]) -> list[Outcome]:
+        for d in batch:
+            d.path.write_bytes(d.content(originals[d.source]))
+        try:
+            return run_batch(batch)
+        finally:
+            for d in batch:
+                d.path.unlink(missing_ok=True)
+
+    batches = [damages[i : i + BATCH] for i in range(0, len(damages), BATCH)]
+    with ThreadPoolExecutor(max(1, min(len(batches), os.cpu_count() or 1))) as pool:
+        return [o for outcomes in pool.map(run, batches) for o in outcomes]
+
+
+def run_batch(damages: list[Damage]) -> list[Outcome]:
     """Load every damaged copy in child processes; a crash or a hang is recorded against the
     copy being loaded, and a new child goes on with the next one."""
     outcomes: dict[int, Outcome] = {}
