@@ -236,6 +236,43 @@ def test_without_a_runtime_the_library_keeps_the_mark(library, tmp_path):
     assert ctypes.c_int64.from_buffer(ret, 8).value == 42
 
 
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", ctypes.c_int32 * 2),
+                ("ndim", ctypes.c_int32), ("dtype", ctypes.c_uint8 * 4),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.c_void_p),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+def test_under_a_runtime_without_the_describe_slot_an_array_is_refused_by_its_rule(library,
+                                                                                 tmp_path):
+    """A runtime older than the __mp_ctx_describe_span slot (one that reports errors, here a
+    callback, but fills no describe slot) still hears why an array is refused, by the rule it
+    breaks; the runtime's own slot adds the numbers (test_signatures' C callers)."""
+    alone = tmp_path / "older.so"
+    shutil.copyfile(library, alone)
+    handle = ctypes.CDLL(str(alone))
+    heard: list[tuple[int, bytes]] = []
+    set_error = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p)(
+        lambda code, message: heard.append((code, message)))
+    ctypes.c_void_p.in_dll(handle, "__mp_ctx_set_error").value = ctypes.cast(
+        set_error, ctypes.c_void_p).value
+    assert ctypes.c_void_p.in_dll(handle, "__mp_ctx_describe_span").value is None
+    shape = (ctypes.c_int64 * 1)(-3)
+    tensor = _DLTensor(data=ctypes.addressof(shape), ndim=1, shape=shape)
+    tensor.device[:] = [1, 0]
+    tensor.dtype[:] = [2, 32, 1, 0]  # float32
+    arg = (ctypes.c_uint8 * 16)()
+    ctypes.memmove(arg, (ctypes.c_int64 * 2)(lib.MP_TYPE_DLTENSOR, ctypes.addressof(tensor)), 16)
+    packed = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32,
+                              ctypes.c_void_p)
+    ignore_failure = packed(("__mp_func_ignore_failure", handle))
+    ret = (ctypes.c_uint8 * 16)()
+    assert ignore_failure(None, arg, 1, ret) == lib.MP_ERR_INVALID_ARGUMENT
+    assert heard == [(lib.MP_ERR_INVALID_ARGUMENT,
+                      b"ignore_failure: argument 0 is an array whose bytes cannot be addressed: "
+                      b"a dimension is negative")]
+
+
 C_PROGRAM = r"""
 #include <stdio.h>
 #include <string.h>

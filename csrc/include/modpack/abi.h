@@ -10,6 +10,7 @@
 #ifndef MODPACK_ABI_H_
 #define MODPACK_ABI_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "modpack/dltensor.h"
@@ -160,6 +161,7 @@ static inline const char* mp_type_code_name(int32_t type_code) {
 #define MP_CTX_COPY __mp_ctx_copy             /* copy arrays between devices */
 #define MP_CTX_CHECK_ARGS __mp_ctx_check_args /* check arguments against a signature */
 #define MP_CTX_MARK_CALL __mp_ctx_mark_call   /* mark the current call failed (or not) */
+#define MP_CTX_DESCRIBE_SPAN __mp_ctx_describe_span /* say why an array cannot be addressed */
 
 #define MP__STRINGIFY(x) MP__STRINGIFY_(x)
 #define MP__STRINGIFY_(x) #x
@@ -174,6 +176,7 @@ static inline const char* mp_type_code_name(int32_t type_code) {
 #define MP_CTX_COPY_SYMBOL MP__STRINGIFY(MP_CTX_COPY)
 #define MP_CTX_CHECK_ARGS_SYMBOL MP__STRINGIFY(MP_CTX_CHECK_ARGS)
 #define MP_CTX_MARK_CALL_SYMBOL MP__STRINGIFY(MP_CTX_MARK_CALL)
+#define MP_CTX_DESCRIBE_SPAN_SYMBOL MP__STRINGIFY(MP_CTX_DESCRIBE_SPAN)
 
 /* The context functions' types: what the runtime installs and host code calls. */
 typedef mp_status_t (*mp_ctx_get_function_t)(void* ctx, const char* name, void** out_function);
@@ -191,6 +194,10 @@ typedef mp_status_t (*mp_ctx_check_args_t)(const char* function, const char* sig
 /* Sets the failure mark of the calling thread's innermost call to |status| (MP_OK clears it);
  * mp_function_call fails a call whose mark is set when it returns, whatever it returned. */
 typedef void (*mp_ctx_mark_call_t)(mp_status_t status);
+/* Why |t| cannot be addressed (modpack/tensor_span.h's rules, with its numbers), as the end of
+ * a sentence about the array, in |buffer| (400 bytes always hold it); returns |buffer|. The
+ * runtime's, so that each library's wrappers need not compile the formatting themselves. */
+typedef const char* (*mp_ctx_describe_span_t)(const DLTensor* t, char* buffer, size_t capacity);
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_value_t) == 16, "mp_value_t must be 16 bytes");

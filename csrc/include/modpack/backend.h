@@ -11,6 +11,7 @@
  *   __mp_ctx_set_error      report an error through the runtime's error channel
  *   __mp_ctx_get_array      find a named constant array in the imports
  *   __mp_ctx_mark_call      mark the current call failed (see "the failure mark" below)
+ *   __mp_ctx_describe_span  say why an array cannot be addressed, with its numbers
  *
  * They are weak, default-visibility definitions so that any number of translation units may
  * include this header and the linker keeps one copy.
@@ -84,6 +85,7 @@ MP_CTX_SYMBOL mp_ctx_free_workspace_t MP_CTX_FREE_WORKSPACE = 0;
 MP_CTX_SYMBOL mp_ctx_copy_t MP_CTX_COPY = 0;
 MP_CTX_SYMBOL mp_ctx_check_args_t MP_CTX_CHECK_ARGS = 0;
 MP_CTX_SYMBOL mp_ctx_mark_call_t MP_CTX_MARK_CALL = 0;
+MP_CTX_SYMBOL mp_ctx_describe_span_t MP_CTX_DESCRIBE_SPAN = 0;
 
 /* The failure mark of the current call: set by mp_backend_errorf and by every mp_backend_*
  * call that fails, and the call fails when it is set at the end, even if the code went on and
@@ -299,6 +301,31 @@ static inline mp_status_t mp_backend__arg_float(const mp_value_t* v, void* out, 
   if (s == MP_OK) *(float*)out = (float)d;
   return s;
 }
+/* The rule |problem| names, in words without the array's numbers: what a wrapper says under
+ * a runtime older than the MP_CTX_DESCRIBE_SPAN slot (without any runtime, nobody hears it).
+ * The numbers come from the runtime's slot: formatting them here (mp_tensor_span_describe)
+ * would be compiled into every library, a sixth of a small library's compile time. */
+static inline const char* mp_backend__span_rule(mp_span_status_t problem) {
+  switch (problem) {
+    case MP_SPAN_NO_SHAPE:
+      return "its dimension count is negative, or it has dimensions and no shape";
+    case MP_SPAN_NO_ELEMENT_SIZE:
+      return "its elements have no size";
+    case MP_SPAN_NEGATIVE_EXTENT:
+      return "a dimension is negative";
+    case MP_SPAN_TOO_LARGE:
+      return "its shape is more than PTRDIFF_MAX bytes";
+    case MP_SPAN_STRIDES_TOO_LARGE:
+      return "its strides reach more than PTRDIFF_MAX bytes";
+    case MP_SPAN_OFFSET_TOO_LARGE:
+      return "its byte_offset, or it plus the bytes its elements reach, is more than PTRDIFF_MAX";
+    case MP_SPAN_WRAPS:
+      return "its elements leave the address space";
+    default:
+      return "it breaks a rule of modpack/tensor_span.h";
+  }
+}
+
 /* Every array, typed or not, must reach only addressable bytes (modpack/tensor_span.h: no
  * extent, stride or byte_offset whose bytes overflow, no data its elements wrap around from),
  * so code computing `data + byte_offset + i * itemsize` never overflows. A few nanoseconds. */
@@ -313,7 +340,9 @@ static inline mp_status_t mp_backend__arg_const_tensor(const mp_value_t* v, void
     return mp_backend_errorf(MP_ERR_INVALID_ARGUMENT,
                              "%s: argument %d is an array whose bytes cannot be addressed: %s", fn,
                              (int)i,
-                             mp_tensor_span_describe(v->v_tensor, problem, &span, why, sizeof why));
+                             MP_CTX_DESCRIBE_SPAN
+                                 ? MP_CTX_DESCRIBE_SPAN(v->v_tensor, why, sizeof why)
+                                 : mp_backend__span_rule(problem));
   }
   *(DLTensor**)out = v->v_tensor;
   return MP_OK;

@@ -59,7 +59,8 @@ typedef struct {
   {MP_CTX_FREE_WORKSPACE_SYMBOL, (void*)&MP_CTX_FREE_WORKSPACE},       \
   {MP_CTX_COPY_SYMBOL, (void*)&MP_CTX_COPY},                           \
   {MP_CTX_CHECK_ARGS_SYMBOL, (void*)&MP_CTX_CHECK_ARGS},             \
-  {MP_CTX_MARK_CALL_SYMBOL, (void*)&MP_CTX_MARK_CALL}
+  {MP_CTX_MARK_CALL_SYMBOL, (void*)&MP_CTX_MARK_CALL},                 \
+  {MP_CTX_DESCRIBE_SPAN_SYMBOL, (void*)&MP_CTX_DESCRIBE_SPAN}
 /* clang-format on */
 
 #ifdef __cplusplus

@@ -12,6 +12,7 @@
 #include "device/workspace.h"
 #include "load/library.h"
 #include "load/weights_kind.h"
+#include "modpack/tensor_span.h"
 
 /* Hands host code a pointer it may keep while the library is loaded (an entry owned by the
  * library); a second lookup of the same name returns the same pointer. */
@@ -78,6 +79,12 @@ static mp_status_t context_copy(const DLTensor* from, DLTensor* to) {
   return mp_array_copy(from, to);
 }
 
+static const char* context_describe_span(const DLTensor* t, char* buffer, size_t capacity) {
+  mp_tensor_span_t span;
+  mp_span_status_t problem = mp_tensor_span(t, &span);
+  return mp_tensor_span_describe(t, problem, &span, buffer, capacity);
+}
+
 /* Each context function and the slot it goes into. */
 static const mp_ctx_get_function_t get_function = context_get_function;
 static const mp_ctx_call_t call = context_call;
@@ -89,6 +96,7 @@ static const mp_ctx_free_workspace_t free_workspace = mp_workspace_free;
 static const mp_ctx_copy_t copy = context_copy;
 static const mp_ctx_check_args_t check_args = mp_signature_check;
 static const mp_ctx_mark_call_t mark_call = mp_call_scope_set_mark;
+static const mp_ctx_describe_span_t describe_span = context_describe_span;
 
 static const struct {
   const char* symbol;
@@ -105,6 +113,7 @@ static const struct {
     {MP_CTX_COPY_SYMBOL, &copy, sizeof copy},
     {MP_CTX_CHECK_ARGS_SYMBOL, &check_args, sizeof check_args},
     {MP_CTX_MARK_CALL_SYMBOL, &mark_call, sizeof mark_call},
+    {MP_CTX_DESCRIBE_SPAN_SYMBOL, &describe_span, sizeof describe_span},
 };
 
 void mp_context_install(mp_library_t* library, mp_module_t* node) {
