@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import VADD_C, consts, run_python
+from conftest import VADD_C, build_c_program, consts, run, run_python
 
 import modpack
 
@@ -249,3 +251,81 @@ def test_a_file_the_program_dlopened_itself_does_not_shadow_the_next_load(tmp_pa
         "print(float(second.imported_modules[0].arrays['w'][0]))\n",
         str(paths[0]), str(paths[1]))
     assert out.split() == ["1.0", "2.0"]
+
+
+SWAP_PROGRAM = r"""
+#include <stdio.h>
+#include "modpack/modpack.h"
+
+static long long version(mp_module_t* root) {
+  mp_function_t* f;
+  mp_value_t one = mp_int(1), ret;
+  if (mp_module_get_function(root, "version", 0, &f) != MP_OK) return -1;
+  mp_status_t status = mp_function_call(f, &one, 1, &ret);
+  mp_function_release(f);
+  return status == MP_OK ? (long long)ret.v_int64 : -2;
+}
+
+/* argv[1]: a library, argv[2]: its next version, renamed over it while the first is loaded. */
+int main(int argc, char** argv) {
+  mp_module_t *first, *second;
+  if (argc != 3 || mp_module_load_from_file(argv[1], 0, &first) != MP_OK) {
+    printf("first load: %s\n", mp_error_message());
+    return 2;
+  }
+  printf("first: %lld\n", version(first));
+  if (rename(argv[2], argv[1]) != 0) return 3;
+  if (mp_module_load_from_file(argv[1], 0, &second) != MP_OK) {
+    printf("second load: %s\n", mp_error_message());
+  } else {
+    printf("second: %lld\n", version(second));
+    mp_module_release(second);
+  }
+  printf("first again: %lld\n", version(first));
+  mp_module_release(first);
+  return 0;
+}
+"""
+
+
+def _versions(folder: Path) -> tuple[Path, Path]:
+    made = []
+    for v in (1, 2):
+        host = modpack.csource_module(
+            '#include "modpack/backend.h"\n'
+            f"static int64_t version(int64_t x) {{ return x + {100 * v}; }}\n"
+            "MP_EXPORT_FUNC(version, int64_t, int64_t)\n")
+        made.append(host.export_library(folder / f"v{v}.so"))
+    return made[0], made[1]
+
+
+def test_without_proc_a_load_goes_by_path_and_a_new_version_is_refused(runtime_prefix,
+                                                                        tmp_path):
+    """modpack dlopens the file it checked by its /proc/self/fd name. Where /proc is not
+    mounted (some containers), a load falls back to the path; the dynamic loader then returns
+    an object already loaded under that path without looking at the file, so loading a new
+    version while the old one is loaded is refused, saying so, rather than wiring the old code
+    to the new file's tree. With /proc, both versions load side by side."""
+    unshare = shutil.which("unshare")
+    probe = subprocess.run([unshare or "unshare", "--mount", "--propagation", "private", "true"],
+                           capture_output=True) if unshare else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("a private mount namespace (unshare --mount, as root) is needed to hide /proc")
+    exe = build_c_program(runtime_prefix, SWAP_PROGRAM, tmp_path / "swap")
+    v1, v2 = _versions(tmp_path)
+    library, next_version = tmp_path / "lib.so", tmp_path / "next.so"
+
+    def swap(hide_proc: bool) -> list[str]:
+        shutil.copyfile(v1, library)
+        shutil.copyfile(v2, next_version)
+        command = f"{exe} {library} {next_version}"
+        if hide_proc:
+            command = f"umount -l /proc && test ! -e /proc/self && {command}"
+        return run(unshare, "--mount", "--propagation", "private", "sh", "-c",
+                   command).splitlines()
+
+    assert swap(hide_proc=False) == ["first: 101", "second: 201", "first again: 101"]
+    first, refused, again = swap(hide_proc=True)
+    assert (first, again) == ("first: 101", "first again: 101")
+    assert refused.startswith("second load: cannot load the new version of "), refused
+    assert "is /proc mounted?" in refused and "drop every module of the old version" in refused
