@@ -48,5 +48,6 @@ def csource_module(code: str, options: Sequence[str] = (), name: str = "module",
                    language: str = "c") -> CSourceModule:
     """A host module from source: C (compiled by ``$CC``), or C++ with ``language="c++"``
     (compiled by ``$CXX``; the library is then linked by the C++ driver). |options| are extra
-    compiler flags for it."""
+    compiler flags for it, given after modpack's own (``-fPIC -O2 -falign-loops=32
+    -fvisibility=hidden``), so they can override any of them (``-O3``, say)."""
     return CSourceModule(code, options, name, language)
