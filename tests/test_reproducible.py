@@ -67,3 +67,43 @@ def test_the_inspect_digest_identifies_the_artifact(tmp_path, name):
     digests = export_in_a_fresh_process(tmp_path / "a", tmp_path / "tmp")
     report = inspect_library(tmp_path / "a" / name)
     assert report["content_digest"] == f"sha256:{digests[name]}"
+
+
+def test_the_tar_writer_writes_what_tarfile_writes(tmp_path):
+    """modpack writes .tar exports itself (so the blob object is written once, in its place in
+    the archive): the archive is byte for byte the one tarfile writes for the same members, a
+    member written in place included; two members of one name are refused."""
+    import tarfile
+
+    from modpack.files.tar_writer import TarWriter
+
+    members = {"a.o": b"x" * 1000, "empty.o": b"", "block.o": bytes(range(256)) * 2,
+               "b.o": os.urandom(70_000)}
+    for name, data in members.items():
+        (tmp_path / name).write_bytes(data)
+    expected = tmp_path / "tarfile.tar"
+    with tarfile.open(expected, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(members[name]), 0o644
+            with open(tmp_path / name, "rb") as f:
+                tar.addfile(info, f)
+
+    def in_place(f, offset: int) -> int:  # as a packer writes: the end first, then the start
+        data = members["b.o"]
+        f.seek(offset + 10)
+        f.write(data[10:])
+        f.seek(offset)
+        f.write(data[:10])
+        return len(data)
+
+    written = tmp_path / "written.tar"
+    with open(written, "w+b") as f:
+        tar = TarWriter(f)
+        for name in ("a.o", "empty.o", "block.o"):
+            tar.add_file(name, tmp_path / name)
+        tar.add_written("b.o", in_place)
+        with pytest.raises(ValueError, match=r"two members named 'a\.o'"):
+            tar.add_file("a.o", tmp_path / "a.o")
+        tar.close()
+    assert written.read_bytes() == expected.read_bytes()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import subprocess
+import tarfile
 
 import numpy as np
 import pytest
@@ -223,8 +224,12 @@ def test_workspace_dir_keeps_intermediates(host, tmp):
     assert {"lib0.c", "lib0.o", "anchor.o"} <= {p.name for p in (tmp / "ws").iterdir()}
     host.export_library(tmp / "ws2.so", workspace_dir=tmp / "ws2", packer="asm")
     assert {"anchor.S", "anchor.o"} <= {p.name for p in (tmp / "ws2").iterdir()}
-    host.export_library(tmp / "ws3.tar", workspace_dir=tmp / "ws3")  # the linker takes it all
-    assert {"devc.o"} <= {p.name for p in (tmp / "ws3").iterdir()}
+    # A .tar: the host objects are kept; the blob object is written once, into the archive.
+    host.export_library(tmp / "ws3.tar", workspace_dir=tmp / "ws3")
+    kept = {p.name for p in (tmp / "ws3").iterdir()}
+    assert {"lib0.c", "lib0.o"} <= kept and "devc.o" not in kept
+    with tarfile.open(tmp / "ws3.tar") as tar:
+        assert tar.getnames() == ["lib0.o", "devc.o", "MODPACK-SEAL"]
 
 
 @pytest.mark.parametrize("packer", ["elf", "asm", "llvm"])

@@ -20,7 +20,7 @@ from ..toolchain.cc import target_machine
 from .plan import ExportPlan
 
 __all__ = ["PREPARE_IN_MEMORY_BELOW", "WRITE_BEHIND_FROM", "anchor_object", "blob_object",
-           "blob_writer", "prepared_blob"]
+           "blob_writer", "elf_packed", "prepared_blob"]
 
 # A placed blob this small is written to memory while the host code compiles, and copied into
 # the library after the link (the blob's bytes do not depend on where it is placed).
@@ -85,8 +85,17 @@ def _write_placeholder(f: Any, offset: int) -> int:
     return len(_PLACEHOLDER)
 
 
+def elf_packed(plan: ExportPlan) -> bool:
+    """Whether |plan|'s blob object is the ELF packer's (written by modpack itself, so it can
+    be written anywhere in an open file: a ``.tar`` member's place)."""
+    return _packer_name(plan) == "elf"
+
+
+def _packer_name(plan: ExportPlan) -> str:
+    if plan.packer == "auto":
+        return "elf" if machine_name(target_machine(plan.cc)) in ELF_MACHINES else "asm"
+    return plan.packer
+
+
 def _packer(plan: ExportPlan) -> Packer:
-    packer = plan.packer
-    if packer == "auto":
-        packer = "elf" if machine_name(target_machine(plan.cc)) in ELF_MACHINES else "asm"
-    return PACKERS[packer]
+    return PACKERS[_packer_name(plan)]

@@ -22,14 +22,22 @@ from typing import Any
 
 from ..errors import ModpackError
 from ..files.scratch import AnonymousOutput, scratch_name
+from ..files.tar_writer import TarWriter
 from ..format.image import HUGE_SEGMENT_ALIGNMENT, NoProgramHeaderSlot, find_blob, place_blob_into
 from ..format.seal import seal_file, seal_library
 from ..format.tar_seal import seal_tar
 from ..log import export_log, timed
 from ..packers import BlobWriter
+from ..packers.elf import write_elf_object
 from ..packers.seal_note import seal_note_object, takes_seal_note
-from ..toolchain.cc import create_shared, create_tar
-from .blob_object import WRITE_BEHIND_FROM, anchor_object, blob_object, blob_writer
+from ..toolchain.cc import create_shared, create_tar, target_machine
+from .blob_object import (
+    WRITE_BEHIND_FROM,
+    anchor_object,
+    blob_object,
+    blob_writer,
+    elf_packed,
+)
 from .plan import ExportPlan
 from .system_lib import write_system_lib
 
@@ -79,8 +87,31 @@ def finish_linked(plan: ExportPlan, objects: list[Path], linker: str | None,
 def finish_tar(plan: ExportPlan, objects: list[Path], linker: str | None,
                workspace: Path) -> None:
     """A ``.tar`` of the objects, the blob object among them, for a link at load time; sealed
-    over every member (:mod:`modpack.format.tar_seal`)."""
-    _link_beside_output(plan, objects, linker, workspace, seal_tar, 0o644)
+    over every member (:mod:`modpack.format.tar_seal`). The ELF packer writes the blob object
+    straight into the archive, so the payloads are written once (another packer's object is
+    copied in)."""
+    if not (plan.has_blob and plan.fcompile is create_tar and plan.fpack_imports is None
+            and elf_packed(plan)):
+        _link_beside_output(plan, objects, linker, workspace, seal_tar, 0o644)
+        return
+    write_blob, machine = blob_writer(plan), target_machine(plan.cc) or ""
+    tmp = scratch_name(plan.output)
+    try:
+        with timed(export_log, "write %s: %d objects and the blob object in place",
+                   plan.output.name, len(objects)), open(tmp, "w+b") as f:
+            tar = TarWriter(f)
+            for obj in objects:
+                tar.add_file(obj.name, obj)
+            tar.add_written("devc.o", lambda out, offset: write_elf_object(
+                out, offset, write_blob, machine, plan.alignment))
+            tar.close()
+        with timed(export_log, "seal %s", plan.output.name):
+            seal_tar(tmp)
+        os.chmod(tmp, 0o644)
+        _publish_weights(plan)
+        os.replace(tmp, plan.output)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def finish_system_lib(plan: ExportPlan, objects: list[Path], workspace: Path) -> None:

@@ -13,12 +13,12 @@ import platform
 import shlex
 import shutil
 import subprocess
-import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CompileError, MissingFileError
+from ..files.tar_writer import TarWriter
 
 __all__ = [
     "Toolchain",
@@ -230,13 +230,11 @@ def create_tar(output: str | os.PathLike[str], objects: Sequence[str | os.PathLi
     names = [Path(o).name for o in objects]
     if len(set(names)) != len(names):
         raise CompileError(f"duplicate object names cannot go in one tar: {names}")
-    with tarfile.open(os.fspath(output), "w", format=tarfile.USTAR_FORMAT) as tar:
-        for obj in objects:
-            info = tarfile.TarInfo(Path(obj).name)
-            info.size = Path(obj).stat().st_size
-            info.mode = 0o644
-            with open(obj, "rb") as f:
-                tar.addfile(info, f)
+    with open(output, "w+b") as f:
+        tar = TarWriter(f)
+        for name, obj in zip(names, objects):
+            tar.add_file(name, obj)
+        tar.close()
 
 
 create_tar.output_format = "tar"  # type: ignore[attr-defined]
