@@ -14,7 +14,6 @@ format=tarfile.USTAR_FORMAT)``, the same headers, the same end): the tar seal
 from __future__ import annotations
 
 import os
-import shutil
 import tarfile
 from collections.abc import Callable
 from typing import BinaryIO
@@ -44,13 +43,24 @@ class TarWriter:
 
     def add_file(self, name: str, path: str | os.PathLike[str]) -> None:
         """The file at |path| as member |name|."""
-        self._claim(name)
         with open(path, "rb") as source:
-            size = os.fstat(source.fileno()).st_size
-            self._f.seek(self._offset)
-            self._f.write(_header(name, size))
-            shutil.copyfileobj(source, self._f, _COPY_CHUNK)
-        self._end_member(self._offset + _BLOCK, size)
+            self.add_stream(name, source, os.fstat(source.fileno()).st_size)
+
+    def add_stream(self, name: str, source: BinaryIO, size: int) -> None:
+        """The next |size| bytes of |source| (another archive's member, say) as member
+        |name|."""
+        self._claim(name)
+        self._f.seek(self._offset)
+        header = _header(name, size)
+        self._f.write(header)
+        left = size
+        while left:
+            chunk = source.read(min(_COPY_CHUNK, left))
+            if not chunk:
+                raise EOFError(f"tar member {name!r}: its source ended {left} bytes short")
+            self._f.write(chunk)
+            left -= len(chunk)
+        self._end_member(self._offset + len(header), size)
 
     def add_written(self, name: str, write: Callable[[BinaryIO, int], int]) -> None:
         """Member |name| written in place by ``write(f, offset)``, which writes its bytes into

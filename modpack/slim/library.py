@@ -16,10 +16,8 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import shutil
 import struct
 import tarfile
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from elftools.elf.sections import SymbolTableSection
 
 from ..errors import ArgumentError, FormatError, IncompatibleError, MissingFileError, ModpackError
 from ..files.scratch import AnonymousOutput, scratch_name
+from ..files.tar_writer import TarWriter
 from ..format.coverage import NOTE, note_fields, read_coverage
 from ..format.image import Placement
 from ..format.layout import BLOB_SYMBOL, LIB_TYPE_KEY, align_up
@@ -37,10 +36,9 @@ from ..format.section import ANCHOR
 from ..format.tar_blob import find_tar_blob
 from ..format.tar_seal import check_tar_seal, seal_tar
 from ..inspection import _describe
-from ..packers.elf import pack_elf_object
+from ..packers.elf import write_elf_object
 from ..runtime.binding import error_from_status, ffi, lib
 from ..runtime.entries import entry_module
-from ..toolchain.cc import create_tar
 from .blob import BlobEntry, copy_range, write_blob
 from .keep import SLIMMED_KINDS, device_strings, kept_variants
 from .payloads import FileRange, slim_payload
@@ -252,9 +250,10 @@ class _Located:
 def _slim_tar(source: Path, output: Path, devices: list[str]) -> SlimReport:
     """A ``.tar`` export slimmed: a new ``.tar`` of the same members in the same order, the
     host objects byte for byte, the blob object written anew by the exporter's ELF packer
-    around the slimmed blob (its payloads copied from the input by the kernel), tar headers
-    as the exporter writes them (create_tar: no time, owner or machine's mode), sealed with
-    the tar seal. A .tar carries no signature (a signed one fails its tar seal)."""
+    around the slimmed blob, in its place in the archive (its payloads copied from the input
+    by the kernel), tar headers as the exporter writes them (files.tar_writer: no time, owner
+    or machine's mode), sealed with the tar seal. A .tar carries no signature (a signed one
+    fails its tar seal)."""
     shown = str(source)
     check_tar_seal(source)  # FormatError naming the damage, or the absence of a seal
     located = find_tar_blob(source)
@@ -272,7 +271,6 @@ def _slim_tar(source: Path, output: Path, devices: list[str]) -> SlimReport:
     report = SlimReport(output, devices, input_size=source.stat().st_size)
     kept = kept_variants(source, devices)
     blob = _Located(located.offset, located.size)
-    workspace = Path(tempfile.mkdtemp(prefix=f".{output.name}.slim-", dir=output.parent))
     tmp = scratch_name(output)
     try:
         with open(source, "rb") as f:
@@ -285,34 +283,27 @@ def _slim_tar(source: Path, output: Path, devices: list[str]) -> SlimReport:
                                      writer)
                 return size
 
-            objects = []
-            with tarfile.open(source, "r") as tar:
+            with tarfile.open(source, "r") as tar, open(tmp, "w+b") as out:
+                archive = TarWriter(out)
                 for member in located.members[:-1]:
-                    path = workspace / member.name
-                    if member is located.member:
-                        (workspace / "blob").mkdir()
-                        made = pack_elf_object(write, workspace / "blob", None,
-                                               located.alignment, arch=arch)
-                        made.rename(path)
+                    if member is located.member:  # written once, in its place
+                        archive.add_written(member.name, lambda o, at: write_elf_object(
+                            o, at, write, arch, located.alignment))
                     else:  # host code: the member's bytes as they are
                         content = tar.extractfile(member)
                         assert content is not None  # check_tar_seal: regular files only
-                        with open(path, "wb") as out:
-                            shutil.copyfileobj(content, out, _COPY_CHUNK)
-                    objects.append(path)
-        create_tar(tmp, objects)
+                        archive.add_stream(member.name, content, member.size)
+                archive.close()
         seal_tar(tmp)
         os.chmod(tmp, 0o644)
         os.replace(tmp, output)
     finally:
         tmp.unlink(missing_ok=True)
-        shutil.rmtree(workspace, ignore_errors=True)
     report.output_size = output.stat().st_size
     return report
 
 
 _TAR_MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64"}  # packers.ELF_MACHINES
-_COPY_CHUNK = 1 << 20
 
 
 def describe_report(report: SlimReport) -> str:
