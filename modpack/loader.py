@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import sys
-import tarfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -26,9 +25,6 @@ from .errors import (
     NotFoundError,
 )
 from .files.scratch import new_workspace
-from .format.image import find_blob
-from .format.layout import ALIGNMENT
-from .format.seal import seal_library
 from .format.tar_seal import check_tar_seal, has_tar_seal
 from .modules.base import Module
 from .runtime.binding import error_from_status, ffi, lib
@@ -37,7 +33,7 @@ from .runtime.load_log import follow_logger
 from .runtime.module import LoadedModule, wrap_module
 from .runtime.trust import TrustedKey
 from .runtime.weight_files import WeightsLocation, load_options
-from .toolchain.cc import create_shared
+from .tar_link import link_tar
 
 __all__ = ["load_module", "load_module_from_bytes", "load_system_lib", "register_loader",
            "unregister_loader"]
@@ -263,18 +259,7 @@ def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool,
         except FormatError:
             if not allow_unsealed or has_tar_seal(path):
                 raise
-        try:
-            with tarfile.open(path) as tar:
-                tar.extractall(workspace, filter="data")
-        except (tarfile.TarError, OSError) as exc:  # a crafted member: "../x", a long name
-            raise FormatError(f"{path}: cannot extract its members safely: {exc}") from None
-        objects = sorted(p for p in workspace.iterdir() if p.suffix == ".o")
-        if not objects:
-            raise FormatError(f"{path} holds no object files to link")
-        shared = workspace / (path.stem + ".so")
-        create_shared(shared, objects)
-        if sealed:  # checked members, linked here: seal the result for the load's own check
-            seal_library(shared, find_blob(shared, ALIGNMENT))
+        shared = link_tar(path, workspace, seal=sealed)
         # Its weight files are beside the .tar, not beside the library linked from it.
         return load_module(shared, verify_checksums=verify_checksums,
                            allow_unsealed=allow_unsealed,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 import subprocess
 import tarfile
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,6 +36,66 @@ def test_chain(host, tmp, suffix):
         (m,) = m.imported_modules
         assert m.type_key == "const" and tags(m) == [expected]
     assert m.imported_modules == []
+
+
+def test_a_tar_is_linked_with_its_blob_placed_or_linked_whole(host, tmp, monkeypatch):
+    """Loading a .tar links its host objects with an anchor and copies the blob from the
+    archive into its own segment, as an export places it; where that cannot be (here: the
+    linker is made to leave no program header for it), every object is linked. Both load
+    the same tree from a sealed library, and remove their workspace."""
+    import modpack.loader
+    import modpack.tar_link as tar_link
+    from modpack.format.image import NoProgramHeaderSlot
+    from modpack.format.seal import check_seal
+
+    weights = np.arange(50_000, dtype=np.float32)
+    host.import_module(modpack.const_module({"w": weights}))
+    host.import_module(consts(4))
+    path = host.export_library(tmp / "t.tar")
+    linked = []
+
+    def link_and_keep(*args, **kwargs):
+        shared = tar_link.link_tar(*args, **kwargs)
+        check_seal(shared)  # sealed, as the load's own check requires
+        linked.append((shared, shared.read_bytes()))
+        return shared
+
+    monkeypatch.setattr(modpack.loader, "link_tar", link_and_keep)
+    placed = modpack.load_module(path)
+
+    def no_slot(*args, **kwargs):
+        raise NoProgramHeaderSlot("no program header left for the blob")
+
+    monkeypatch.setattr(tar_link, "place_blob_into", no_slot)
+    whole = modpack.load_module(path)
+    for root in (placed, whole):
+        assert root["add_int"](2, 3) == 5
+        w, c = root.imported_modules
+        np.testing.assert_array_equal(w.arrays["w"], weights)
+        assert tags(c) == [4]
+    (first, placed_bytes), (second, whole_bytes) = linked
+    assert placed_bytes != whole_bytes  # two ways of linking, really taken
+    assert not first.parent.exists() and not second.parent.exists()
+
+
+def test_a_crafted_tar_is_refused_before_anything_is_linked(tmp):
+    """An unsealed archive loaded with allow_unsealed: a member that would land outside the
+    workspace is refused, and so is an archive with no object to link."""
+    crafted = tmp / "crafted.tar"
+    with tarfile.open(crafted, "w") as tar:
+        info = tarfile.TarInfo("../evil.o")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"\x7fELF"))
+    with pytest.raises(modpack.FormatError, match="cannot extract its members safely"):
+        modpack.load_module(crafted, allow_unsealed=True)
+    assert not (Path(tempfile.gettempdir()) / "evil.o").exists()  # beside the workspace
+    empty = tmp / "empty.tar"
+    with tarfile.open(empty, "w") as tar:
+        info = tarfile.TarInfo("notes.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    with pytest.raises(modpack.FormatError, match="holds no object files to link"):
+        modpack.load_module(empty, allow_unsealed=True)
 
 
 def test_fan_out_keeps_import_order(host, tmp):

@@ -20,7 +20,7 @@ from ..toolchain.cc import target_machine
 from .plan import ExportPlan
 
 __all__ = ["PREPARE_IN_MEMORY_BELOW", "WRITE_BEHIND_FROM", "anchor_object", "blob_object",
-           "blob_writer", "elf_packed", "prepared_blob"]
+           "blob_writer", "elf_packed", "prepared_blob", "write_placeholder"]
 
 # A placed blob this small is written to memory while the host code compiles, and copied into
 # the library after the link (the blob's bytes do not depend on where it is placed).
@@ -76,10 +76,11 @@ def blob_object(plan: ExportPlan, workspace: Path, write_blob: BlobWriter) -> Pa
 def anchor_object(plan: ExportPlan, workspace: Path) -> Path:
     """The anchor a placed ``.so`` links instead of the blob: a placeholder ``__dev_mblob``
     in the blob's section, where the blob is written after the link."""
-    return _packer(plan)(_write_placeholder, workspace, plan.cc, plan.alignment, anchor=True)
+    return _packer(plan)(write_placeholder, workspace, plan.cc, plan.alignment, anchor=True)
 
 
-def _write_placeholder(f: Any, offset: int) -> int:
+def write_placeholder(f: Any, offset: int) -> int:
+    """The anchor object's ``write_blob``: the placeholder that stands for the blob."""
     f.seek(offset)
     f.write(_PLACEHOLDER)
     return len(_PLACEHOLDER)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import tarfile
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 __all__ = ["TarWriter"]
 
@@ -46,7 +46,7 @@ class TarWriter:
         with open(path, "rb") as source:
             self.add_stream(name, source, os.fstat(source.fileno()).st_size)
 
-    def add_stream(self, name: str, source: BinaryIO, size: int) -> None:
+    def add_stream(self, name: str, source: IO[bytes], size: int) -> None:
         """The next |size| bytes of |source| (another archive's member, say) as member
         |name|."""
         self._claim(name)

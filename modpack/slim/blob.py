@@ -11,14 +11,13 @@ from typing import Any
 
 import xxhash
 
-from ..errors import FormatError
+from ..files.kernel_copy import copy_range
 from ..format import EntryRecord, IndexLayout, pack_index
 from ..format.layout import align_up
 from .payloads import FileRange
 
-__all__ = ["BlobEntry", "copy_range", "write_blob"]
+__all__ = ["BlobEntry", "write_blob"]
 
-_COPY_CHUNK = 1 << 30
 _HASH_CHUNK = 8 << 20
 
 
@@ -34,18 +33,6 @@ class BlobEntry:
     # The rewritten payload: bytes, and FileRanges (absolute offsets in the input file) of
     # what it keeps as is; None: the whole payload copied as is.
     chunks: list[Any] | None = None
-
-
-def copy_range(src: int, dst: int, src_offset: int, dst_offset: int, size: int) -> None:
-    """|size| bytes of file |src| from |src_offset| into file |dst| at |dst_offset|, by the
-    kernel (a reflink or an in-kernel copy where the file system allows)."""
-    while size > 0:
-        done = os.copy_file_range(src, dst, min(size, _COPY_CHUNK), src_offset, dst_offset)
-        if done <= 0:
-            raise FormatError("the input library ended while its payloads were copied")
-        src_offset += done
-        dst_offset += done
-        size -= done
 
 
 def write_blob(src: int, src_blob: int, entries: list[BlobEntry],

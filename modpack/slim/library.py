@@ -26,6 +26,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from ..errors import ArgumentError, FormatError, IncompatibleError, MissingFileError, ModpackError
+from ..files.kernel_copy import copy_range
 from ..files.scratch import AnonymousOutput, scratch_name
 from ..files.tar_writer import TarWriter
 from ..format.coverage import NOTE, note_fields, read_coverage
@@ -39,7 +40,7 @@ from ..inspection import _describe
 from ..packers.elf import write_elf_object
 from ..runtime.binding import error_from_status, ffi, lib
 from ..runtime.entries import entry_module
-from .blob import BlobEntry, copy_range, write_blob
+from .blob import BlobEntry, write_blob
 from .keep import SLIMMED_KINDS, device_strings, kept_variants
 from .payloads import FileRange, slim_payload
 
