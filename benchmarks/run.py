@@ -214,6 +214,17 @@ def w2_large(b: Bench, side: str, size_mib: int) -> None:
         b.repeat(side, f"{key}_load", repeats, lambda _: b.worker(
             side, script, {"mode": "load", "path": str(lib), "size": size, "digest": digest}))
     lib.unlink(missing_ok=True)
+    # The same tree as a .tar (objects linked at load time, by both runtimes).
+    tar = b.work / f"{side}-large-{size_mib}.tar"
+    b.log(f"{side} W2 {size_mib} MiB: .tar export and load x{repeats}")
+    b.repeat(side, f"{key}_tar_export", repeats, lambda _: b.worker(
+        side, script, {"mode": "export", "size": size, "seed": 1, "out": str(tar)},
+        tool_var=tool_var))
+    if tar.exists():
+        b.repeat(side, f"{key}_tar_load", repeats, lambda _: b.worker(
+            side, script, {"mode": "load", "path": str(tar), "size": size, "verify": True,
+                           "digest": digest}))
+    tar.unlink(missing_ok=True)
 
 
 def cold(b: Bench, path: Path, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -469,6 +480,13 @@ def build_rows(b: Bench) -> list[dict[str, Any]]:
             lambda v: f"{v:.0%}", ">= 80%" if is512 else "",
             (speed >= 0.8) if (is512 and speed) else None, ratio=False,
             note=f"{fmt_bw(size / m_cold)} vs {fmt_bw(size / m_read)}" if speed else "")
+        for what, name in (("export", "export_s"), ("load", "load_s")):
+            mine, theirs = mp.get(f"{key}_tar_{what}"), tv.get(f"{key}_tar_{what}")
+            m, t = med(mine, name), med(theirs, name)
+            row(f"W2 {size_mib} MiB as a .tar: {what}" + (" (linked here, checksums on)"
+                                                          if what == "load" else ""),
+                m, t, fmt_time, "<= TVM", at_most(m, None, t), error_of(theirs),
+                error_of(mine))
 
     seals = mp.get("w4_seal")
     m = med(seals, "seal_check_s")
