@@ -78,22 +78,22 @@ def test_a_tar_is_linked_with_its_blob_placed_or_linked_whole(host, tmp, monkeyp
     assert not first.parent.exists() and not second.parent.exists()
 
 
+def _one_member_tar(path: Path, name: str, data: bytes) -> Path:
+    with tarfile.open(path, "w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
 def test_a_crafted_tar_is_refused_before_anything_is_linked(tmp):
     """An unsealed archive loaded with allow_unsealed: a member that would land outside the
     workspace is refused, and so is an archive with no object to link."""
-    crafted = tmp / "crafted.tar"
-    with tarfile.open(crafted, "w") as tar:
-        info = tarfile.TarInfo("../evil.o")
-        info.size = 4
-        tar.addfile(info, io.BytesIO(b"\x7fELF"))
+    crafted = _one_member_tar(tmp / "crafted.tar", "../evil.o", b"\x7fELF")
     with pytest.raises(modpack.FormatError, match="cannot extract its members safely"):
         modpack.load_module(crafted, allow_unsealed=True)
     assert not (Path(tempfile.gettempdir()) / "evil.o").exists()  # beside the workspace
-    empty = tmp / "empty.tar"
-    with tarfile.open(empty, "w") as tar:
-        info = tarfile.TarInfo("notes.txt")
-        info.size = 2
-        tar.addfile(info, io.BytesIO(b"hi"))
+    empty = _one_member_tar(tmp / "empty.tar", "notes.txt", b"hi")
     with pytest.raises(modpack.FormatError, match="holds no object files to link"):
         modpack.load_module(empty, allow_unsealed=True)
 
