@@ -75,6 +75,7 @@ def test_the_tar_writer_writes_what_tarfile_writes(tmp_path):
     member written in place included; two members of one name are refused."""
     import tarfile
 
+    import modpack
     from modpack.files.tar_writer import TarWriter
 
     members = {"a.o": b"x" * 1000, "empty.o": b"", "block.o": bytes(range(256)) * 2,
@@ -103,7 +104,7 @@ def test_the_tar_writer_writes_what_tarfile_writes(tmp_path):
         for name in ("a.o", "empty.o", "block.o"):
             tar.add_file(name, tmp_path / name)
         tar.add_written("b.o", in_place)
-        with pytest.raises(ValueError, match=r"two members named 'a\.o'"):
+        with pytest.raises(modpack.ArgumentError, match=r"two members named 'a\.o'"):
             tar.add_file("a.o", tmp_path / "a.o")
         tar.close()
     assert written.read_bytes() == expected.read_bytes()

@@ -18,6 +18,8 @@ import tarfile
 from collections.abc import Callable
 from typing import IO, BinaryIO
 
+from ..errors import ArgumentError, FormatError
+
 __all__ = ["TarWriter"]
 
 _BLOCK = tarfile.BLOCKSIZE
@@ -57,7 +59,8 @@ class TarWriter:
         while left:
             chunk = source.read(min(_COPY_CHUNK, left))
             if not chunk:
-                raise EOFError(f"tar member {name!r}: its source ended {left} bytes short")
+                raise FormatError(f"tar member {name!r}: its source ended {left} bytes before "
+                                  "the size its header gives (was it truncated meanwhile?)")
             self._f.write(chunk)
             left -= len(chunk)
         self._end_member(self._offset + len(header), size)
@@ -83,7 +86,8 @@ class TarWriter:
 
     def _claim(self, name: str) -> None:
         if name in self._names:
-            raise ValueError(f"two members named {name!r} in one tar")
+            raise ArgumentError(f"two members named {name!r} in one tar: each object goes in "
+                                "once")
         self._names.add(name)
 
     def _end_member(self, data_at: int, size: int) -> None:
