@@ -95,5 +95,6 @@ def write_elf_object(f: BinaryIO, base: int, write_blob: BlobWriter, machine: st
     f.seek(base)
     f.write(_EHDR.pack(ident, 1, ELF_MACHINES[arch], 1, 0, 0, shdrs_at, 0, _EHDR.size, 0, 0,
                        _SHDR.size, len(headers), len(headers) - 1))
+    f.write(bytes(data_at - _EHDR.size))  # zeros up to the blob, whatever |f| held there
     f.seek(end)
     return end - base
