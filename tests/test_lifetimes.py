@@ -307,10 +307,12 @@ def test_without_proc_a_load_goes_by_path_and_a_new_version_is_refused(runtime_p
     version while the old one is loaded is refused, saying so, rather than wiring the old code
     to the new file's tree. With /proc, both versions load side by side."""
     unshare = shutil.which("unshare")
-    probe = subprocess.run([unshare or "unshare", "--mount", "--propagation", "private", "true"],
+    probe = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c",
+                            "umount -l /proc && test ! -e /proc/self"],
                            capture_output=True) if unshare else None
     if probe is None or probe.returncode != 0:
-        pytest.skip("a private mount namespace (unshare --mount, as root) is needed to hide /proc")
+        pytest.skip("hiding /proc needs a private mount namespace in which it can be unmounted "
+                    "(unshare --mount, as root)")
     exe = build_c_program(runtime_prefix, SWAP_PROGRAM, tmp_path / "swap")
     v1, v2 = _versions(tmp_path)
     library, next_version = tmp_path / "lib.so", tmp_path / "next.so"
