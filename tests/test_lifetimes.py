@@ -307,9 +307,12 @@ def test_without_proc_a_load_goes_by_path_and_a_new_version_is_refused(runtime_p
     version while the old one is loaded is refused, saying so, rather than wiring the old code
     to the new file's tree. With /proc, both versions load side by side."""
     unshare = shutil.which("unshare")
+    # The shell and tools run without /proc: no preloaded sanitizer runtime (the sanitizer
+    # run of this file preloads one, which cannot work without /proc), as a plain process.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD" and "SAN_OPTIONS" not in k}
     probe = subprocess.run([unshare, "--mount", "--propagation", "private", "sh", "-c",
                             "umount -l /proc && test ! -e /proc/self"],
-                           capture_output=True) if unshare else None
+                           capture_output=True, env=env) if unshare else None
     if probe is None or probe.returncode != 0:
         pytest.skip("hiding /proc needs a private mount namespace in which it can be unmounted "
                     "(unshare --mount, as root)")
@@ -323,8 +326,8 @@ def test_without_proc_a_load_goes_by_path_and_a_new_version_is_refused(runtime_p
         command = f"{exe} {library} {next_version}"
         if hide_proc:
             command = f"umount -l /proc && test ! -e /proc/self && {command}"
-        return run(unshare, "--mount", "--propagation", "private", "sh", "-c",
-                   command).splitlines()
+        return run(unshare, "--mount", "--propagation", "private", "sh", "-c", command,
+                   env=env).splitlines()
 
     assert swap(hide_proc=False) == ["first: 101", "second: 201", "first again: 101"]
     first, refused, again = swap(hide_proc=True)
