@@ -30,22 +30,18 @@ from .toolchain.cc import create_shared
 
 __all__ = ["link_tar"]
 
-# This machine's blob objects, as pyelftools names their e_machine -> the packer's name.
-_PLACEABLE = {"x86_64": ("EM_X86_64", "x86_64"), "aarch64": ("EM_AARCH64", "aarch64")}
-
 
 def link_tar(path: Path, workspace: Path, seal: bool) -> Path:
     """The objects of the ``.tar`` at |path| linked into ``workspace/<stem>.so``, sealed when
     |seal| (the archive's own seal was checked); FormatError for members that cannot be
     extracted safely or no object to link."""
     shared = workspace / (path.stem + ".so")
-    located = _blob_of(path)
-    machine = _PLACEABLE.get(platform.machine())
-    if located and located.member is not None and machine and located.machine == machine[0]:
+    located, arch = _blob_of(path), platform.machine()
+    if located is not None and located.member is not None and located.arch == arch:
         host = [m for m in located.members if m is not located.member and m.name != SEAL_MEMBER]
         objects = _extract(path, workspace, host)
         try:
-            _link_placed(path, located, objects, workspace, shared, machine[1], seal)
+            _link_placed(path, located, objects, workspace, shared, arch, seal)
             return shared
         except NoProgramHeaderSlot:
             pass  # this linker left the blob's segment no program header: link it all

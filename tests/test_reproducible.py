@@ -73,6 +73,7 @@ def test_the_tar_writer_writes_what_tarfile_writes(tmp_path):
     """modpack writes .tar exports itself (so the blob object is written once, in its place in
     the archive): the archive is byte for byte the one tarfile writes for the same members, a
     member written in place included; two members of one name are refused."""
+    import io
     import tarfile
 
     import modpack
@@ -106,5 +107,20 @@ def test_the_tar_writer_writes_what_tarfile_writes(tmp_path):
         tar.add_written("b.o", in_place)
         with pytest.raises(modpack.ArgumentError, match=r"two members named 'a\.o'"):
             tar.add_file("a.o", tmp_path / "a.o")
+        with pytest.raises(modpack.FormatError, match="its source ended 6 bytes before"):
+            tar.add_stream("short.o", io.BytesIO(b"four"), 10)
         tar.close()
     assert written.read_bytes() == expected.read_bytes()
+
+
+def test_a_kernel_copy_from_a_file_cut_short_is_a_format_error(tmp_path):
+    """copy_range (slim's payloads, a .tar's blob at load) names a source that ended early."""
+    import modpack
+    from modpack.files.kernel_copy import copy_range
+
+    (tmp_path / "src").write_bytes(b"x" * 100)
+    with open(tmp_path / "src", "rb") as src, open(tmp_path / "dst", "wb") as dst:
+        copy_range(src.fileno(), dst.fileno(), 0, 0, 100)
+        with pytest.raises(modpack.FormatError, match="ended 50 bytes before"):
+            copy_range(src.fileno(), dst.fileno(), 50, 0, 100)
+    assert (tmp_path / "dst").read_bytes()[:50] == b"x" * 50

@@ -95,8 +95,8 @@ def finish_tar(plan: ExportPlan, objects: list[Path], linker: str | None,
         _link_beside_output(plan, objects, linker, workspace, seal_tar, 0o644)
         return
     write_blob, machine = blob_writer(plan), target_machine(plan.cc) or ""
-    tmp = scratch_name(plan.output)
-    try:
+
+    def write_tar(tmp: Path) -> None:
         with timed(export_log, "write %s: %d objects and the blob object in place",
                    plan.output.name, len(objects)), open(tmp, "w+b") as f:
             tar = TarWriter(f)
@@ -105,13 +105,8 @@ def finish_tar(plan: ExportPlan, objects: list[Path], linker: str | None,
             tar.add_written("devc.o", lambda out, offset: write_elf_object(
                 out, offset, write_blob, machine, plan.alignment))
             tar.close()
-        with timed(export_log, "seal %s", plan.output.name):
-            seal_tar(tmp)
-        os.chmod(tmp, 0o644)
-        _publish_weights(plan)
-        os.replace(tmp, plan.output)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    _make_beside_output(plan, write_tar, seal_tar, 0o644)
 
 
 def finish_system_lib(plan: ExportPlan, objects: list[Path], workspace: Path) -> None:
@@ -147,9 +142,17 @@ def _link_beside_output(plan: ExportPlan, objects: list[Path], linker: str | Non
         objects = [*objects, blob_object(plan, workspace, blob_writer(plan))]
     if not objects:
         raise ModpackError("nothing to export: the tree has no host code and no modules")
+    _make_beside_output(plan, lambda tmp: _link(plan, tmp, objects, linker,
+                                                whole_blob=plan.has_blob), seal, mode)
+
+
+def _make_beside_output(plan: ExportPlan, make: Callable[[Path], None],
+                        seal: Callable[[Path], None], mode: int) -> None:
+    """``make(tmp)`` the output in a file beside it, |seal| it, and rename it over the output
+    (its weight file first), so the output is complete or absent, never half."""
     tmp = scratch_name(plan.output)
     try:
-        _link(plan, tmp, objects, linker, whole_blob=plan.has_blob)
+        make(tmp)
         with timed(export_log, "seal %s", plan.output.name):
             seal(tmp)
         os.chmod(tmp, mode)

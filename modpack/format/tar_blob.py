@@ -16,7 +16,11 @@ from ..errors import FormatError
 from .layout import BLOB_SYMBOL
 from .tar_seal import SEAL_MEMBER
 
-__all__ = ["TarBlob", "find_tar_blob"]
+__all__ = ["ELF_ARCHES", "TarBlob", "find_tar_blob"]
+
+# The blob objects modpack's ELF packer writes (packers.ELF_MACHINES), by e_machine as pyelftools
+# names it -> the architecture's name (platform.machine()'s, the packer's).
+ELF_ARCHES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64"}
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,12 @@ class TarBlob:
     size: int
     alignment: int  # of the blob's section
     machine: str  # the object's e_machine, as pyelftools names it ("EM_X86_64")
+
+    @property
+    def arch(self) -> str | None:
+        """The blob object's architecture when the ELF packer writes such objects, else
+        None."""
+        return ELF_ARCHES.get(self.machine)
 
 
 def find_tar_blob(path: str | os.PathLike[str]) -> TarBlob:

@@ -34,7 +34,7 @@ from ..format.image import Placement
 from ..format.layout import BLOB_SYMBOL, LIB_TYPE_KEY, align_up
 from ..format.seal import SEAL_SIZE, check_seal, seal_file
 from ..format.section import ANCHOR
-from ..format.tar_blob import find_tar_blob
+from ..format.tar_blob import ELF_ARCHES, find_tar_blob
 from ..format.tar_seal import check_tar_seal, seal_tar
 from ..inspection import _describe
 from ..packers.elf import write_elf_object
@@ -260,10 +260,10 @@ def _slim_tar(source: Path, output: Path, devices: list[str]) -> SlimReport:
     located = find_tar_blob(source)
     if located.member is None:
         raise ModpackError(f"{source} holds host code only: nothing to slim")
-    arch = _TAR_MACHINES.get(located.machine)
+    arch = located.arch
     if arch is None:
         raise ModpackError(f"{shown}: its blob object is for {located.machine}; slim rewrites "
-                           f"the blob objects of {', '.join(sorted(_TAR_MACHINES.values()))} "
+                           f"the blob objects of {', '.join(sorted(ELF_ARCHES.values()))} "
                            ".tar exports (export a .so, or export for one of those)")
     for member in located.members[:-1]:
         if Path(member.name).name != member.name or member.name in (".", ".."):
@@ -302,9 +302,6 @@ def _slim_tar(source: Path, output: Path, devices: list[str]) -> SlimReport:
         tmp.unlink(missing_ok=True)
     report.output_size = output.stat().st_size
     return report
-
-
-_TAR_MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64"}  # packers.ELF_MACHINES
 
 
 def describe_report(report: SlimReport) -> str:
