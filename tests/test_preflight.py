@@ -132,6 +132,29 @@ def test_opencl_and_vulkan_answers(library):
     assert "SPIR-V (1 shader)" in a["reason"]
 
 
+@pytest.mark.parametrize("compress", [False, True])
+def test_opencl_prebuilt_binaries(tmp_path, compress):
+    """A module carrying prebuilt program binaries (as opencl_binaries builds them) is answered,
+    compressed or not, for any OpenCL device and for this machine's (where the binary built here
+    is the one chosen); the answer reads each binary's key and never crashes (it once freed the
+    binaries' array it had never made)."""
+    keys = {"Vendor/device-a/1.0": b"\x7fELF" + bytes(60), "Vendor/device-b/2.0": bytes(100)}
+    if modpack.device_count("opencl"):
+        keys.update(modpack.opencl_binaries(OPENCL))
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(modpack.opencl_module(OPENCL, binaries=keys))
+    path = host.export_library(tmp_path / "binaries.so", compress_code=compress)
+    (a,) = answers(modpack.preflight(path, "opencl"), "opencl")
+    assert (a["fits"], a["variant"]) == (True, "source")
+    assert "Vendor/device-a/1.0; Vendor/device-b/2.0" in a["reason"]
+    proc = subprocess.run([sys.executable, "-m", "modpack", "preflight", str(path), "--device",
+                           "host", "--json"], capture_output=True, text=True)
+    assert proc.returncode in (0, 1) and proc.stderr == "", proc.stderr
+    if modpack.device_count("opencl"):  # PoCL here: its own binary is chosen
+        (a,) = answers(json.loads(proc.stdout), "opencl")
+        assert a["variant"] == "binary" and modpack.device_name("opencl:0") in a["reason"]
+
+
 def test_json_shape_and_statuses(library):
     report = modpack.preflight(library, "cuda:sm_90")
     assert set(report) == {"path", "device", "devices", "unavailable", "modules", "fits",

@@ -8,14 +8,18 @@ load asked for a private copy of everything (``private_copy=True``)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from blobtools import blob_extent, layout, reseal
+from conftest import ROOT, run
 from test_signing import write_key
 
 import modpack
@@ -191,3 +195,205 @@ def test_device_code_comes_from_the_verified_copy(key, tmp_path):
     y = modpack.empty((8,), "float32", device="opencl:0")
     root.imported_modules[0]["scale"](x, y, 8, 8, 1, 1, 0, 0, 0)
     assert np.array_equal(y.numpy(), np.arange(8, dtype=np.float32) * 2)
+
+
+# ---- attacks: a writer racing the signed load -------------------------------------------------
+#
+# The plan of a signed load (which bytes stay mapped from the file: the weights) is made before
+# the file is hashed. A writer who shows the planner a blob index whose const entry covers the
+# next payload too (a kernel), then puts the signed index back before the hash reaches it, would
+# keep that kernel's pages mapped from the file, where it could rewrite them after the load.
+# The load makes the plan again from the verified copy and refuses a plan it does not confirm.
+
+
+def attack_library(folder: Path, key, weight_bytes: int) -> dict:
+    """A signed library whose const payload (weight_bytes of weights) is followed by an OpenCL
+    kernel's (64 KiB of source, so whole pages of it), and what a racing writer needs: the blob
+    index as signed, the index it shows the planner (the const entry stretched to the blob's
+    end over the kernel, whose entry moves, empty, to that end; checksummed again, so that it
+    parses), where they go, and the file range of the const data a window may map."""
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(modpack.const_module({"w": np.ones(weight_bytes // 4, np.float32)}))
+    host.import_module(modpack.opencl_module(SCALE + "/* " + "padding " * (1 << 13) + "*/\n"))
+    path = host.export_library(folder / f"attacked-{weight_bytes >> 20}m.so")
+    sign_library(path, key[0])
+    offset, size = blob_extent(path)
+    blob = bytearray(path.read_bytes()[offset:offset + size])
+    index_size = struct.unpack_from("<Q", blob, 48)[0]
+    signed = bytes(blob[:index_size])
+    entries = layout(blob)["entries"]
+    const_at, const_size = struct.unpack_from("<QQ", blob, entries + 48)
+    end = size // 64 * 64
+    struct.pack_into("<QQ", blob, entries + 48, const_at, end - const_at)
+    struct.pack_into("<QQ", blob, entries + 96, end, 0)
+    shown = bytes(reseal(blob)[:index_size])
+    const = (offset + const_at, offset + const_at + const_size)
+    return {"path": path, "at": offset, "signed": signed, "shown": shown, "const": const}
+
+
+def unsigned_mappings(path: Path, const: tuple[int, int]) -> list[str]:
+    """The mappings of |path| in this process that reach outside its signed const data."""
+    outside = []
+    for line in mappings_of(path):
+        fields = line.split()
+        low, high = (int(x, 16) for x in fields[0].split("-"))
+        begin = int(fields[2], 16)
+        if begin < const[0] or begin + high - low > const[1]:
+            outside.append(line)
+    return outside
+
+
+@pytest.fixture(scope="module")
+def timed_writer(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("timed-writer") / "timed_writer.so"
+    run(os.environ.get("CC", "cc"), "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o", out,
+        ROOT / "tests" / "data" / "timed_writer.c", "-ldl")
+    return out
+
+
+TIMED_LOAD = r"""
+import sys, modpack
+try:
+    modpack.load_module(sys.argv[1], trusted_keys=[sys.argv[2]])
+    print("loaded")
+except modpack.ModpackError as e:
+    print(type(e).__name__, e)
+"""
+
+
+def test_a_writer_timed_to_the_plan_gets_no_kernel_mapped(key, tmp_path, timed_writer):
+    """The worst case of the race, made certain: the file holds the index a writer shows the
+    planner, and is given the signed one back right after the planner read it, before the hash
+    reaches it (tests/data/timed_writer.c). The signature then holds, and the load is refused
+    anyway: the plan made from the verified bytes does not leave the kernel in the file."""
+    lib = attack_library(tmp_path, key, 4 << 20)
+    path, at = lib["path"], lib["at"]
+    (tmp_path / "signed.bin").write_bytes(lib["signed"])
+    rewrite_bytes(path, at, lib["shown"])
+    env = {**os.environ, "LD_PRELOAD": str(timed_writer), "TIMED_WRITER_FILE": str(path),
+           "TIMED_WRITER_AT": str(at), "TIMED_WRITER_BYTES": str(tmp_path / "signed.bin")}
+    proc = subprocess.run([sys.executable, "-c", TIMED_LOAD, str(path), str(key[1])],
+                          capture_output=True, text=True, env=env)
+    assert proc.stdout.startswith("SignatureError"), proc.stdout + proc.stderr
+    assert "changed while it was being verified" in proc.stdout
+    assert "not the data of a const payload of its signed blob index" in proc.stdout
+    assert path.read_bytes()[at:at + len(lib["signed"])] == lib["signed"]  # the writer acted
+    # Controls: the shown index alone fails the signature; the signed one loads, weights mapped.
+    rewrite_bytes(path, at, lib["shown"])
+    with pytest.raises(modpack.SignatureError, match="changed after it was signed"):
+        modpack.load_module(path, trusted_keys=[key[1]])
+    rewrite_bytes(path, at, lib["signed"])
+    root = modpack.load_module(path, trusted_keys=[key[1]])
+    assert mappings_of(path) and unsigned_mappings(path, lib["const"]) == []
+    del root
+
+
+def rewrite_bytes(path: Path, at: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(data)
+
+
+FLIP = r"""
+import os, sys, time
+path, at = sys.argv[1], int(sys.argv[2])
+versions = [bytes.fromhex(sys.argv[3]), bytes.fromhex(sys.argv[4])]
+fd = os.open(path, os.O_WRONLY)
+print("flipping", flush=True)
+flips = 0
+while True:
+    os.pwrite(fd, versions[flips % 2], at)
+    flips += 1
+    time.sleep(0.0003)
+"""
+
+
+@pytest.mark.parametrize("weight_mib", [1, 32])
+def test_an_index_flipping_writer_gets_no_unsigned_byte_used(key, tmp_path, weight_mib):
+    """The reproducer's technique: another process flips the blob index between the signed one
+    and the one shown to the planner every few hundred microseconds while this one makes 200
+    signed loads. Whatever each load sees, none keeps a byte of the file mapped outside the
+    signed const data, and every failure is a modpack error."""
+    lib = attack_library(tmp_path, key, weight_mib << 20)
+    path = lib["path"]
+    flipper = subprocess.Popen(
+        [sys.executable, "-c", FLIP, str(path), str(lib["at"]), lib["signed"].hex(),
+         lib["shown"].hex()], stdout=subprocess.PIPE, text=True)
+    outcomes: dict[str, int] = {}
+    try:
+        assert flipper.stdout is not None and flipper.stdout.readline() == "flipping\n"
+        for _ in range(200):
+            try:
+                root = modpack.load_module(path, trusted_keys=[key[1]])
+            except modpack.ModpackError as e:
+                outcome = str(e).split(":")[0].split(" (")[0].replace(str(path), "FILE")
+            else:
+                assert unsigned_mappings(path, lib["const"]) == [], mappings_of(path)
+                assert root.imported_modules[0].arrays["w"].shape == ((weight_mib << 20) // 4,)
+                outcome = "loaded"
+                del root
+                gc.collect()
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    finally:
+        flipper.kill()
+        flipper.wait()
+    # Both ends of the race were reached: loads that hashed the signed index, loads that hashed
+    # the shown one (the few whose planner saw one and hash the other are refused as changed
+    # while verified: about 3 % here, and the timed writer above makes that case certain).
+    assert outcomes.get("loaded", 0) > 0, outcomes
+    assert outcomes.get("'FILE' was changed after it was signed", 0) > 0, outcomes
+    assert set(outcomes) <= {"loaded", "'FILE' was changed after it was signed",
+                             "'FILE' changed while it was being verified"}, outcomes
+
+
+
+# ---- attacks: an edit in place with its modification time put back ---------------------------
+
+
+def edit_keeping_mtime(path: Path, at: int) -> None:
+    """Flip the byte at |at| of the file in place and put its access and modification times
+    back (utime), as the file's owner can: only its change time then tells."""
+    before = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert after.st_ctime_ns != before.st_ctime_ns
+
+
+def test_a_weight_file_edited_with_its_mtime_put_back_is_refused(key, tmp_path):
+    """A weight file in use, edited in place with its modification time put back, is not taken
+    for the version already checked: the next load in the process, signed or not, refuses it
+    (the checked reader was once reused by device, inode, size and modification time)."""
+    weights = modpack.save_weights({"w": WEIGHTS}, tmp_path / "model.mpw")
+    host = modpack.csource_module(HOST)
+    host.import_module(modpack.weights_module(weights))
+    path = host.export_library(tmp_path / "model.so")
+    sign_library(path, key[0])
+    first = modpack.load_module(path, trusted_keys=[key[1]])
+    assert first["weight_at"](5) == 5.0
+    edit_keeping_mtime(weights, weights.stat().st_size - 4096 - 100)  # in the array's data
+    for trusted in ([key[1]], None):
+        with pytest.raises(modpack.ModpackError, match="rewritten in place while an earlier "
+                                                       "version of it is in use"):
+            modpack.load_module(path, trusted_keys=trusted)
+    assert first["weight_at"](5) == 5.0
+
+
+def test_a_library_edited_with_its_mtime_put_back_is_refused(tmp_path):
+    """The same for a library loaded from its file: a second load does not hand back the loaded
+    version for a file whose bytes changed under it."""
+    host = modpack.csource_module(HOST)
+    host.import_module(modpack.const_module({"w": WEIGHTS}))
+    path = host.export_library(tmp_path / "deploy.so")
+    first = modpack.load_module(path)
+    begin, _ = weights_range(path)
+    edit_keeping_mtime(path, begin + 8)
+    with pytest.raises(modpack.ModpackError, match="rewritten in place while an earlier version "
+                                                   "of it is loaded"):
+        modpack.load_module(path)
+    assert first["answer"]() == 42

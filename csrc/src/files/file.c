@@ -23,6 +23,7 @@ static mp_file_id_t id_of(const struct stat* st) {
       .inode = (uint64_t)st->st_ino,
       .size = (uint64_t)st->st_size,
       .mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec,
+      .ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec,
   };
 }
 
@@ -189,5 +190,6 @@ bool mp_file_same_file(const mp_file_id_t* a, const mp_file_id_t* b) {
 
 bool mp_file_same_version(const mp_file_id_t* a, const mp_file_id_t* b) {
   return mp_file_same_file(a, b) && a->size == b->size && a->mtime_ns == b->mtime_ns &&
+         a->ctime_ns == b->ctime_ns &&
          a->digest_low == b->digest_low && a->digest_high == b->digest_high;
 }

@@ -12,8 +12,13 @@
 
 typedef struct {
   uint64_t device, inode; /* which file */
-  uint64_t size;          /* and which version of it: its size, modification time and the */
-  int64_t mtime_ns;       /* digest of its seal (zeros for a library loaded unsealed) */
+  /* And which version of it: its size, its modification and change times, and the digest of
+   * its seal (zeros for a library loaded unsealed). The change time is what makes an in-place
+   * edit visible: a file's owner can put its modification time back (utime), but every write
+   * and every utime sets the change time to the clock's now, which only who may set the
+   * system clock can turn back. */
+  uint64_t size;
+  int64_t mtime_ns, ctime_ns;
   uint64_t digest_low, digest_high;
 } mp_file_id_t;
 

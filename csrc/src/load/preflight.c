@@ -19,8 +19,11 @@
 #include "files/seal.h"
 #include "load/blob_index.h"
 #include "load/kinds.h"
+#include "modpack/kinds/opencl.h"
 
-enum { MAX_TARGETS = 64, ARCH = 96 };
+/* A device's name as its kind's answer matches it: the longest is an OpenCL device key
+ * ("platform/device/driver"), which must reach the answer whole or no binary would match. */
+enum { MAX_TARGETS = 64, ARCH = MP_OPENCL_MAX_BINARY_KEY + 1 };
 
 typedef struct {
   int fd;
@@ -76,7 +79,7 @@ static mp_status_t payload_read(void* context, uint64_t offset, uint64_t size,
 
 typedef struct {
   const mp_kind_t* kind;
-  char label[128]; /* "cuda:sm_90", "rocm:0 (gfx90a:sramecc+:xnack-)" */
+  char label[ARCH + 32]; /* "cuda:sm_90", "rocm:0 (gfx90a:sramecc+:xnack-)" */
   char arch[ARCH];
 } target_t;
 

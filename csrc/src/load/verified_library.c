@@ -263,6 +263,80 @@ static mp_status_t check_records(const signatures_t* s, const char* path,
                              infos, capacity, out_trusted);
 }
 
+/* ---- the plan checked against what was verified ------------------------------------------ */
+
+static bool same_ranges(const mp_file_range_t* a, const mp_file_range_t* b, uint64_t count) {
+  return count == 0 || memcmp(a, b, count * sizeof *a) == 0;
+}
+
+/* Whether two readings of a seal note say the same: where it is, what it seals, what it covers
+ * and masks. */
+static bool same_note(const mp_seal_note_t* a, const mp_seal_note_t* b) {
+  const mp_seal_v1_t *x = &a->seal, *y = &b->seal;
+  return a->note == b->note && x->file_size == y->file_size && x->blob_offset == y->blob_offset &&
+         x->blob_vaddr == y->blob_vaddr && x->blob_size == y->blob_size &&
+         x->payloads_offset == y->payloads_offset && x->payloads_size == y->payloads_size &&
+         x->digest_low == y->digest_low && x->digest_high == y->digest_high &&
+         x->version == y->version && x->flags == y->flags && a->range_count == b->range_count &&
+         a->mask_count == b->mask_count && same_ranges(a->ranges, b->ranges, a->range_count) &&
+         same_ranges(a->masks, b->masks, a->mask_count);
+}
+
+static mp_status_t changed_while_verified(const char* path, const char* what) {
+  return mp_errorf(MP_ERR_UNTRUSTED,
+                   "'%s' changed while it was being verified (%s): nothing of it was loaded; "
+                   "load it again once nothing writes to it, or with a private copy "
+                   "(private_copy=True, MP_LOAD_PRIVATE_COPY), which maps none of the file",
+                   path, what);
+}
+
+/* The plan (which ranges to hash, which stay mapped from the file) was made from reads of the
+ * file before it was hashed, which a writer racing the load controls. Make it again from the
+ * verified copy, whose bytes are the hashed ones: the seal note must be the one whose ranges
+ * were hashed, and every window kept must be one the verified blob index gives, that is the
+ * page-aligned data of a signed const payload. Bytes a window covers are a hole in the copy,
+ * so this re-planning sees only verified bytes or zeros; what it reads (the note, the blob
+ * index, the const headers) lies outside every window it yields, so zeros in them would
+ * have made it yield another plan. Otherwise a writer could show the planner a longer const
+ * entry, keep the next payload (a kernel) mapped from the file, and write it after the load. */
+static mp_status_t check_plan(int copy, uint64_t copy_size, uint64_t sealed_size,
+                              const char* path, const signatures_t* sigs,
+                              const mp_verified_library_t* v) {
+  if (sigs->in_note) {
+    uint8_t head[4096];
+    uint64_t head_size = copy_size < sizeof head ? copy_size : sizeof head;
+    if (!mp_file_read_at(copy, head, (size_t)head_size, 0)) head_size = 0;
+    mp_seal_note_t verified;
+    mp_status_t status = mp_seal_note_read(copy, copy_size, path, head, head_size, &verified);
+    if (status != MP_OK) {
+      mp_error_clear();
+      return changed_while_verified(path, "its seal note as hashed is not the one read first");
+    }
+    bool same = same_note(&verified, &sigs->note);
+    mp_seal_note_free(&verified);
+    if (!same)
+      return changed_while_verified(path, "the ranges hashed are not the ones its seal note "
+                                          "as hashed covers");
+  }
+  if (v->window_count == 0) return MP_OK;
+  mp_verified_library_t* derived = calloc(1, sizeof *derived);
+  if (!derived) return mp_out_of_memory("checking a signed load");
+  plan_windows(copy, sealed_size, path, derived);
+  bool planned = true;
+  for (uint64_t i = 0; i < v->window_count && planned; ++i) {
+    planned = false;
+    for (uint64_t k = 0; k < derived->window_count && !planned; ++k)
+      planned = derived->windows[k].offset == v->windows[i].offset &&
+                derived->windows[k].size == v->windows[i].size &&
+                window_signed(&derived->windows[k], &sigs->what);
+  }
+  free(derived);
+  if (!planned)
+    return changed_while_verified(path, "bytes left mapped from the file are not the data of a "
+                                        "const payload of its signed blob index");
+  return MP_OK;
+}
+
 /* ---- the public face ------------------------------------------------------------------ */
 
 void mp_verified_library_discard(mp_verified_library_t* v) {
@@ -307,6 +381,9 @@ mp_status_t mp_verified_library_make(const char* path, const mp_trusted_key_t* k
     status = check_records(&sigs, path, keys, num_keys, digest, infos, 8, &trusted);
   if (status == MP_OK)
     status = mp_signatures_require_trusted(infos, count, count < 8 ? count : 8, trusted, path);
+  if (status == MP_OK)
+    status = check_plan(copy, id.size, sigs.in_note ? id.size : sigs.signed_size, path, &sigs,
+                        out);
   signatures_free(&sigs);
   close(fd);
   if (status == MP_OK) {

@@ -31,7 +31,8 @@ static mp_status_t host_device(int32_t id, char* canonical, size_t capacity) {
 typedef struct {
   const mp_kind_t* kind;
   uint32_t version;
-  uint64_t end; /* of the part parsed, from its start */
+  uint64_t end;          /* of the part parsed, from its start */
+  uint32_t binary_count; /* read here: the module's binaries array is never made */
   mp_opencl_module_t m;
 } head_t;
 
@@ -41,7 +42,7 @@ static mp_status_t parse(void* state, mp_const_byte_span_t bytes) {
   MP_RETURN_IF_ERROR(mp_opencl_payload_parse_build(&h->m, h->kind, h->version, &r));
   uint32_t count;
   if (!mp_read_u32(&r, &count)) return mp_reader_error(&r, "binary count");
-  h->m.binary_count = count;
+  h->binary_count = count;
   h->end = r.pos;
   return MP_OK;
 }
@@ -52,6 +53,7 @@ static void reset(void* state) {
   mp_kernel_table_free(&h->m.base.table);
   free(h->m.base.name);
   memset(&h->m, 0, sizeof h->m);
+  h->binary_count = 0;
 }
 
 static mp_status_t answer(const mp_kind_t* kind, const mp_payload_reader_t* payload,
@@ -73,7 +75,7 @@ static mp_status_t answer(const mp_kind_t* kind, const mp_payload_reader_t* payl
   h->kind = kind;
   h->version = version;
   mp_status_t status = mp_preflight_parse_head(payload, at, parse, reset, h);
-  uint32_t count = h->m.binary_count;
+  uint32_t count = h->binary_count;
   at += h->end;
   const char* chosen = NULL;
   char keys[1024] = "";
@@ -106,9 +108,10 @@ static mp_status_t answer(const mp_kind_t* kind, const mp_payload_reader_t* payl
       snprintf(matched, sizeof matched, "%s", key);
       chosen = matched;
     }
-    int n = snprintf(keys + used, used < sizeof keys ? sizeof keys - used : 0, "%s%s",
-                     used ? "; " : "", key);
-    if (n > 0) used += (size_t)n;
+    if (used < sizeof keys) { /* the list is cut short at its buffer's end */
+      int n = snprintf(keys + used, sizeof keys - used, "%s%s", used ? "; " : "", key);
+      if (n > 0) used += (size_t)n;
+    }
   }
   if (status == MP_OK) {
     *out_fits = true;
