@@ -6,6 +6,8 @@ import itertools
 import random
 import shutil
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -369,3 +371,111 @@ def test_nested_payload_ranges_are_refused(tmp_path):
     struct.pack_into("<QQ", blob, at + 48 * 2, first + 64, 64)  # inside the first payload
     err = parse(reseal(blob))
     assert isinstance(err, modpack.FormatError) and "overlaps an earlier payload" in str(err)
+
+
+# ---- sparse files: gigabytes claimed, kilobytes stored ------------------------------------------
+
+SPARSE_GIB = 8
+
+
+def sparse_weight_file(folder, checksum_right: bool):
+    """A weight file of one float32 array claiming 8 GiB, every size consistent, whose data is
+    one hole: a few kilobytes on disk. Its XXH3 checksum and SHA-256 digest are those of 8 GiB
+    of zeros (|checksum_right|), so that it is valid, or its checksum is off by one, so that
+    only reading all of it can refuse it. The valid one is signed (a weight file signs its
+    index, which holds the digest; signing keeps the hole)."""
+    import hashlib
+
+    from test_signing import write_key
+
+    from modpack.format.seal import write_seal
+    from modpack.format.signatures import sign_library
+
+    path = modpack.save_weights({"w": np.zeros(2048, np.float32)}, folder / "sparse.mpw")
+    data = bytearray(path.read_bytes())
+    index_size, _, data_offset = struct.unpack_from("<QQQ", data, 16)
+    size = SPARSE_GIB << 30
+    zeros = bytes(1 << 22)
+    checksum = xxhash.xxh3_64()
+    for _ in range(size // len(zeros)):
+        checksum.update(zeros)
+    inner = hashlib.sha256(zeros).digest() * (size // len(zeros))
+    record = 64
+    shape_offset = struct.unpack_from("<Q", data, record + 24)[0]
+    struct.pack_into("<Q", data, shape_offset, size // 4)
+    struct.pack_into("<QQ", data, record + 40, size, checksum.intdigest() + (not checksum_right))
+    data[record + 56:record + 88] = hashlib.sha256(inner).digest()
+    struct.pack_into("<Q", data, 40, size)  # the header's data_size
+    struct.pack_into("<Q", data, 56, 0)
+    struct.pack_into("<Q", data, 56, xxhash.xxh3_64_intdigest(bytes(data[:index_size])))
+    with open(path, "r+b") as f:
+        f.truncate(0)
+        f.write(bytes(data[:data_offset]))
+        f.truncate(data_offset + size)  # the data: one hole
+        write_seal(f, blob_size=data_offset + size, payloads_offset=data_offset,
+                   payloads_size=size)
+    key = write_key(folder, "signer")
+    if checksum_right:  # signing checks the file first
+        sign_library(path, key[0])
+    assert path.stat().st_blocks * 512 < 1 << 20  # under 1 MiB on disk, signed too
+    return path, key[1]
+
+
+def resident_kib(path) -> int:
+    """This process's resident KiB of its mappings of |path| (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if "-" in line.split()[0] and len(line.split()) >= 5:
+                inside = line.rstrip().endswith(str(path))
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+def test_a_sparse_weight_file_is_checked_without_reading_its_holes(tmp_path):
+    """8 GiB of holes are checked as the zeros they read as, without reading them (reading
+    them would fill the page cache with 8 GiB of zeroed pages: half a minute once): the valid
+    file loads with its checksums and, signed, its digests, and the mapping stays nearly
+    unread; the one whose checksum is off is refused, naming the array."""
+    path, public = sparse_weight_file(tmp_path, checksum_right=True)
+    weights = modpack.load_weights(path)
+    assert weights["w"].shape == ((SPARSE_GIB << 30) // 4,)
+    assert resident_kib(path) < 1024, resident_kib(path)
+    signed = modpack.load_weights(path, trusted_keys=[public])  # every digest checked
+    assert resident_kib(path) < 1024, resident_kib(path)
+    del weights, signed
+    (tmp_path / "bad").mkdir()
+    bad, _ = sparse_weight_file(tmp_path / "bad", checksum_right=False)
+    with pytest.raises(modpack.FormatError, match="array 'w' does not match its checksum"):
+        modpack.load_weights(bad)
+    proc = subprocess.run([sys.executable, "-m", "modpack", "verify", str(bad)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "does not match its checksum" in proc.stdout + proc.stderr
+
+
+def test_a_sparse_library_is_checked_without_reading_its_holes(tmp_path):
+    """A library whose weights are holes (copied with ``cp --sparse=always``, which makes a hole
+    of every run of zeros) loads, signed or not, and verifies, without reading its holes: a
+    load checks each payload's XXH3, a signed load hashes everything with SHA-256, and neither
+    faults in the 64 MiB of zeros."""
+    from test_signing import write_key
+
+    from modpack.format.signatures import sign_library
+
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({"zeros": np.zeros(16 << 20, np.float32)}))
+    dense = host.export_library(tmp_path / "dense.so")
+    path = tmp_path / "sparse.so"
+    subprocess.run(["cp", "--sparse=always", str(dense), str(path)], check=True)
+    key = write_key(tmp_path, "signer")
+    sign_library(path, key[0])  # signed in its note, in place of a copy that keeps the holes
+    assert path.stat().st_blocks * 512 < 1 << 20, path.stat().st_blocks
+    for trusted in (None, [key[1]]):
+        root = modpack.load_module(path, trusted_keys=trusted)
+        assert resident_kib(path) < 2048, (trusted, resident_kib(path))
+        assert root.imported_modules[0].arrays["zeros"][-1] == 0
+        del root
+    proc = subprocess.run([sys.executable, "-m", "modpack", "verify", str(path), "--key",
+                           str(key[1])], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

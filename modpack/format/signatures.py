@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 from ..errors import ArgumentError, FormatError, ModpackError
 from ..extras import import_extra
+from ..files.kernel_copy import copy_range
 from ..runtime.binding import check, ffi, lib
 from .coverage import SIGNATURE_SLOTS, Coverage, note_fields, read_coverage, signed_digest
 from .layout import check_struct
@@ -249,13 +250,12 @@ def _copy_hashed(source: BinaryIO, target: Any, size: int, path: Path) -> bytes:
 
 
 def _copy(source: BinaryIO, target: Any, size: int, path: Path) -> None:
-    """Copy the first |size| bytes of |source| to |target| in the kernel (a weight file may be
-    as large as a model: no pass through Python)."""
+    """Copy the first |size| bytes of |source| to the new file |target| in the kernel (a weight
+    file may be as large as a model: no pass through Python), its holes left holes."""
     target.flush()
-    copied = 0
-    while copied < size:
-        n = os.copy_file_range(source.fileno(), target.fileno(), size - copied, copied, copied)
-        if n == 0:
-            raise FormatError(f"{path} shrank while it was being signed")
-        copied += n
+    try:
+        copy_range(source.fileno(), target.fileno(), 0, 0, size, skip_holes=True)
+    except FormatError:
+        raise FormatError(f"{path} shrank while it was being signed") from None
+    target.truncate(size)  # a hole at its end is still part of it
     target.seek(size)

@@ -365,18 +365,31 @@ static int compare_offsets(const void* a, const void* b) {
   return x->payload_size < y->payload_size ? -1 : x->payload_size > y->payload_size;
 }
 
-/* The first non-zero byte in [begin, end) of the blob, or |end|. */
-static uint64_t first_nonzero(const mp_blob_t* b, uint64_t begin, uint64_t end) {
-  for (uint64_t i = begin; i < end; ++i)
-    if (b->bytes.data[i] != 0) return i;
+/* Where a blob's bytes come from, for their holes (mp_blob_verify_payloads_in_file). */
+typedef struct {
+  int fd;
+  uint64_t offset;
+} backing_t;
+
+/* The first non-zero byte in [begin, end) of the blob, or |end|; holes of its file skipped. */
+static uint64_t first_nonzero(const mp_blob_t* b, backing_t file, uint64_t begin, uint64_t end) {
+  for (uint64_t piece = begin; piece < end; piece += MP_ZEROS_SIZE) {
+    uint64_t n = end - piece < MP_ZEROS_SIZE ? end - piece : MP_ZEROS_SIZE;
+    if (mp_file_is_hole(file.fd, file.offset + piece, n) ||
+        memcmp(b->bytes.data + piece, mp_zeros(), (size_t)n) == 0)
+      continue;
+    for (uint64_t i = piece;; ++i)
+      if (b->bytes.data[i] != 0) return i;
+  }
   return end;
 }
 
 /* Bytes between payloads (alignment padding) are written as zeros. They are outside the seal
  * (which skips the payload range) and outside every payload checksum, so they are checked here:
  * damage there is damage like any other, not something to load past. */
-static mp_status_t check_padding(const mp_blob_t* b, uint64_t begin, uint64_t end) {
-  uint64_t at = first_nonzero(b, begin, end);
+static mp_status_t check_padding(const mp_blob_t* b, backing_t file, uint64_t begin,
+                                 uint64_t end) {
+  uint64_t at = first_nonzero(b, file, begin, end);
   if (at == end) return MP_OK;
   return mp_errorf(MP_ERR_FORMAT,
                    "corrupt blob: byte %" PRIu64
@@ -388,7 +401,12 @@ static mp_status_t check_padding(const mp_blob_t* b, uint64_t begin, uint64_t en
 }
 
 mp_status_t mp_blob_verify_payloads(const mp_blob_t* b) {
+  return mp_blob_verify_payloads_in_file(b, -1, 0);
+}
+
+mp_status_t mp_blob_verify_payloads_in_file(const mp_blob_t* b, int fd, uint64_t file_offset) {
   if (!(b->info.flags & MP_FORMAT_FLAG_PAYLOAD_CHECKSUMS)) return MP_OK;
+  backing_t file = {fd, file_offset};
   uint64_t n = b->info.module_count;
   /* Identical payloads are stored once: hash each distinct range once, in file order. */
   const mp_blob_module_t** order = malloc(n * sizeof *order);
@@ -406,12 +424,12 @@ mp_status_t mp_blob_verify_payloads(const mp_blob_t* b) {
         order[k - 1]->payload_checksum == m->payload_checksum)
       continue;
     if (m->payload_offset > cursor) {
-      status = check_padding(b, cursor, m->payload_offset);
+      status = check_padding(b, file, cursor, m->payload_offset);
       if (status != MP_OK) break;
     }
     if (m->payload_offset + m->payload_size > cursor) cursor = m->payload_offset + m->payload_size;
     mp_const_byte_span_t payload = {b->bytes.data + m->payload_offset, m->payload_size};
-    uint64_t actual = mp_checksum_mapped(payload);
+    uint64_t actual = mp_checksum_mapped_file(payload, fd, file_offset + m->payload_offset);
     if (actual != m->payload_checksum)
       status = mp_errorf(MP_ERR_FORMAT,
                          "corrupt blob: module[%" PRIu64
@@ -421,7 +439,7 @@ mp_status_t mp_blob_verify_payloads(const mp_blob_t* b) {
                          (uint64_t)(m - b->modules), m->type_key, m->payload_checksum, actual);
   }
   if (status == MP_OK && cursor < b->info.blob_size)
-    status = check_padding(b, cursor, b->info.blob_size);
+    status = check_padding(b, file, cursor, b->info.blob_size);
   free(order);
   return status;
 }

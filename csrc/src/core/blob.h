@@ -8,6 +8,13 @@
  * that a loader can time the two phases. */
 mp_status_t mp_blob_verify_payloads(const mp_blob_t* blob);
 
+/* The same for a blob whose bytes are a mapping of the file open as |fd| from its byte
+ * |file_offset| (|fd| -1: not known): what lies in holes of the file is checked as the zeros
+ * it reads as, without reading it (core/mapped_read.h), so a sparse file claiming gigabytes
+ * costs what its data does. Only for a mapping of that very file: a verified copy's holes are
+ * where the file's own mappings go (load/verified_library.h). */
+mp_status_t mp_blob_verify_payloads_in_file(const mp_blob_t* blob, int fd, uint64_t file_offset);
+
 /* mp_blob_parse of a blob of which only the index is at hand (|index| holds at least its
  * index_size bytes; the whole blob may claim up to |available| bytes): everything the index
  * says is validated, payload ranges included, but no payload is read, so the result must not

@@ -38,6 +38,34 @@ uint64_t mp_index_checksum(const uint8_t* blob, uint64_t index_size) {
   return (uint64_t)XXH3_64bits_digest(&state);
 }
 
+struct mp_hash64 {
+  XXH3_state_t state;
+};
+
+mp_hash64_t* mp_hash64_new(void) {
+  mp_hash64_t* hash = aligned_alloc(64, sizeof *hash); /* XXH3_state_t wants 64 bytes */
+  if (hash) XXH3_64bits_reset(&hash->state);
+  return hash;
+}
+
+void mp_hash64_update(mp_hash64_t* hash, const void* data, size_t size) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (cpu_has_avx2()) {
+    mp_hash64_update_avx2(&hash->state, data, size);
+    return;
+  }
+#endif
+  XXH3_64bits_update(&hash->state, data, size);
+}
+
+uint64_t mp_hash64_digest(const mp_hash64_t* hash) {
+  return (uint64_t)XXH3_64bits_digest(&hash->state);
+}
+
+void mp_hash64_free(mp_hash64_t* hash) {
+  free(hash);
+}
+
 struct mp_hash128 {
   XXH3_state_t state;
 };

@@ -20,7 +20,17 @@ void mp_hash128_update(mp_hash128_t* hash, const void* data, size_t size);
 mp_digest128_t mp_hash128_digest(const mp_hash128_t* hash);
 void mp_hash128_free(mp_hash128_t* hash);
 
-/* XXH3-64 built for AVX2 (checksum_avx2.c); mp_checksum uses it when the CPU has AVX2. */
+/* XXH3-64 (mp_checksum's) of a stream of bytes, for ranges hashed in pieces: new, update as
+ * the bytes come, digest, free. */
+typedef struct mp_hash64 mp_hash64_t;
+mp_hash64_t* mp_hash64_new(void); /* NULL when out of memory */
+void mp_hash64_update(mp_hash64_t* hash, const void* data, size_t size);
+uint64_t mp_hash64_digest(const mp_hash64_t* hash);
+void mp_hash64_free(mp_hash64_t* hash);
+
+/* XXH3-64 built for AVX2 (checksum_avx2.c); mp_checksum and mp_hash64_update use it when the
+ * CPU has AVX2. |state| is an XXH3_state_t. */
 uint64_t mp_checksum_avx2(const uint8_t* data, uint64_t size);
+void mp_hash64_update_avx2(void* state, const void* data, size_t size);
 
 #endif /* MODPACK_CORE_CHECKSUM_H_ */

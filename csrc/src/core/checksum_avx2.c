@@ -21,6 +21,10 @@
 uint64_t mp_checksum_avx2(const uint8_t* data, uint64_t size) {
   return (uint64_t)XXH3_64bits(data, (size_t)size);
 }
+
+void mp_hash64_update_avx2(void* state, const void* data, size_t size) {
+  XXH3_64bits_update((XXH3_state_t*)state, data, size);
+}
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif

@@ -13,10 +13,14 @@
 #endif
 #include "core/mapped_read.h"
 
+#include <errno.h>
 #include <stdbool.h>
+#include <unistd.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+
+#include "core/checksum.h"
 
 enum {
   PAGE = 4096,
@@ -66,5 +70,85 @@ uint64_t mp_checksum_mapped(mp_const_byte_span_t bytes) {
   mp_mapped_read_begin(bytes.data, bytes.size);
   uint64_t digest = mp_checksum(bytes);
   mp_mapped_read_end(bytes.data, bytes.size);
+  return digest;
+}
+
+static const uint8_t zeros[MP_ZEROS_SIZE]; /* never written: the zero page, shared */
+
+const uint8_t* mp_zeros(void) {
+  return zeros;
+}
+
+uint64_t mp_file_extent(int fd, uint64_t offset, uint64_t end, bool* out_hole) {
+  *out_hole = false;
+#if defined(SEEK_DATA) && defined(SEEK_HOLE)
+  if (fd < 0 || offset >= end) return end;
+  off_t data = lseek(fd, (off_t)offset, SEEK_DATA);
+  if (data < 0) {
+    *out_hole = errno == ENXIO; /* nothing but a hole from |offset| to the end of the file */
+    return end;
+  }
+  if ((uint64_t)data > offset) {
+    *out_hole = true;
+    return (uint64_t)data < end ? (uint64_t)data : end;
+  }
+  off_t hole = lseek(fd, (off_t)offset, SEEK_HOLE);
+  return hole > data && (uint64_t)hole < end ? (uint64_t)hole : end;
+#else
+  (void)fd, (void)offset;
+  return end;
+#endif
+}
+
+bool mp_file_is_hole(int fd, uint64_t offset, uint64_t size) {
+  bool hole;
+  return size > 0 && mp_file_extent(fd, offset, offset + size, &hole) == offset + size && hole;
+}
+
+bool mp_file_has_hole(int fd, uint64_t offset, uint64_t size) {
+#if defined(SEEK_HOLE)
+  if (fd < 0 || size == 0) return false;
+  off_t hole = lseek(fd, (off_t)offset, SEEK_HOLE);
+  return hole >= 0 && (uint64_t)hole < offset + size; /* the end of the file is a hole too */
+#else
+  (void)fd, (void)offset, (void)size;
+  return false;
+#endif
+}
+
+mp_status_t mp_read_mapped_file(const uint8_t* data, uint64_t size, int fd, uint64_t file_offset,
+                                mp_bytes_sink_t consume, void* context) {
+  bool holes = mp_file_has_hole(fd, file_offset, size);
+  mp_status_t status = MP_OK;
+  for (uint64_t at = 0; at < size && status == MP_OK;) {
+    bool hole = false;
+    uint64_t next = holes ? mp_file_extent(fd, file_offset + at, file_offset + size, &hole) -
+                                file_offset
+                          : size;
+    if (hole) {
+      for (; at < next && status == MP_OK; at += MP_ZEROS_SIZE)
+        status = consume(context, zeros, next - at < MP_ZEROS_SIZE ? next - at : MP_ZEROS_SIZE);
+    } else {
+      mp_mapped_read_begin(data + at, next - at);
+      status = consume(context, data + at, next - at);
+      mp_mapped_read_end(data + at, next - at);
+    }
+    at = next;
+  }
+  return status;
+}
+
+static mp_status_t hash64_sink(void* context, const uint8_t* bytes, uint64_t size) {
+  mp_hash64_update(context, bytes, (size_t)size);
+  return MP_OK;
+}
+
+uint64_t mp_checksum_mapped_file(mp_const_byte_span_t bytes, int fd, uint64_t file_offset) {
+  if (!mp_file_has_hole(fd, file_offset, bytes.size)) return mp_checksum_mapped(bytes);
+  mp_hash64_t* hash = mp_hash64_new();
+  if (!hash) return mp_checksum_mapped(bytes);
+  (void)mp_read_mapped_file(bytes.data, bytes.size, fd, file_offset, hash64_sink, hash);
+  uint64_t digest = mp_hash64_digest(hash);
+  mp_hash64_free(hash);
   return digest;
 }

@@ -35,7 +35,7 @@ static mp_status_t check_blob(int fd, const char* path, const mp_seal_v1_t* seal
                                      flags | MP_LOAD_SKIP_PAYLOAD_CHECKSUMS, &blob);
   if (status == MP_OK && !(flags & MP_LOAD_SKIP_PAYLOAD_CHECKSUMS)) {
     *out_stage = MP_CHECK_PAYLOADS;
-    status = mp_blob_verify_payloads(blob);
+    status = mp_blob_verify_payloads_in_file(blob, fd, seal->blob_offset);
   }
   if (status != MP_OK) status = mp_error_prefix(status, "'%s': %s", path, MP_BLOB_SYMBOL);
   mp_blob_info_t info = {0};

@@ -204,6 +204,10 @@ mp_status_t mp_library_open(const char* path, int fd, const mp_file_id_t* id,
   return MP_OK;
 }
 
+int mp_library_file(const mp_library_t* library) {
+  return library->system ? -1 : library->fd;
+}
+
 mp_status_t mp_library_open_system(const mp_system_lib_t* system, mp_library_t** out_library,
                                    bool* out_existing) {
   *out_library = NULL;

@@ -41,6 +41,10 @@ void mp_library_set_root(mp_library_t* library, mp_module_t* root);
 
 /* The address of |symbol| in the library, or NULL. */
 void* mp_library_symbol(const mp_library_t* library, const char* symbol);
+
+/* The file the library was loaded from, open while it is loaded; -1 when none is (a system
+ * library, or a loader that needed no descriptor). */
+int mp_library_file(const mp_library_t* library);
 /* The blob's bytes: from `__dev_mblob` to its size, which must lie inside a file-backed part
  * of a loaded segment (so no read can run past the file). With the file's |seal| (NULL for a
  * library loaded unsealed), the blob must be where and as large as the seal says, and present

@@ -58,9 +58,11 @@ static mp_status_t check_live_weights(mp_library_t* library, const mp_load_setti
 }
 
 /* The tree of an opened library: the live one, or one built anew as |settings| say (taken
- * over). Caller holds the lock. */
+ * over). |mapped_from_file|: the library's image is a mapping of its own file (not of a
+ * verified copy), whose holes its checks may then skip. Caller holds the lock. */
 static mp_status_t tree_of(mp_library_t* library, bool existing, mp_load_settings_t* settings,
-                           const mp_seal_v1_t* seal, mp_module_t** out_module) {
+                           const mp_seal_v1_t* seal, bool mapped_from_file,
+                           mp_module_t** out_module) {
   uint32_t flags = settings->flags;
   if (existing) {
     mp_module_t* root = mp_library_live_root(library);
@@ -81,7 +83,9 @@ static mp_status_t tree_of(mp_library_t* library, bool existing, mp_load_setting
   mp_const_byte_span_t bytes;
   bool has_blob;
   MP_RETURN_IF_ERROR(mp_library_locate_blob(library, seal, &bytes, &has_blob));
-  MP_RETURN_IF_ERROR(has_blob ? mp_tree_build(library, bytes, flags, out_module)
+  int holes_fd = mapped_from_file && seal ? mp_library_file(library) : -1;
+  MP_RETURN_IF_ERROR(has_blob ? mp_tree_build(library, bytes, flags, holes_fd,
+                                              seal ? seal->blob_offset : 0, out_module)
                               : mp_tree_host_only(library, out_module));
   mp_library_set_root(library, *out_module);
   return MP_OK;
@@ -128,7 +132,8 @@ static mp_status_t load_fd(int fd, mp_file_id_t id, const char* path,
     mp_trace_phase(path, "place payloads", &clock, "");
   }
   if (status == MP_OK)
-    status = tree_of(library, existing, settings, sealed ? &seal : NULL, out_module);
+    status = tree_of(library, existing, settings, sealed ? &seal : NULL, verified == NULL,
+                     out_module);
   mp_library_release(library); /* the modules hold it now (or it goes, on failure) */
   mp_weight_files_release(&held); /* the tree's bindings hold them now */
   return status;
@@ -311,7 +316,7 @@ mp_status_t mp_module_load_system_lib(const mp_system_lib_t* lib, mp_module_t** 
   mp_load_settings_t settings = {0};
   mp_status_t status = mp_library_open_system(lib, &library, &existing);
   if (status == MP_OK) {
-    status = tree_of(library, existing, &settings, NULL, out_module);
+    status = tree_of(library, existing, &settings, NULL, false, out_module);
     mp_library_release(library); /* the modules hold it now (or it goes, on failure) */
   }
   mp_library_unlock();

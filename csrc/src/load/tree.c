@@ -70,7 +70,7 @@ static mp_status_t load_entry(mp_library_t* library, mp_const_byte_span_t bytes,
 
 /* Validates the blob; payload checksums are a separate, timed phase. */
 static mp_status_t parse_blob(mp_library_t* library, mp_const_byte_span_t bytes, uint32_t flags,
-                              mp_blob_t** out_blob) {
+                              int holes_fd, uint64_t file_offset, mp_blob_t** out_blob) {
   const char* path = mp_library_path(library);
   double clock = mp_trace_now_ms();
   char detail[128];
@@ -87,7 +87,7 @@ static mp_status_t parse_blob(mp_library_t* library, mp_const_byte_span_t bytes,
     mp_trace_phase(path, "checksums", &clock, "skipped (MP_LOAD_SKIP_PAYLOAD_CHECKSUMS)");
     return MP_OK;
   }
-  mp_status_t status = mp_blob_verify_payloads(*out_blob);
+  mp_status_t status = mp_blob_verify_payloads_in_file(*out_blob, holes_fd, file_offset);
   if (status != MP_OK) {
     mp_blob_free(*out_blob);
     *out_blob = NULL;
@@ -104,9 +104,9 @@ static mp_status_t parse_blob(mp_library_t* library, mp_const_byte_span_t bytes,
 }
 
 mp_status_t mp_tree_build(mp_library_t* library, mp_const_byte_span_t bytes, uint32_t flags,
-                          mp_module_t** out_root) {
+                          int holes_fd, uint64_t file_offset, mp_module_t** out_root) {
   mp_blob_t* blob = NULL;
-  MP_RETURN_IF_ERROR(parse_blob(library, bytes, flags, &blob));
+  MP_RETURN_IF_ERROR(parse_blob(library, bytes, flags, holes_fd, file_offset, &blob));
   double clock = mp_trace_now_ms();
   mp_blob_info_t info;
   mp_blob_info(blob, &info);

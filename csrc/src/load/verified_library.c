@@ -15,6 +15,7 @@
 #include "core/bytes.h"
 #include "core/crypto.h"
 #include "core/error.h"
+#include "core/mapped_read.h"
 #include "kinds/const/const_payload.h"
 #include "modpack/kinds/const.h"
 #include "load/blob_index.h"
@@ -120,11 +121,22 @@ typedef struct {
 } signed_bytes_t;
 
 /* Hash the file's bytes [begin, end) and, with |copy| >= 0, write them at the same offsets of
- * |copy| (as they are: the masks apply to the hash only). */
+ * |copy| (as they are: the masks apply to the hash only). A piece in a hole of the file is
+ * hashed as the zeros it reads as, neither read nor written: the copy's own hole there reads
+ * as the same zeros (core/mapped_read.h). */
 static mp_status_t hash_part(int fd, const char* path, uint64_t begin, uint64_t end, int copy,
                              const signed_bytes_t* what, mp_sha256_t* hash, uint8_t* buffer) {
+  _Static_assert((uint64_t)CHUNK <= (uint64_t)MP_ZEROS_SIZE, "a piece of zeros at hand");
+  bool holes = mp_file_has_hole(fd, begin, end - begin), in_hole = false;
+  uint64_t extent_end = begin; /* the end of the extent (data or hole) |begin| is in */
   while (begin < end) {
-    size_t n = end - begin < CHUNK ? (size_t)(end - begin) : CHUNK;
+    if (begin >= extent_end) extent_end = holes ? mp_file_extent(fd, begin, end, &in_hole) : end;
+    size_t n = extent_end - begin < CHUNK ? (size_t)(extent_end - begin) : CHUNK;
+    if (in_hole) {
+      MP_RETURN_IF_ERROR(mp_sha256_update(hash, mp_zeros(), n));
+      begin += n;
+      continue;
+    }
     if (!mp_file_read_at(fd, buffer, n, begin))
       return mp_errorf(MP_ERR_IO, "cannot read '%s' at byte %" PRIu64 ": %s", path, begin,
                        errno ? strerror(errno) : "the file shrank");
@@ -148,6 +160,18 @@ static bool window_signed(const mp_verified_window_t* w, const signed_bytes_t* w
     inside = what->note->masks[i].end <= w->offset ||
              what->note->masks[i].begin >= w->offset + w->size;
   return inside;
+}
+
+static mp_status_t sha256_sink(void* context, const uint8_t* bytes, uint64_t size) {
+  return mp_sha256_update(context, bytes, size);
+}
+
+/* Hash window |w| through its mapping, read ahead while hashing (cold), its holes as zeros. */
+static mp_status_t hash_window(int fd, const mp_verified_window_t* w, mp_sha256_t* hash) {
+  (void)madvise(w->mapping, (size_t)w->size, MADV_SEQUENTIAL);
+  mp_status_t status = mp_read_mapped_file(w->mapping, w->size, fd, w->offset, sha256_sink, hash);
+  (void)madvise(w->mapping, (size_t)w->size, MADV_NORMAL);
+  return status;
 }
 
 /* SHA-256 of the signed bytes, each window hashed through its mapping (made here), the rest
@@ -177,9 +201,7 @@ static mp_status_t hash_file(int fd, const char* path, const signed_bytes_t* wha
         break;
       }
       w->mapping = map;
-      (void)madvise(map, (size_t)w->size, MADV_SEQUENTIAL); /* read ahead while hashing, cold */
-      status = mp_sha256_update(hash, map, w->size);
-      (void)madvise(map, (size_t)w->size, MADV_NORMAL);
+      status = hash_window(fd, w, hash);
       cursor = w->offset + w->size;
     }
     if (status == MP_OK) status = hash_part(fd, path, cursor, end, copy, what, hash, buffer);

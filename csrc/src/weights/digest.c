@@ -5,6 +5,7 @@
 #include "weights/digest.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@ enum { CHUNK = MP_WEIGHTS_DIGEST_CHUNK, MAX_THREADS = 8 };
 
 typedef struct {
   mp_digest_job_t* jobs;
+  uint8_t zero_chunk[32]; /* the SHA-256 of a whole chunk of zeros, when some job has holes */
+  bool holes;
   uint64_t* first_chunk; /* per job: the index of its first chunk; [count] = all chunks */
   uint64_t count;
   uint8_t* chunk_digests; /* 32 bytes per chunk, in order */
@@ -40,6 +43,25 @@ static uint64_t job_of(const work_t* w, uint64_t c) {
   return low;
 }
 
+static mp_status_t sha256_sink(void* context, const uint8_t* bytes, uint64_t size) {
+  return mp_sha256_update(context, bytes, size);
+}
+
+/* The SHA-256 of a chunk in which the job's file has holes: its data from the mapping, its
+ * holes as zeros (core/mapped_read.h). */
+static mp_status_t hash_with_holes(const mp_digest_job_t* job, uint64_t begin, uint64_t size,
+                                   uint8_t digest[32]) {
+  mp_sha256_t* hash;
+  MP_RETURN_IF_ERROR(mp_sha256_begin(&hash));
+  mp_status_t status = mp_read_mapped_file(job->data + begin, size, job->fd,
+                                           job->file_offset + begin, sha256_sink, hash);
+  if (status != MP_OK) {
+    mp_sha256_abandon(hash);
+    return status;
+  }
+  return mp_sha256_finish(hash, digest);
+}
+
 static void* hash_chunks(void* arg) {
   work_t* w = arg;
   uint64_t total = w->first_chunk[w->count];
@@ -48,8 +70,16 @@ static void* hash_chunks(void* arg) {
     const mp_digest_job_t* job = &w->jobs[j];
     uint64_t begin = (c - w->first_chunk[j]) * CHUNK;
     uint64_t size = job->size - begin < CHUNK ? job->size - begin : CHUNK;
-    if (mp_crypto_sha256(job->data + begin, size, w->chunk_digests + 32 * c) != MP_OK)
-      atomic_store(&w->failed, 1);
+    uint8_t* digest = w->chunk_digests + 32 * c;
+    bool holes = w->holes && mp_file_has_hole(job->fd, job->file_offset + begin, size);
+    mp_status_t status;
+    if (!holes)
+      status = mp_crypto_sha256(job->data + begin, size, digest);
+    else if (size == CHUNK && mp_file_is_hole(job->fd, job->file_offset + begin, size))
+      status = (memcpy(digest, w->zero_chunk, 32), MP_OK);
+    else
+      status = hash_with_holes(job, begin, size, digest);
+    if (status != MP_OK) atomic_store(&w->failed, 1);
   }
   return NULL;
 }
@@ -65,6 +95,10 @@ mp_status_t mp_chunked_sha256(mp_digest_job_t* jobs, uint64_t count) {
   uint8_t probe[32]; /* libcrypto loaded (or its absence reported) before threads start */
   MP_RETURN_IF_ERROR(mp_crypto_sha256("", 0, probe));
   work_t w = {.jobs = jobs, .count = count};
+  for (uint64_t j = 0; j < count && !w.holes; ++j)
+    w.holes = mp_file_has_hole(jobs[j].fd, jobs[j].file_offset, jobs[j].size);
+  _Static_assert((uint64_t)MP_ZEROS_SIZE >= (uint64_t)CHUNK, "a chunk of zeros at hand");
+  if (w.holes) MP_RETURN_IF_ERROR(mp_crypto_sha256(mp_zeros(), CHUNK, w.zero_chunk));
   w.first_chunk = malloc((count + 1) * sizeof *w.first_chunk);
   if (!w.first_chunk) return mp_out_of_memory("hashing weights");
   uint64_t total = 0, bytes = 0;

@@ -11,6 +11,10 @@
 typedef struct {
   const uint8_t* data; /* |size| bytes, typically a mapping of a weight file */
   uint64_t size;
+  /* The file mapped at |data|, from its byte |file_offset| (-1: none): a chunk in one of its
+   * holes is the SHA-256 of zeros, hashed without touching the mapping (core/mapped_read.h). */
+  int fd;
+  uint64_t file_offset;
   uint8_t digest[32]; /* out: the chunked SHA-256 of the bytes */
 } mp_digest_job_t;
 

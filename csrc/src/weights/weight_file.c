@@ -5,6 +5,7 @@
 #include "weights/weight_file.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -47,6 +48,7 @@ struct mp_weight_file {
   uint64_t index_size;
   uint8_t digest[32];
   const uint8_t* map; /* the whole file, read-only and shared */
+  int fd;             /* the file, for where its holes are (core/mapped_read.h); -1: unknown */
   uint64_t map_size;
   uint64_t count;
   mp_weight_array_t* arrays;
@@ -82,6 +84,7 @@ void mp_weight_file_retain(mp_weight_file_t* file) {
 
 static void destroy(mp_weight_file_t* f) {
   if (f->map) munmap((void*)f->map, (size_t)f->map_size);
+  if (f->fd >= 0) close(f->fd);
   mp_device_array_cache_clear(&f->device_arrays);
   pthread_mutex_destroy(&f->check_lock);
   for (uint64_t i = 0; f->arrays && i < f->count; ++i) free((char*)f->arrays[i].name);
@@ -377,6 +380,7 @@ static mp_status_t open_new(int fd, const char* path, const mp_file_id_t* id,
     return mp_out_of_memory("a weight file");
   }
   atomic_init(&f->refcount, 1);
+  f->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* -1 on failure: holes are then read */
   pthread_mutex_init(&f->check_lock, NULL);
   mp_device_array_cache_init(&f->device_arrays);
   f->id = *id;
@@ -521,16 +525,26 @@ static mp_status_t digest_mismatch(const mp_weight_file_t* f, uint64_t i) {
                    f->arrays[i].name, f->path);
 }
 
+/* Whether the file's bytes [begin, end) are all zero, holes skipped. */
+static bool zeros_between(const mp_weight_file_t* f, uint64_t begin, uint64_t end) {
+  for (uint64_t at = begin; at < end; at += MP_ZEROS_SIZE) {
+    uint64_t n = end - at < MP_ZEROS_SIZE ? end - at : MP_ZEROS_SIZE;
+    if (!mp_file_is_hole(f->fd, at, n) && memcmp(f->map + at, mp_zeros(), (size_t)n) != 0)
+      return false;
+  }
+  return true;
+}
+
 /* Every distinct array's XXH3 (in file order), and the zeros between them. */
 static mp_status_t check_checksums(const mp_weight_file_t* f) {
   uint64_t cursor = f->data_offset;
   for (uint64_t i = 0; i < f->count; ++i) {
     const mp_weight_array_t* a = &f->arrays[i];
     if (a->offset < cursor) continue; /* stored once, checked once */
-    for (uint64_t at = cursor; at < a->offset; ++at)
-      if (f->map[at] != 0)
-        return damaged(f->path, "a byte between its arrays is not zero");
-    uint64_t actual = mp_checksum_mapped((mp_const_byte_span_t){f->map + a->offset, a->size});
+    if (!zeros_between(f, cursor, a->offset))
+      return damaged(f->path, "a byte between its arrays is not zero");
+    uint64_t actual = mp_checksum_mapped_file(
+        (mp_const_byte_span_t){f->map + a->offset, a->size}, f->fd, a->offset);
     if (actual != a->checksum)
       return mp_errorf(MP_ERR_FORMAT,
                        "'%s' is damaged: array '%s' does not match its checksum (stored %016" PRIx64
@@ -552,7 +566,7 @@ static mp_status_t check_digests(mp_weight_file_t* f) {
   for (uint64_t i = 0; i < f->count; ++i) {
     const mp_weight_array_t* a = &f->arrays[i];
     if (a->offset < cursor || atomic_load(&f->array_checked[i])) continue;
-    jobs[n] = (mp_digest_job_t){f->map + a->offset, a->size, {0}};
+    jobs[n] = (mp_digest_job_t){f->map + a->offset, a->size, f->fd, a->offset, {0}};
     which[n++] = i;
     cursor = a->offset + a->size;
   }
@@ -583,7 +597,7 @@ mp_status_t mp_weight_file_check_array(mp_weight_file_t* file, uint64_t index) {
   if (index >= file->count) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "no array %" PRIu64, index);
   if (atomic_load(&file->array_checked[index])) return MP_OK;
   const mp_weight_array_t* a = &file->arrays[index];
-  mp_digest_job_t job = {file->map + a->offset, a->size, {0}};
+  mp_digest_job_t job = {file->map + a->offset, a->size, file->fd, a->offset, {0}};
   MP_RETURN_IF_ERROR(mp_chunked_sha256(&job, 1));
   if (memcmp(job.digest, a->digest, 32) != 0) return digest_mismatch(file, index);
   atomic_store(&file->array_checked[index], 1); /* racing first uses both hash: no harm */
