@@ -1,8 +1,11 @@
 """The libFuzzer targets, under AddressSanitizer and UBSan, run for a short, fixed time from
 their seed corpora and find nothing: the one over the trust boundary (csrc/tests/fuzz_payloads.c:
-the blob reader and each built-in kind's payload loader) and the one over the arrays host code
+the blob reader and each built-in kind's payload loader), the one over the arrays host code
 receives (csrc/tests/fuzz_dltensor.c: crafted DLTensors against the signature checker, the
-untyped wrappers and copies). A longer run: csrc/tests/README.md."""
+untyped wrappers and copies), and the one over what the read-only tools parse
+(csrc/tests/fuzz_tools.c: seals and seal notes, preflight's index and each device kind's
+preflight head, the loader's checks short of running a library). A longer run:
+csrc/tests/README.md."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from conftest import ROOT, run
 
 SECONDS = int(os.environ.get("MODPACK_FUZZ_SECONDS", "20"))
 DLTENSOR_SECONDS = int(os.environ.get("MODPACK_FUZZ_DLTENSOR_SECONDS", "12"))
+TOOLS_SECONDS = int(os.environ.get("MODPACK_FUZZ_TOOLS_SECONDS", "15"))
 
 pytestmark = pytest.mark.skipif(
     shutil.which("clang") is None or shutil.which("cmake") is None,
@@ -27,13 +31,13 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def fuzz_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Both targets, built once over one sanitized copy of the runtime."""
+    """The targets, built once over one sanitized copy of the runtime."""
     build = tmp_path_factory.mktemp("fuzz-build")
     env = {**os.environ, "CC": "clang"}
     run("cmake", "-S", ROOT, "-B", build, "-DMODPACK_BUILD_FUZZERS=ON", "-DMODPACK_BUILD_TESTS=OFF",
         "-DMODPACK_WERROR=ON", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", env=env)
     run("cmake", "--build", build, "-j2", "--target", "modpack_fuzz_payloads",
-        "modpack_fuzz_dltensor", env=env)
+        "modpack_fuzz_dltensor", "modpack_fuzz_tools", env=env)
     return build
 
 
@@ -161,6 +165,50 @@ def test_a_short_dltensor_fuzzing_run_finds_nothing(dltensor_fuzzer: Path, dlten
         [dltensor_fuzzer, f"-max_total_time={DLTENSOR_SECONDS}", "-seed=1", "-timeout=10",
          "-rss_limit_mb=2048", f"-artifact_prefix={artifacts}/", dltensor_corpus],
         capture_output=True, text=True, timeout=DLTENSOR_SECONDS + 120,
+    )
+    found = sorted(p.name for p in artifacts.iterdir())
+    assert proc.returncode == 0 and not found, (
+        f"the fuzzer found {found} (kept in {artifacts}):\n{proc.stderr[-6000:]}"
+    )
+    assert "Done" in proc.stderr, proc.stderr[-2000:]
+
+
+# ---- what the read-only tools parse -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tools_fuzzer(fuzz_build: Path) -> Path:
+    return fuzz_build / "modpack_fuzz_tools"
+
+
+@pytest.fixture(scope="module")
+def tools_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("tools-corpus")
+    run(sys.executable, ROOT / "csrc" / "tests" / "make_fuzz_corpus.py", folder, "tools")
+    seeds = {p.name for p in folder.iterdir()}
+    assert {"file-library", "file-library-compressed", "file-signed", "file-weightfile",
+            "file-tvm", "blob-0", "blob-19", "head-opencl", "head-cuda", "head-vulkan",
+            "head-rocm"} <= seeds, sorted(seeds)
+    return folder
+
+
+def test_the_tools_seeds_run(tools_fuzzer: Path, tools_corpus: Path):
+    """Every seed runs through the target without a finding: among them an OpenCL payload with
+    prebuilt binaries, whose preflight once freed an array it had never made."""
+    proc = subprocess.run([tools_fuzzer, "-runs=0", tools_corpus], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "INITED" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_short_tools_fuzzing_run_finds_nothing(tools_fuzzer: Path, tools_corpus: Path,
+                                                 tmp_path: Path):
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    proc = subprocess.run(
+        [tools_fuzzer, f"-max_total_time={TOOLS_SECONDS}", "-seed=1", "-timeout=10",
+         "-rss_limit_mb=2048", f"-artifact_prefix={artifacts}/", tools_corpus],
+        capture_output=True, text=True, timeout=TOOLS_SECONDS + 120,
     )
     found = sorted(p.name for p in artifacts.iterdir())
     assert proc.returncode == 0 and not found, (

@@ -9,6 +9,9 @@ Every built-in kind must have writer seeds here (``writer_modules``): tests/test
 checks it.
 
     python csrc/tests/make_fuzz_corpus.py CORPUS_DIR
+
+``python csrc/tests/make_fuzz_corpus.py CORPUS_DIR tools`` writes the seeds of fuzz_tools.c
+instead (``tools_seeds``): whole files, blobs and each device kind's payloads.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -170,14 +174,81 @@ def weight_seeds(scratch: Path) -> dict[str, bytes]:
             "weights-writer": bytes([SELECTOR["weights"]]) + reference.save_to_binary()}
 
 
-def main(folder: str) -> None:
+# ---- the seeds of fuzz_tools.c ------------------------------------------------------------------
+
+# Its selectors: 0 a whole file, 1 a blob, then one per built-in kind (a payload for its
+# preflight head parser).
+TOOLS_SELECTOR = {"file": 0, "blob": 1, **{kind: 2 + i for i, kind in enumerate(builtin_kinds())}}
+
+
+def tools_seeds(scratch: Path) -> dict[str, bytes]:
+    """Whole files as the tools meet them (a library of every device kind sealed by its note,
+    the same with compressed code, one without a blob, a signed one, a weight file, a TVM
+    library, a library sealed by a trailer), their blobs, and each device kind's payloads."""
+    from modpack.format.signatures import sign_library
+    from modpack.serializer import ModuleSerializer
+
+    modules = writer_modules()
+    root = modpack.csource_module("int placeholder;")
+    for key in ("const", "opencl", "cuda", "vulkan", "rocm"):
+        root.import_module(modules[key])
+    with warnings.catch_warnings():  # kernels of one name in several modules: as intended
+        warnings.simplefilter("ignore", modpack.ModpackWarning)
+        library = root.export_library(scratch / "library.so")
+        compressed = root.export_library(scratch / "compressed.so", compress_code=True)
+    files = {
+        "library": library,
+        "library-compressed": compressed,
+        "host-only": modpack.csource_module("int x;").export_library(scratch / "host.so"),
+        "weightfile": modpack.save_weights({"a": np.arange(6, dtype=np.int16)},
+                                           scratch / "w.mpw"),
+        "tvm": ROOT / "tests" / "data" / "tvm" / "opencl_add_tvm0.27.so",
+        "golden-v1": ROOT / "tests" / "data" / "golden_v1_sealed" / "deploy.so",
+    }
+    key = scratch / "key.pem"
+    key.write_bytes(_private_pem())
+    signed = scratch / "signed.so"
+    signed.write_bytes(files["library"].read_bytes())
+    sign_library(signed, key)
+    files["signed"] = signed
+    seeds = {f"file-{name}": bytes([TOOLS_SELECTOR["file"]]) + path.read_bytes()
+             for name, path in files.items() if path.exists()}
+    for level in (0, 19):
+        out = io.BytesIO()
+        ModuleSerializer(root, level).write_blob_to(out, 0, 64)
+        seeds[f"blob-{level}"] = bytes([TOOLS_SELECTOR["blob"]]) + out.getvalue()
+    for name, module in modules.items():
+        if module.type_key in ("cuda", "opencl", "vulkan", "rocm"):
+            seeds[f"head-{name}"] = (bytes([TOOLS_SELECTOR[module.type_key]]) +
+                                     module.save_to_binary())
+    return seeds
+
+
+def _private_pem() -> bytes:
+    """A throwaway Ed25519 key, PEM (a seed file signed by it has a filled signature slot)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption())
+
+
+def main(folder: str, target: str = "payloads") -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    seeds = {**golden_seeds(), **writer_seeds(), **framed_seeds(), **weight_seeds(out)}
-    (out / "seed.mpw").unlink()
+    scratch = out / ".scratch"
+    scratch.mkdir()
+    if target == "tools":
+        seeds = tools_seeds(scratch)
+    else:
+        seeds = {**golden_seeds(), **writer_seeds(), **framed_seeds(), **weight_seeds(scratch)}
+    for path in sorted(scratch.iterdir()):
+        path.unlink()
+    scratch.rmdir()
     for name, data in seeds.items():
         (out / name).write_bytes(data)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *sys.argv[2:3])
