@@ -397,3 +397,68 @@ def test_a_library_edited_with_its_mtime_put_back_is_refused(tmp_path):
                                                    "of it is loaded"):
         modpack.load_module(path)
     assert first["answer"]() == 42
+
+
+# ---- attacks on weight files ------------------------------------------------------------------
+
+
+def stretched_index(path: Path) -> tuple[bytes, bytes]:
+    """The index of the one-array weight file at |path| as written, and as a writer would show
+    it: the array claiming all the file's bytes from its start (its shape and size grown, the
+    header's data size too, the index checksum made again so that it parses)."""
+    import xxhash
+
+    data = path.read_bytes()
+    index_size = struct.unpack_from("<Q", data, 16)[0]
+    index = bytearray(data[:index_size])
+    shape_offset = struct.unpack_from("<Q", index, 64 + 24)[0]
+    offset = struct.unpack_from("<Q", index, 64 + 32)[0]
+    grown = (len(data) - offset) // 4 * 4
+    struct.pack_into("<Q", index, shape_offset, grown // 4)
+    struct.pack_into("<Q", index, 64 + 40, grown)
+    struct.pack_into("<Q", index, 40, offset + grown - struct.unpack_from("<Q", index, 32)[0])
+    struct.pack_into("<Q", index, 56, 0)
+    struct.pack_into("<Q", index, 56, xxhash.xxh3_64_intdigest(bytes(index)))
+    return data[:index_size], bytes(index)
+
+
+def test_a_loaded_weight_file_never_reads_its_index_again(tmp_path):
+    """After the load, a writer who rewrites a weight file's index in place (an array claiming
+    the whole file) changes no array's extent in the process: the index was read once, into
+    private memory, and checked there."""
+    path = modpack.save_weights({"w": WEIGHTS}, tmp_path / "model.mpw")
+    weights = modpack.load_weights(path)
+    _, shown = stretched_index(path)
+    rewrite_bytes(path, 0, shown)
+    assert path.read_bytes()[:len(shown)] == shown
+    assert weights["w"].shape == WEIGHTS.shape and weights["w"][-1] == WEIGHTS[-1]
+    assert list(weights) == ["w"] and weights["w"].nbytes == WEIGHTS.nbytes
+
+
+def test_an_index_flipping_writer_never_gets_an_unsigned_extent(key, tmp_path):
+    """A process flips a signed weight file's index between the signed one and one whose array
+    claims the whole file, while this one makes 200 signed loads of it: every load either holds
+    the signed array (its extent and digest) or is refused with a modpack error."""
+    path = modpack.save_weights({"w": WEIGHTS}, tmp_path / "model.mpw")
+    sign_library(path, key[0])
+    signed, shown = stretched_index(path)
+    flipper = subprocess.Popen([sys.executable, "-c", FLIP, str(path), "0", signed.hex(),
+                                shown.hex()], stdout=subprocess.PIPE, text=True)
+    outcomes: dict[str, int] = {}
+    try:
+        assert flipper.stdout is not None and flipper.stdout.readline() == "flipping\n"
+        for _ in range(200):
+            try:
+                weights = modpack.load_weights(path, trusted_keys=[key[1]])
+            except modpack.ModpackError as e:
+                outcome = type(e).__name__
+            else:
+                assert weights["w"].shape == WEIGHTS.shape
+                outcome = "loaded"
+                del weights
+                gc.collect()
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    finally:
+        flipper.kill()
+        flipper.wait()
+    assert outcomes.get("loaded", 0) > 0 and len(outcomes) > 1, outcomes
