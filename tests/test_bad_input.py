@@ -100,6 +100,27 @@ def test_not_a_library(tmp_path):
         modpack.load_module(path, allow_unsealed=True)
 
 
+@pytest.mark.parametrize("has_blob", [False, True])
+def test_a_seal_and_a_blob_symbol_that_disagree_are_named(tmp_path, has_blob):
+    """A sealed library whose seal says it has no blob and defines __dev_mblob (or the other
+    way round): the message reads "has no blob" / "has a blob" (it read "has no a blob")."""
+    import subprocess
+
+    from modpack.format.seal import write_seal
+
+    source = tmp_path / "lib.c"
+    source.write_text("int f(void) { return 1; }\n" if has_blob else
+                      "const unsigned char __dev_mblob[64] = {1};\n")
+    library = tmp_path / "lib.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", library, source], check=True)
+    with open(library, "r+b") as f:
+        write_seal(f, blob_size=64 if has_blob else 0)
+    expected = ("its seal says it has a blob, but __dev_mblob is not found" if has_blob else
+                "its seal says it has no blob, but __dev_mblob is defined")
+    with pytest.raises(modpack.FormatError, match=f"lib.so' is damaged: {expected}$"):
+        modpack.load_module(library)
+
+
 def test_damage_is_caught_by_the_seal_before_dlopen(copy):
     """A changed index byte, without a writer's help: the seal refuses the file."""
     path = copy()

@@ -39,8 +39,8 @@ mp_status_t mp_library_locate_blob(mp_library_t* library, const mp_seal_v1_t* se
   const uint8_t* blob = dlsym(library->handle, MP_BLOB_SYMBOL);
   *out_found = blob != NULL;
   if (seal && (blob != NULL) != (seal->blob_size > 0))
-    return mp_errorf(MP_ERR_FORMAT, "'%s' is damaged: its seal says it %s a blob, but %s is %s",
-                     library->path, seal->blob_size ? "has" : "has no", MP_BLOB_SYMBOL,
+    return mp_errorf(MP_ERR_FORMAT, "'%s' is damaged: its seal says it has %s blob, but %s is %s",
+                     library->path, seal->blob_size ? "a" : "no", MP_BLOB_SYMBOL,
                      blob ? "defined" : "not found");
   if (!blob) return MP_OK;
   Dl_info info;
