@@ -100,6 +100,28 @@ def test_not_a_library(tmp_path):
         modpack.load_module(path, allow_unsealed=True)
 
 
+def test_a_weight_file_is_named_as_one_before_dlopen(tmp_path):
+    """A weight file (.mpw) given to load_module reached dlopen ("invalid ELF header"): the
+    runtime's check before dlopen names it and says how to open it, for every load (unsealed
+    and from bytes too), from C alike."""
+    from modpack.runtime.binding import ffi, lib
+
+    path = modpack.save_weights({"w": np.arange(8, dtype=np.float32)}, tmp_path / "model.mpw")
+    message = (r"'.*model.mpw' is a modpack weight file \(.mpw\), not a library: open it with "
+               r"modpack.load_weights\(path\) \(C: mp_weights_load\), or load the library that "
+               r"refers to it with weights=")
+    for options in ({}, {"allow_unsealed": True}):
+        with pytest.raises(modpack.FormatError, match=message):
+            modpack.load_module(path, **options)
+    with pytest.raises(modpack.FormatError, match="is a modpack weight file"):
+        modpack.load_module_from_bytes(path.read_bytes())
+    out = ffi.new("mp_module_t**")
+    assert lib.mp_module_load_from_file(str(path).encode(), 0, out) == lib.MP_ERR_FORMAT
+    assert "is a modpack weight file (.mpw), not a library" in \
+        ffi.string(lib.mp_error_message()).decode()
+    assert modpack.load_weights(path)["w"][3] == 3.0
+
+
 @pytest.mark.parametrize("has_blob", [False, True])
 def test_a_seal_and_a_blob_symbol_that_disagree_are_named(tmp_path, has_blob):
     """A sealed library whose seal says it has no blob and defines __dev_mblob (or the other

@@ -197,6 +197,24 @@ def test_a_tvm_library_is_named_for_what_it_is():
     assert cli("inspect", TVM_SO).returncode == 0
 
 
+def test_a_tvm_library_loaded_unsealed_is_named_before_dlopen():
+    """allow_unsealed=True skipped the check that names a TVM library, and dlopen failed on
+    "undefined symbol: TVMFFIError..."; the runtime names it whichever way it is loaded, from
+    C alike (a FormatError: IncompatibleError)."""
+    from modpack.runtime.binding import ffi, lib
+
+    with pytest.raises(modpack.FormatError, match=r"is a library made by Apache TVM \(it "
+                       r"defines __tvm_ffi__library_bin\).* modpack does not load TVM's "
+                       r"libraries, but `modpack inspect` and `modpack extract` read them"):
+        modpack.load_module(TVM_SO, allow_unsealed=True)
+    with pytest.raises(modpack.IncompatibleError, match="made by Apache TVM"):
+        modpack.load_module_from_bytes(TVM_SO.read_bytes(), allow_unsealed=True)
+    out = ffi.new("mp_module_t**")
+    assert lib.mp_module_load_from_file(str(TVM_SO).encode(), lib.MP_LOAD_ALLOW_UNSEALED,
+                                        out) == lib.MP_ERR_INCOMPATIBLE
+    assert "made by Apache TVM" in ffi.string(lib.mp_error_message()).decode()
+
+
 def test_signing_through_a_link_signs_the_file(library, tmp_path):
     private, public = write_key(tmp_path, "k")
     link = tmp_path / "current.so"

@@ -10,11 +10,25 @@
 #include "core/error.h"
 #include "files/seal.h"
 #include "load/elf_check.h"
+#include "modpack/weights.h"
 
-/* What a file that carries no seal is, for the message: one made by TVM, or else unsealed. */
-static mp_status_t unsealed(int fd, const char* path, const mp_file_id_t* id) {
-  char reason[512];
-  snprintf(reason, sizeof reason, "%s", mp_error_message());
+/* A modpack weight file (modpack/weights.h) is data, not a library: refused by name before
+ * dlopen would call it an invalid ELF header. */
+static mp_status_t refuse_weight_file(int fd, const char* path, const mp_file_id_t* id) {
+  uint8_t magic[sizeof MP_WEIGHTS_MAGIC - 1];
+  if (id->size < sizeof magic || !mp_file_read_at(fd, magic, sizeof magic, 0) ||
+      memcmp(magic, MP_WEIGHTS_MAGIC, sizeof magic) != 0)
+    return MP_OK;
+  return mp_errorf(MP_ERR_FORMAT,
+                   "'%s' is a modpack weight file (.mpw), not a library: open it with "
+                   "modpack.load_weights(path) (C: mp_weights_load), or load the library that "
+                   "refers to it with weights= (C: mp_load_options_t.weights)",
+                   path);
+}
+
+/* A library made by Apache TVM, whether or not the load allows unsealed libraries: dlopen
+ * would fail on TVM's runtime symbols, or run TVM's constructors. */
+static mp_status_t refuse_tvm_library(int fd, const char* path, const mp_file_id_t* id) {
   static const char* const tvm_symbols[] = {"__tvm_ffi__library_bin", "__tvm_dev_mblob"};
   for (size_t i = 0; i < sizeof tvm_symbols / sizeof tvm_symbols[0]; ++i)
     if (mp_elf_defines_symbol(fd, id->size, tvm_symbols[i]))
@@ -23,6 +37,14 @@ static mp_status_t unsealed(int fd, const char* path, const mp_file_id_t* id) {
                        "export: modpack does not load TVM's libraries, but `modpack inspect` and "
                        "`modpack extract` read them (module tree, kernels, device code)",
                        path, tvm_symbols[i]);
+  return MP_OK;
+}
+
+/* What a file that carries no seal is, for the message: one made by TVM, or else unsealed. */
+static mp_status_t unsealed(int fd, const char* path, const mp_file_id_t* id) {
+  char reason[512];
+  snprintf(reason, sizeof reason, "%s", mp_error_message());
+  MP_RETURN_IF_ERROR(refuse_tvm_library(fd, path, id));
   if (mp_elf_defines_symbol(fd, id->size, MP_BLOB_SYMBOL) ||
       mp_elf_defines_symbol(fd, id->size, MP_CTX_LIBRARY_SYMBOL))
     return mp_errorf(MP_ERR_FORMAT,
@@ -45,11 +67,13 @@ static mp_status_t unsealed(int fd, const char* path, const mp_file_id_t* id) {
 mp_status_t mp_file_check_before_dlopen(int fd, const char* path, const mp_file_id_t* id,
                                         uint32_t flags, mp_seal_v1_t* seal, bool* sealed) {
   *sealed = false;
+  MP_RETURN_IF_ERROR(refuse_weight_file(fd, path, id));
   MP_RETURN_IF_ERROR(mp_elf_check_kind(fd, id->size, path));
   mp_status_t status = mp_seal_check_fd(fd, id->size, path, seal);
   *sealed = status == MP_OK;
   if (status != MP_ERR_NOT_FOUND) return status;
   if (!(flags & MP_LOAD_ALLOW_UNSEALED)) return unsealed(fd, path, id);
+  MP_RETURN_IF_ERROR(refuse_tvm_library(fd, path, id));
   return mp_elf_check_fd(fd, id->size, path);
 }
 

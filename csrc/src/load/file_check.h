@@ -1,6 +1,6 @@
 /* What a load checks of a library file before anything of it is mapped: its kind (a shared
- * library for this machine), its seal, or for a library loaded unsealed on request its extents
- * (a TVM library named as such). */
+ * library for this machine; a modpack weight file or a TVM library named as such, sealed or
+ * not), its seal, or for a library loaded unsealed on request its extents. */
 #ifndef MODPACK_LOAD_FILE_CHECK_H_
 #define MODPACK_LOAD_FILE_CHECK_H_
 
