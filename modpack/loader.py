@@ -94,21 +94,17 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
     # A str, not a Path, and no helper that a plain str does not need: on a process's first
     # load each first call of a Python function costs microseconds (pathlib's: 40 us).
     name = path if type(path) is str else os.fsdecode(os.fspath(path))
-    if private_copy and trusted_keys is None:
-        raise ArgumentError("private_copy=True is for signed loads: give trusted_keys too (an "
-                            "unsigned load maps the file, checked by its seal and checksums)")
-    if verify_on_first_use and trusted_keys is None:
-        raise ArgumentError("verify_on_first_use=True is for signed loads: give trusted_keys "
-                            "too (an unsigned load checks checksums, not digests)")
+    # private_copy and verify_on_first_use without trusted_keys: the runtime refuses them.
     flags = _flags(verify_checksums, allow_unsealed) | (
         lib.MP_LOAD_PRIVATE_COPY if private_copy else 0) | (
         lib.MP_LOAD_VERIFY_ON_FIRST_USE if verify_on_first_use else 0)
     if name.endswith(".tar"):
         tar = Path(name)
         _check_file(tar)  # a FIFO would block the archive reader
-        if trusted_keys is not None:
+        if trusted_keys is not None or private_copy or verify_on_first_use:
             raise ArgumentError(f"{tar}: signatures are for shared libraries (.so); export one "
-                                "and sign it to load with trusted_keys")
+                                "and sign it to load with trusted_keys (and private_copy, "
+                                "verify_on_first_use)")
         return _load_relinked(tar, verify_checksums, allow_unsealed, weights)
     options = load_options(flags, trusted_keys, weights)
     out = ffi.new(_MODULE_OUT)

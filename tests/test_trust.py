@@ -99,6 +99,41 @@ def test_private_copy_is_for_signed_loads(signed):
         modpack.load_module(signed, private_copy=True)
 
 
+@pytest.mark.parametrize("flag, keyword", [("MP_LOAD_PRIVATE_COPY", "private_copy"),
+                                           ("MP_LOAD_VERIFY_ON_FIRST_USE", "verify_on_first_use")])
+def test_the_flags_of_signed_loads_need_trusted_keys_in_c_too(signed, tmp_path, flag, keyword):
+    """The C API ignored MP_LOAD_PRIVATE_COPY and MP_LOAD_VERIFY_ON_FIRST_USE without trusted
+    keys where Python refused them: the runtime now refuses them at every entry point, with
+    the message Python gives (Python passes its keywords through to that one rule)."""
+    from modpack.runtime.binding import ffi, lib
+
+    value = getattr(lib, flag)
+    with pytest.raises(modpack.ArgumentError) as python:
+        modpack.load_module(signed, **{keyword: True})
+    message = str(python.value)
+    assert message.startswith(f"{keyword}=True is for signed loads (C: {flag}): give "
+                              "trusted_keys too")
+    weights = modpack.save_weights({"w": WEIGHTS[:8]}, tmp_path / "w.mpw")
+    options = ffi.new("mp_load_options_t*", {"struct_size": ffi.sizeof("mp_load_options_t"),
+                                             "flags": value})
+    out = ffi.new("mp_module_t**")
+    path = str(signed).encode()
+    calls = {
+        "mp_module_load": lambda: lib.mp_module_load(path, options, out),
+        "mp_module_load_from_file": lambda: lib.mp_module_load_from_file(path, value, out),
+        "mp_module_load_from_memory": lambda: lib.mp_module_load_from_memory(
+            ffi.from_buffer(signed.read_bytes()), signed.stat().st_size, value, out),
+        "mp_weights_load": lambda: lib.mp_weights_load(str(weights).encode(), options, out),
+        "mp_library_check_file": lambda: lib.mp_library_check_file(path, options, ffi.NULL),
+    }
+    for name, call in calls.items():
+        assert call() == lib.MP_ERR_INVALID_ARGUMENT, name
+        assert ffi.string(lib.mp_error_message()).decode() == message, name
+        assert out[0] == ffi.NULL, name
+    assert lib.mp_module_load(str(tmp_path / "absent.so").encode(), options, out) == \
+        lib.MP_ERR_INVALID_ARGUMENT  # the options first, whatever the file
+
+
 def test_a_writer_cannot_change_the_code_after_the_load(signed, key):
     """Everything but the weights is rewritten in place after the load: the loaded tree runs
     as verified; a new load refuses the file."""

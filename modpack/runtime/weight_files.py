@@ -216,10 +216,7 @@ def load_weights(path: str | os.PathLike[str], *, verify_checksums: bool = True,
     if not shown.exists():
         raise MissingFileError(f"no such weight file: {shown}")
     flags = 0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS
-    if verify_on_first_use:
-        if trusted_keys is None:
-            raise ArgumentError("verify_on_first_use=True is for signed loads: give "
-                                "trusted_keys too")
+    if verify_on_first_use:  # without trusted_keys: the runtime refuses it
         flags |= lib.MP_LOAD_VERIFY_ON_FIRST_USE
     options = load_options(flags, trusted_keys)
     out = ffi.new("mp_module_t**")

@@ -117,11 +117,13 @@ enum {
   /* For a signed load: copy every byte of the file, payloads included, into private memory
    * before checking it, instead of leaving the weights mapped from the file. A writer who
    * changes the file after the load then changes nothing the process sees; the price is the
-   * payloads' size in memory, in every process (docs/trust.md). */
+   * payloads' size in memory, in every process (docs/trust.md). Without trusted keys:
+   * MP_ERR_INVALID_ARGUMENT. */
   MP_LOAD_PRIVATE_COPY = 4,
   /* For a signed load: check each array of a weight file against its SHA-256 digest the first
    * time it is asked for, instead of all of them at load (a large model whose arrays are
-   * touched over minutes). An array that does not match fails the lookup (MP_ERR_UNTRUSTED). */
+   * touched over minutes). An array that does not match fails the lookup (MP_ERR_UNTRUSTED).
+   * Without trusted keys: MP_ERR_INVALID_ARGUMENT. */
   MP_LOAD_VERIFY_ON_FIRST_USE = 8,
   /* Check every array of a weight file against its SHA-256 digest at load, even when no
    * signature asks for it (`modpack verify` does). */

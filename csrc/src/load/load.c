@@ -166,10 +166,14 @@ mp_status_t mp_module_load(const char* path, const mp_load_options_t* options,
   if (!out_module) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load: NULL out_module");
   *out_module = NULL;
   if (!path) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_load: NULL path");
-  char resolved[PATH_MAX];
-  MP_RETURN_IF_ERROR(resolve(path, resolved));
-  mp_load_settings_t settings;
+  mp_load_settings_t settings; /* the options first: a wrong one is wrong whatever the file */
   MP_RETURN_IF_ERROR(mp_load_settings_copy(options, 0, &settings));
+  char resolved[PATH_MAX];
+  mp_status_t resolved_status = resolve(path, resolved);
+  if (resolved_status != MP_OK) {
+    mp_load_settings_free(&settings);
+    return resolved_status;
+  }
   if (settings.num_keys > 0) return load_signed(resolved, &settings, out_module);
   mp_load_register_kinds();
   mp_library_lock();

@@ -24,6 +24,25 @@ void mp_load_settings_free(mp_load_settings_t* s) {
   memset(s, 0, sizeof *s);
 }
 
+/* The flags that mean something only for a signed load are refused without trusted keys,
+ * rather than ignored: the one place the rule lives (Python's load_module and load_weights
+ * pass their keyword arguments through to it). */
+static mp_status_t check_signed_only(uint32_t flags, uint64_t num_keys) {
+  if (num_keys > 0) return MP_OK;
+  if (flags & MP_LOAD_PRIVATE_COPY)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "private_copy=True is for signed loads (C: MP_LOAD_PRIVATE_COPY): give "
+                     "trusted_keys too (C: mp_load_options_t.trusted_keys); an unsigned load "
+                     "maps the file, checked by its seal and checksums");
+  if (flags & MP_LOAD_VERIFY_ON_FIRST_USE)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "verify_on_first_use=True is for signed loads (C: "
+                     "MP_LOAD_VERIFY_ON_FIRST_USE): give trusted_keys too (C: "
+                     "mp_load_options_t.trusted_keys); an unsigned load checks checksums, not "
+                     "digests");
+  return MP_OK;
+}
+
 mp_status_t mp_load_settings_copy(const mp_load_options_t* options, uint32_t flags,
                                   mp_load_settings_t* out) {
   memset(out, 0, sizeof *out);
@@ -45,6 +64,7 @@ mp_status_t mp_load_settings_copy(const mp_load_options_t* options, uint32_t fla
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_load_options_t: %" PRIu64
                      " weight locations without an array (at most %d)",
                      num_weights, MAX_WEIGHT_LOCATIONS);
+  MP_RETURN_IF_ERROR(check_signed_only(out->flags, options->num_trusted_keys));
   out->num_keys = options->num_trusted_keys;
   if (out->num_keys) memcpy(out->keys, options->trusted_keys, out->num_keys * sizeof *out->keys);
   if (has_folder && options->weights_folder && !(out->weights_folder = strdup(options->weights_folder)))

@@ -21,7 +21,8 @@ typedef struct {
 } mp_load_settings_t;
 
 /* Copy |options| (NULL: none) into |out|, with |flags| added to its flags; checks the struct
- * and its counts. */
+ * and its counts, and refuses the flags of signed loads (MP_LOAD_PRIVATE_COPY,
+ * MP_LOAD_VERIFY_ON_FIRST_USE) without trusted keys. */
 mp_status_t mp_load_settings_copy(const mp_load_options_t* options, uint32_t flags,
                                   mp_load_settings_t* out);
 void mp_load_settings_free(mp_load_settings_t* settings);
