@@ -114,6 +114,65 @@ def test_where_the_weight_file_is(tmp_path):
         modpack.load_module(library, weights={"model.mpw": 3})
 
 
+def test_a_weight_file_name_the_library_does_not_record_is_refused(tmp_path, monkeypatch):
+    """weights={name: path} with a name the library does not record (a typo) was ignored,
+    the file it was meant for then looked for beside the library: now ArgumentError naming
+    it, listing the names the library has and the closest; before any code runs (sealed),
+    for a live tree, for a library loaded unsealed, from C alike (the runtime decides)."""
+    from modpack.runtime.binding import ffi, lib
+    from modpack.runtime.weight_files import load_options
+
+    library = export(tmp_path)
+    elsewhere = tmp_path / "data"
+    elsewhere.mkdir()
+    os.replace(tmp_path / "model.mpw", elsewhere / "model.mpw")
+    marker = tmp_path / "marker"
+    monkeypatch.setenv("MODPACK_TEST_MARKER", str(marker))
+    with pytest.raises(modpack.ArgumentError, match=(
+            r"the load names the weight file 'modle.mpw' .*, which '.*model.so' does not "
+            r"refer to \(did you mean 'model.mpw'\?\): it refers to 'model.mpw'")):
+        modpack.load_module(library, weights={"modle.mpw": elsewhere / "model.mpw"})
+    with pytest.raises(modpack.ArgumentError, match=r"'params.bin' .* does not refer to: "
+                                                    r"it refers to 'model.mpw'; name each"):
+        modpack.load_module(library, weights={"params.bin": elsewhere / "model.mpw"})
+    options = load_options(0, None, {"modle.mpw": elsewhere / "model.mpw"})
+    out = ffi.new("mp_module_t**")
+    assert lib.mp_module_load(str(library).encode(), options.pointer, out) == \
+        lib.MP_ERR_INVALID_ARGUMENT
+    assert "did you mean 'model.mpw'?" in ffi.string(lib.mp_error_message()).decode()
+    assert not marker.exists()  # refused before dlopen ran the library's constructor
+    root = modpack.load_module(library, weights={"model.mpw": elsewhere / "model.mpw"})
+    assert marker.exists()  # the name the library records: loaded, its constructor ran
+    with pytest.raises(modpack.ArgumentError, match=r"did you mean 'model\.mpw'"):  # live tree
+        modpack.load_module(library, weights={"modle.mpw": elsewhere / "model.mpw"})
+    assert root["weight_at"](5) == 5.0
+    plain = modpack.csource_module("int x;").export_library(tmp_path / "plain.so")
+    with pytest.raises(modpack.ArgumentError, match=r"'model.mpw' .*, but '.*plain.so' refers "
+                                                    r"to no weight file: drop it"):
+        modpack.load_module(plain, weights={"model.mpw": elsewhere / "model.mpw"})
+
+
+def test_a_misspelt_weight_file_name_is_refused_for_a_library_loaded_unsealed(tmp_path):
+    """A library without a seal (linked by hand from an fcompile's object) has its weight
+    files bound after dlopen; a name it does not record is refused there, and the library
+    loads afterwards."""
+    host = modpack.csource_module(HOST)
+    host.import_module(modpack.const_module({"w": W, "b": B}))
+
+    def ld_r(output, objects, options):
+        subprocess.run(["ld", "-r", "-o", output, *objects], check=True)
+
+    made = host.export_library(tmp_path / "model.o", weights=tmp_path / "model.mpw",
+                               fcompile=ld_r)
+    library = tmp_path / "model.so"
+    subprocess.run(["cc", "-shared", "-o", library, made], check=True)
+    with pytest.raises(modpack.ArgumentError, match=r"'mdl\.mpw'.*did you mean 'model\.mpw'"):
+        modpack.load_module(library, allow_unsealed=True,
+                            weights={"mdl.mpw": tmp_path / "model.mpw"})
+    gc.collect()
+    assert modpack.load_module(library, allow_unsealed=True)["weight_at"](4) == 4.0
+
+
 LOAD = r"""
 import sys
 import modpack

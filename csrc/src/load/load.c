@@ -32,15 +32,16 @@
 #include "load/weights_kind.h"
 #include "weights/weight_file.h"
 
-/* A live tree uses the weight files it was loaded with: a load naming others is refused
- * (they would be ignored). */
+/* A live tree uses the weight files it was loaded with: a load naming others, or a name it
+ * does not use, is refused (they would be ignored). */
 static mp_status_t check_live_weights(mp_library_t* library, const mp_load_settings_t* settings) {
+  MP_RETURN_IF_ERROR(mp_weights_binding_check_given(library, settings));
   for (uint64_t i = 0; i < settings->num_weights; ++i) {
     const mp_weights_location_t* w = &settings->weights[i];
     mp_weights_binding_t* binding;
     if (mp_weights_binding_find(library, w->file_name, &binding) != MP_OK) {
       mp_error_clear();
-      continue; /* a file it does not use: nothing to conflict with */
+      continue; /* a nameless location, for a tree of several files or none */
     }
     mp_weight_file_t* file = mp_weights_binding_current(binding);
     char wanted[PATH_MAX];
@@ -88,7 +89,14 @@ static mp_status_t tree_of(mp_library_t* library, bool existing, mp_load_setting
                                               seal ? seal->blob_offset : 0, out_module)
                               : mp_tree_host_only(library, out_module));
   mp_library_set_root(library, *out_module);
-  return MP_OK;
+  /* A sealed library's weight files were checked before dlopen, names too; this is for one
+   * loaded unsealed. */
+  mp_status_t status = mp_weights_binding_check_given(library, mp_library_settings(library));
+  if (status != MP_OK) {
+    mp_module_release(*out_module);
+    *out_module = NULL;
+  }
+  return status;
 }
 
 /* Load the library open as |fd| (the caller's until this returns; kept while loaded), known

@@ -32,4 +32,15 @@ void mp_load_settings_free(mp_load_settings_t* settings);
 const char* mp_load_settings_weights_path(const mp_load_settings_t* settings,
                                           const char* file_name);
 
+/* Whether the settings give a weight file by name (mp_weights_location_t.file_name). */
+bool mp_load_settings_names_files(const mp_load_settings_t* settings);
+
+/* Every weight file the settings give by name is one of the |count| |names| the library at
+ * |library_path| records: else MP_ERR_INVALID_ARGUMENT naming it, listing |names| and the one
+ * it was most likely meant as (a misspelt name would be ignored, the file it was meant for
+ * looked for beside the library). */
+mp_status_t mp_load_settings_check_names(const mp_load_settings_t* settings,
+                                         const char* library_path, const char* const* names,
+                                         uint64_t count);
+
 #endif /* MODPACK_LOAD_LOAD_SETTINGS_H_ */

@@ -225,6 +225,22 @@ const char* mp_weights_binding_file_name(const mp_weights_binding_t* binding) {
   return binding->file_name;
 }
 
+mp_status_t mp_weights_binding_check_given(mp_library_t* library,
+                                           const mp_load_settings_t* settings) {
+  if (!mp_load_settings_names_files(settings)) return MP_OK;
+  uint64_t count = 0;
+  for (mp_weights_binding_t* b = *mp_library_weight_bindings(library); b; b = b->next)
+    count += atomic_load(&b->refcount) > 0;
+  const char** names = calloc(count ? count : 1, sizeof *names);
+  if (!names) return mp_out_of_memory("checking weight files");
+  uint64_t n = 0;
+  for (mp_weights_binding_t* b = *mp_library_weight_bindings(library); b && n < count; b = b->next)
+    if (atomic_load(&b->refcount) > 0) names[n++] = b->file_name;
+  mp_status_t status = mp_load_settings_check_names(settings, mp_library_path(library), names, n);
+  free(names);
+  return status;
+}
+
 const char* mp_weights_binding_other_file(mp_library_t* library, const char* file_name) {
   for (mp_weights_binding_t* b = *mp_library_weight_bindings(library); b; b = b->next)
     if (atomic_load(&b->refcount) > 0 && strcmp(b->file_name, file_name) != 0)

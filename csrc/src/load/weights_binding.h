@@ -48,6 +48,13 @@ mp_status_t mp_weights_open_checked(const char* path, const char* file_name,
 mp_status_t mp_weights_binding_find(mp_library_t* library, const char* file_name,
                                     mp_weights_binding_t** out_binding);
 
+/* Every weight file |settings| give by name is one |library| binds
+ * (mp_load_settings_check_names): for a load of a live tree, or of a library whose weight
+ * files were not checked ahead of dlopen (one loaded unsealed). Caller holds the library
+ * lock. */
+mp_status_t mp_weights_binding_check_given(mp_library_t* library,
+                                           const mp_load_settings_t* settings);
+
 const char* mp_weights_binding_file_name(const mp_weights_binding_t* binding);
 /* The name of a weight file |library| binds other than |file_name|, or NULL. Caller holds the
  * library lock. */

@@ -400,9 +400,48 @@ static mp_status_t precheck_entry(mp_const_byte_span_t payload, const char* libr
   return status;
 }
 
+/* The weight files the load gives by name checked against those the blob's weights modules
+ * record, before any is opened: a misspelt name is refused as such, rather than ignored and
+ * the file it was meant for then missing beside the library. Only for a load that names files
+ * (each weights module's payload is read once more). */
+static mp_status_t check_given_names(int fd, const mp_seal_v1_t* seal, mp_blob_t* blob,
+                                     uint64_t module_count, const char* library_path,
+                                     const mp_load_settings_t* settings) {
+  char** names = calloc(module_count ? module_count : 1, sizeof *names);
+  if (!names) return mp_out_of_memory("checking weight files");
+  uint64_t count = 0;
+  mp_status_t status = MP_OK;
+  for (uint64_t i = 0; status == MP_OK && i < module_count; ++i) {
+    mp_blob_module_t entry;
+    mp_blob_module(blob, i, &entry);
+    if (strcmp(entry.type_key, MP_WEIGHTS_KIND) != 0) continue;
+    weights_module_t* m = calloc(1, sizeof *m);
+    uint8_t* payload = NULL;
+    status = m ? mp_blob_payload_read(fd, seal, blob, &entry, library_path, &payload)
+               : mp_out_of_memory("checking weight files");
+    if (status == MP_OK)
+      status = parse_reference((mp_const_byte_span_t){payload, entry.payload_size}, m);
+    bool seen = false;
+    for (uint64_t j = 0; status == MP_OK && j < count && !seen; ++j)
+      seen = strcmp(names[j], m->file_name) == 0;
+    if (status == MP_OK && !seen) names[count++] = m->file_name, m->file_name = NULL;
+    if (status != MP_OK)
+      status = mp_error_prefix(status, "'%s': module[%" PRIu64 "] (weights)", library_path, i);
+    free(payload);
+    if (m) destroy(m);
+  }
+  if (status == MP_OK)
+    status = mp_load_settings_check_names(settings, library_path, (const char* const*)names,
+                                          count);
+  for (uint64_t i = 0; i < count; ++i) free(names[i]);
+  free(names);
+  return status;
+}
+
 mp_status_t mp_weights_precheck(int fd, const mp_seal_v1_t* seal, const char* library_path,
                                 const mp_load_settings_t* settings, mp_weight_files_t* held) {
-  if (seal->blob_size == 0) return MP_OK; /* host code only: no module, no weight file */
+  if (seal->blob_size == 0) /* host code only: no module, no weight file */
+    return mp_load_settings_check_names(settings, library_path, NULL, 0);
   uint8_t* index = NULL;
   mp_blob_t* blob = NULL;
   mp_status_t status = mp_blob_index_read(fd, seal, library_path, &index, &blob);
@@ -412,9 +451,11 @@ mp_status_t mp_weights_precheck(int fd, const mp_seal_v1_t* seal, const char* li
   }
   mp_blob_info_t info;
   mp_blob_info(blob, &info);
-  const char** names = calloc(info.module_count, sizeof *names);
+  if (mp_load_settings_names_files(settings))
+    status = check_given_names(fd, seal, blob, info.module_count, library_path, settings);
+  const char** names = calloc(info.module_count ? info.module_count : 1, sizeof *names);
   uint64_t name_count = 0;
-  if (!names) status = mp_out_of_memory("checking weight files");
+  if (!names && status == MP_OK) status = mp_out_of_memory("checking weight files");
   for (uint64_t i = 0; status == MP_OK && i < info.module_count; ++i) {
     mp_blob_module_t entry;
     mp_blob_module(blob, i, &entry);
