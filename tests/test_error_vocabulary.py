@@ -30,9 +30,11 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 import modpack.errors
@@ -195,3 +197,70 @@ def test_wrong_arguments_on_the_authoring_side_raise_modpack_errors(tmp_path: Pa
         except Exception as exc:  # the point: which class it is
             raise AssertionError(f"{type(exc).__name__} is not a ModpackError: {exc}") from exc
         raise AssertionError("no error raised")
+
+
+# A PTX with one entry, enough for cuda_module(binaries=) to read records from functions=.
+_PTX = (".version 8.0\n.target sm_80\n.address_size 64\n"
+        ".visible .entry k(.param .u64 x) { ret; }\n")
+
+
+def test_a_kernel_spec_of_the_wrong_type_is_named_with_what_is_accepted():
+    """A kernel's spec that is no list, dict or KernelInfo (``functions={"k": 5}``) was a
+    bare TypeError from iterating it; each device kind that takes functions= (they share
+    kernel_info.kernel_infos) now names the kernel and the accepted forms."""
+    import modpack
+
+    kinds = {
+        "opencl": lambda f: modpack.opencl_module("__kernel void k(__global float* x) {}",
+                                                  functions=f),
+        "cuda": lambda f: modpack.cuda_module(binaries={"ptx": _PTX}, functions=f),
+    }
+    if shutil.which("clang"):  # ROCm's records come after clang builds the code object
+        kinds["rocm"] = lambda f: modpack.rocm_module("__kernel void k(__global float* x) {}",
+                                                      targets=["gfx90a"], functions=f)
+    cases = [
+        ({"k": 5}, r"kernel k: its spec is a list of argument specs such as \['float32\*', "
+                   r"'int32'\], a dict with 'args' .* or a KernelInfo, not 5"),
+        ({"k": None}, r"kernel k: its spec .* not None"),
+        ({"k": {"args": 5}}, r"kernel k: 'args' must be a list of argument specs"),
+        ({"k": {"args": [], "launch": 5}}, r"kernel k: 'launch' must be a list of tags, got 5"),
+        ({"k": {"args": [], "fixed": 5}}, r"kernel k: 'fixed' must map launch tags to ints"),
+        (5, r"functions must map kernel names to argument specs .* or be a list of KernelInfo"),
+    ]
+    for make in kinds.values():
+        for functions, message in cases:
+            with pytest.raises(modpack.ArgumentError, match=message):
+                make(functions)
+    assert kinds["cuda"]({"k": ["void*"]}).functions[0].signature() == "k(void*)"
+
+
+def test_an_llvm_signature_of_the_wrong_type_is_named():
+    """``llvm_module(ir, signatures={"f": 5})`` was a TypeError from the signature regex; a
+    name, a signature or a mapping of the wrong type now says what is accepted. So do the
+    device kinds' options= (compiler flags), OpenCL binaries= and llvm's triple=."""
+    import modpack
+
+    ir = "define i64 @f(i64 %x) {\n  ret i64 %x\n}\n"
+    cases = [
+        (lambda: modpack.llvm_module(ir, signatures={"f": 5}),
+         r"function f: its signature is a C signature \(a str such as "
+         r"'double\(DLTensor\*, int64_t\)'\), not 5"),
+        (lambda: modpack.llvm_module(ir, signatures={5: "int64_t(int64_t)"}),
+         r"signatures maps function names \(str\) to C signatures, not 5"),
+        (lambda: modpack.llvm_module(ir, signatures=["f"]),
+         r"signatures maps each function's name to its C signature, .* not list"),
+        (lambda: modpack.llvm_module(ir, triple=64), r"triple must be a target triple"),
+        (lambda: modpack.cuda_module(binaries={"ptx": _PTX}, options=5),
+         r"cuda_module: options must be a list of compiler flags"),
+        (lambda: modpack.rocm_module("__kernel void k() {}", targets=["gfx90a"], options=[5]),
+         r"rocm_module: options holds 5; each compiler flag is a str"),
+        (lambda: modpack.opencl_module("__kernel void k(__global float* x) {}", binaries=5),
+         r"binaries must map 'platform/device/driver' keys to program binaries"),
+        (lambda: modpack.opencl_module("__kernel void k(__global float* x) {}",
+                                       binaries={"p/d/1": 5}),
+         r"binaries\['p/d/1'\]: a program binary is bytes"),
+    ]
+    for attempt, message in cases:
+        with pytest.raises(modpack.ArgumentError, match=message):
+            attempt()
+    assert modpack.llvm_module(ir, signatures={"f": "int64_t(int64_t)"}).signatures

@@ -16,8 +16,8 @@ from ..runtime.binding import lib
 from .base import BinaryModule
 from .kernel_info import KernelInfo
 
-__all__ = ["MAX_MODULE_NAME_BYTES", "CodeWriter", "DeviceModule", "check_module_name",
-           "code_as_is"]
+__all__ = ["MAX_MODULE_NAME_BYTES", "CodeWriter", "DeviceModule", "check_compiler_options",
+           "check_module_name", "code_as_is"]
 
 MAX_MODULE_NAME_BYTES: int = lib.MP_MODULE_MAX_NAME
 
@@ -33,6 +33,20 @@ def check_module_name(name: str | None) -> str | None:
         raise ArgumentError(f"module name {name!r}: 1 to {MAX_MODULE_NAME_BYTES} bytes without "
                             "'/' (which separates it from a kernel name in lookups) or NUL")
     return name
+
+
+def check_compiler_options(options: Sequence[str], what: str) -> list[str]:
+    """|options| (extra compiler flags) as a list of str, else ArgumentError saying so: they
+    reach a compiler's command line, where anything else fails far from the call."""
+    if isinstance(options, (str, bytes)) or not isinstance(options, Iterable):
+        raise ArgumentError(f"{what}: options must be a list of compiler flags such as "
+                            f"['-I/path', '-DN=4'], not {options!r}")
+    flags = list(options)
+    for flag in flags:
+        if not isinstance(flag, str):
+            raise ArgumentError(f"{what}: options holds {flag!r}; each compiler flag is a str "
+                                "such as '-DN=4'")
+    return flags
 
 
 # How a kind writes one piece of its device code into its payload: as is, or as a code frame

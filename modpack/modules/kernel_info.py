@@ -233,6 +233,8 @@ def kernel_infos(
     """Normalise user ``functions=`` into records: ``{name: ["float32*", "int32"]}``,
     ``{name: {"args": [...], "launch": [...]}}`` or KernelInfo objects."""
     if not isinstance(functions, Mapping):
+        if isinstance(functions, (str, bytes)) or not isinstance(functions, Iterable):
+            _bad(functions)
         return [f if isinstance(f, KernelInfo) else _bad(f) for f in functions]
     out = []
     for name, spec in functions.items():
@@ -246,15 +248,22 @@ def kernel_infos(
                 raise ArgumentError(f"kernel {name}: unknown keys {sorted(unknown)} (a kernel "
                                     "spec has 'args', 'launch', 'fixed' and 'symbol')")
             extra = {"fixed": spec.get("fixed", {}), "symbol": spec.get("symbol")}
+            if not isinstance(extra["fixed"], Mapping):
+                raise ArgumentError(f"kernel {name}: 'fixed' must map launch tags to ints, "
+                                    f"e.g. {{'threadIdx.x': 128}}, got {extra['fixed']!r}")
             launch = spec.get("launch", [t for t in default_launch_tags
                                          if t not in extra["fixed"]])
-            if isinstance(launch, str):
+            if isinstance(launch, str) or not isinstance(launch, Iterable):
                 raise ArgumentError(
                     f"kernel {name}: 'launch' must be a list of tags, got {launch!r}")
             spec = spec.get("args", [])
-        if isinstance(spec, str):
-            raise ArgumentError(f"kernel {name}: the argument specs must be a list such as "
-                                f"['float32*', 'int32'], got {spec!r}")
+            if isinstance(spec, (str, bytes)) or not isinstance(spec, Iterable):
+                raise ArgumentError(f"kernel {name}: 'args' must be a list of argument specs "
+                                    f"such as ['float32*', 'int32'], got {spec!r}")
+        if isinstance(spec, (str, bytes)) or not isinstance(spec, Iterable):
+            raise ArgumentError(f"kernel {name}: its spec is a list of argument specs such as "
+                                "['float32*', 'int32'], a dict with 'args' (and 'launch', "
+                                f"'fixed', 'symbol') or a KernelInfo, not {spec!r}")
         out.append(KernelInfo(name, tuple(KernelArg.parse(a) for a in spec), tuple(launch),
                               **extra))
     return out
@@ -276,4 +285,6 @@ def _check_string(text: str, what: str, max_bytes: int, where: str) -> None:
 
 
 def _bad(value: Any) -> KernelInfo:
-    raise ArgumentError(f"functions must map kernel names to argument specs, got {value!r}")
+    raise ArgumentError(f"functions must map kernel names to argument specs "
+                        f"({{'vadd': ['float32*', 'int32']}}) or be a list of KernelInfo, "
+                        f"got {value!r}")

@@ -26,6 +26,12 @@ _SIGNATURE = re.compile(r"^\s*(?P<ret>[^()]+?)\s*\((?P<args>[^()]*)\)\s*$")
 def _shim_source(signatures: Mapping[str, str]) -> str:
     lines = ['#include "modpack/backend.h"', ""]
     for name, signature in signatures.items():
+        if not isinstance(name, str):
+            raise ArgumentError(f"signatures maps function names (str) to C signatures, not "
+                                f"{name!r}")
+        if not isinstance(signature, str):
+            raise ArgumentError(f"function {name}: its signature is a C signature (a str such "
+                                f"as 'double(DLTensor*, int64_t)'), not {signature!r}")
         m = _SIGNATURE.match(signature)
         if not m or not name.isidentifier():
             raise ArgumentError(
@@ -55,7 +61,14 @@ class LLVMModule(HostModule):
         if not isinstance(ir, str):
             raise ArgumentError("llvm_module expects LLVM IR text as a str")
         self.ir = ir
+        if signatures is not None and not isinstance(signatures, Mapping):
+            raise ArgumentError("signatures maps each function's name to its C signature, "
+                                "e.g. {'add_one': 'float(float)'}, not "
+                                f"{type(signatures).__name__}")
         self.signatures = dict(signatures or {})
+        if triple is not None and not isinstance(triple, str):
+            raise ArgumentError(f"triple must be a target triple such as "
+                                f"'x86_64-unknown-linux-gnu', not {triple!r}")
         self.triple = triple
         if self.signatures:
             _shim_source(self.signatures)  # validate now, not at export

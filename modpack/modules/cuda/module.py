@@ -18,7 +18,7 @@ from typing import Any
 from ...errors import ArgumentError, MissingFileError, ModpackError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
-from ..device import CodeWriter, DeviceModule, code_as_is
+from ..device import CodeWriter, DeviceModule, check_compiler_options, code_as_is
 from ..kernel_info import KernelInfo
 from .arch import DEFAULT_TARGETS, check_arch
 from .compile import nvcc_compile, nvrtc_compile
@@ -183,6 +183,7 @@ def cuda_module(
     "launch": ["blockIdx.x"], "fixed": {"threadIdx.x": 256}}}``) are not passed.
     """
     expressions = check_name_expressions(name_expressions)
+    options = check_compiler_options(options, "cuda_module")
     if (source is None) == (binaries is None):
         raise ArgumentError("cuda_module takes CUDA source or binaries=, exactly one of them")
     if binaries is not None:

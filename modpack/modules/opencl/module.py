@@ -44,6 +44,23 @@ def check_build_options(build_options: str | None) -> str:
     return build_options
 
 
+def _check_binaries(binaries: Mapping[str, bytes] | None) -> dict[str, bytes]:
+    """|binaries| as stored: program binaries (bytes) by "platform/device/driver" key."""
+    if binaries is None:
+        return {}
+    if not isinstance(binaries, Mapping):
+        raise ArgumentError("binaries must map 'platform/device/driver' keys to program "
+                            f"binaries (modpack.opencl_binaries makes them), not "
+                            f"{type(binaries).__name__}")
+    out = {}
+    for key, data in binaries.items():
+        if not isinstance(key, str) or not isinstance(data, (bytes, bytearray, memoryview)):
+            raise ArgumentError(f"binaries[{key!r}]: a program binary is bytes under a "
+                                f"'platform/device/driver' str key, not {type(data).__name__}")
+        out[key] = bytes(data)
+    return out
+
+
 class OpenCLModule(DeviceModule):
     """OpenCL kernels carried in the library and run through the runtime's OpenCL device."""
 
@@ -70,7 +87,7 @@ class OpenCLModule(DeviceModule):
         else:
             self.functions = kernel_infos(functions, LAUNCH_TAGS)
         self.check_records()
-        self.binaries = dict(binaries or {})
+        self.binaries = _check_binaries(binaries)
 
     def check_before_export(self) -> None:
         """With ``build_check``: the source built here, on every OpenCL device, before the

@@ -20,7 +20,7 @@ from typing import Any
 from ...errors import ArgumentError, MissingFileError, ModpackError
 from ...format.layout import check_struct
 from ...runtime.binding import error_from_status, ffi, lib
-from ..device import CodeWriter, DeviceModule, code_as_is
+from ..device import CodeWriter, DeviceModule, check_compiler_options, code_as_is
 from ..kernel_info import NULL, SCALAR, KernelArg, KernelInfo, kernel_infos, launch_tags
 from .code_object import CodeObject, KernelMetadata, read_code_object
 from .compile import compile_source
@@ -169,6 +169,7 @@ def rocm_module(
     processor, or a generic target covering it; xnack and sramecc settings honoured; the rule
     is in modpack/kinds/rocm.h).
     """
+    options = check_compiler_options(options, "rocm_module")
     if (source is None) == (binaries is None):
         raise ArgumentError("rocm_module takes source or binaries=, exactly one of them")
     if binaries is not None:
