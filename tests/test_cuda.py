@@ -592,6 +592,51 @@ def test_nvrtc_says_host_code_in_an_included_header_needs_nvcc(tmp):
         modpack.cuda_module(tmp / "main.cu", targets=["sm_80"])
 
 
+@needs_nvrtc
+@pytest.mark.parametrize("header", ["assert.h", "cassert", "stdio.h"])
+def test_nvrtc_says_it_has_no_c_library_headers(tmp, header):
+    """NVRTC ships no C library headers: a standard header it cannot open, in the source or a
+    user's header, gets a hint (remove it: NVRTC declares printf and assert; libcu++'s
+    <cuda/std/...> where one exists; or compiler='nvcc'), and each way out compiles. A header
+    that is not the C library's gets no such hint."""
+    (tmp / "util.cuh").write_text(f"#pragma once\n#include <{header}>\n"
+                                  "__device__ inline float twice(float x) { return 2 * x; }\n")
+    (tmp / "k.cu").write_text('#include "util.cuh"\n'
+                              'extern "C" __global__ void k(float* x) {\n'
+                              '  assert(x != 0); printf("%f", x[0]); x[0] = twice(x[0]);\n}\n')
+    with pytest.raises(modpack.CompileError) as refused:
+        modpack.cuda_module(tmp / "k.cu", targets=["sm_80"])
+    message = str(refused.value)
+    assert f'util.cuh(2): catastrophic error: cannot open source file "{header}"' in message
+    assert (f"(NVRTC has no C library headers, and the header {tmp / 'util.cuh'} includes "
+            f"<{header}>: "
+            "remove the include (NVRTC declares printf and assert itself; #ifndef "
+            "__CUDACC_RTC__ keeps it for nvcc)") in message
+    assert message.endswith("or compile with nvcc: cuda_module(..., compiler='nvcc'))")
+    libcu = "<cuda/std/cassert>" if header != "stdio.h" else None
+    assert (f"include {libcu} (libcu++" in message) if libcu else "libcu++" not in message
+    guarded = f"#ifndef __CUDACC_RTC__\n#include <{header}>\n#endif\n"
+    (tmp / "util.cuh").write_text(guarded + "__device__ inline float twice(float x) "
+                                  "{ return 2 * x; }\n")
+    assert modpack.cuda_module(tmp / "k.cu", targets=["sm_80"]).functions[0].name == "k"
+    if libcu:
+        assert modpack.cuda_module(f"#include {libcu}\n"
+                                   'extern "C" __global__ void k(int* x) { assert(x); }\n',
+                                   targets=["sm_80"]).functions[0].name == "k"
+    (tmp / "util.cuh").write_text("#include <no_such_header.h>\n")
+    with pytest.raises(modpack.CompileError) as other:
+        modpack.cuda_module(tmp / "k.cu", targets=["sm_80"])
+    assert "no_such_header.h" in str(other.value) and "C library" not in str(other.value)
+
+
+@needs_nvcc
+def test_nvcc_compiles_what_the_c_library_header_hint_sends_it(tmp):
+    (tmp / "util.cuh").write_text("#include <assert.h>\n#include <stdio.h>\n")
+    (tmp / "k.cu").write_text('#include "util.cuh"\n'
+                              'extern "C" __global__ void k(float* x) { assert(x); }\n')
+    assert modpack.cuda_module(tmp / "k.cu", targets=["sm_80"], compiler="nvcc").functions
+
+
 def test_bad_targets_and_launch_tags():
     with pytest.raises(ValueError, match="not a CUDA architecture"):
         modpack.cuda_module("", targets=["sm_8"], compiler="nvcc")

@@ -25,6 +25,17 @@ _HOST_CODE_IN_LOG = re.compile(
     r'^(?P<file>[^\n]+?)\(\d+\): error: (?:[^\n]*host functions are not allowed in JIT mode|'
     r'identifier "cuda[A-Z]\w*" is undefined)', re.M)
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+# NVRTC's log for a header it cannot find: 'dir/util.cuh(2): catastrophic error: cannot open
+# source file "assert.h"'.
+_MISSING_HEADER_IN_LOG = re.compile(
+    r'^(?P<file>[^\n]+?)\(\d+\): catastrophic error: cannot open source file "(?P<header>[^"]+)"',
+    re.M)
+# The C library's headers, which NVRTC does not have: "assert.h", and C++'s "cassert".
+_C_LIBRARY = ("assert", "complex", "ctype", "errno", "fenv", "float", "inttypes", "iso646",
+              "limits", "locale", "math", "setjmp", "signal", "stdalign", "stdarg", "stdatomic",
+              "stdbool", "stddef", "stdint", "stdio", "stdlib", "stdnoreturn", "string",
+              "tgmath", "threads", "time", "uchar", "wchar", "wctype")
+_STANDARD_HEADERS = frozenset([f"{h}.h" for h in _C_LIBRARY] + [f"c{h}" for h in _C_LIBRARY])
 _PROGRAM_NAME = "module.cu"  # what NVRTC calls the source in its log
 _MAX_HEADERS = 64  # headers read looking for host code, at most
 
@@ -100,6 +111,8 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str],
             if where is not None:
                 hint = (f"\n({where} holds host code, which NVRTC does not compile: pass "
                         "compiler='nvcc', or keep only the kernels)")
+            else:
+                hint = standard_header_hint(text)
             raise CompileError(f"NVRTC failed to compile the CUDA source for {target} "
                                f"({err.name}):\n{text}{hint}")
         size = check(nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize")
@@ -118,6 +131,25 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str],
         return (ptx if ptx.endswith(b"\0") else ptx + b"\0"), cubin, lowered
     finally:
         nvrtc.nvrtcDestroyProgram(program)
+
+
+def standard_header_hint(log: str) -> str:
+    """What to do when NVRTC's |log| says it cannot open a C library header (``<assert.h>``,
+    ``<cstdio>``): NVRTC ships none, and device code needs none for printf and assert, which
+    it declares itself; "" when the log says nothing of the kind."""
+    found = next((m for m in _MISSING_HEADER_IN_LOG.finditer(log)
+                  if m["header"] in _STANDARD_HEADERS), None)
+    if found is None:
+        return ""
+    header, file = found["header"], found["file"].strip()
+    where = "the source" if file == _PROGRAM_NAME else f"the header {file}"
+    name = header if header.startswith("c") and not header.endswith(".h") else f"c{header[:-2]}"
+    libcu = next((f"<cuda/std/{name}>" for d in cuda_include_dirs()
+                  if Path(d, "cuda", "std", name).is_file()), None)
+    instead = f", include {libcu} (libcu++, a header NVRTC compiles)" if libcu else ""
+    return (f"\n(NVRTC has no C library headers, and {where} includes <{header}>: remove the "
+            f"include (NVRTC declares printf and assert itself; #ifndef __CUDACC_RTC__ keeps "
+            f"it for nvcc){instead}, or compile with nvcc: cuda_module(..., compiler='nvcc'))")
 
 
 def _include_dirs(options: Sequence[str]) -> list[Path]:
