@@ -112,6 +112,24 @@ def test_a_module_without_code_for_a_kept_device_is_named(libraries, tmp_path, s
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_a_refused_module_is_named_by_its_own_name(tmp_path):
+    """A device module given name= is refused by that name as well as by its place, so that an
+    author of several CUDA modules knows which one lacks the code."""
+    (tmp_path / "k.cu").write_text(KERNEL)
+    subprocess.run(["nvcc", "-ptx", "-arch=compute_75", "-o", str(tmp_path / "k.ptx"),
+                    str(tmp_path / "k.cu")], check=True, capture_output=True)
+    ptx = (tmp_path / "k.ptx").read_bytes()
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(modpack.cuda_module(binaries={"ptx": ptx}, name="attention"))
+    source = host.export_library(tmp_path / "named.so")
+    with pytest.raises(ModpackError, match=r"module\[1\] \(cuda 'attention'\) has no variant "
+                                           r"for cuda:sm_70"):
+        slim_library(source, tmp_path / "out.so", "sm_70")
+    with pytest.raises(ModpackError, match=r"module\[1\] \(cuda 'attention'\) would keep no "
+                                           r"variant"):
+        slim_library(source, tmp_path / "out.so", "gfx942")
+
+
 def test_cli_and_a_dropped_signature(libraries, tmp_path):
     key = tmp_path / "key.pem"
     subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(key)],

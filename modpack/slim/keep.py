@@ -68,16 +68,32 @@ def kept_variants(path: str | os.PathLike[str], devices: Sequence[str]
                 for choice in reply.get("kernels") or [reply]:
                     if not choice.get("fits"):
                         raise ModpackError(
-                            f"{os.fspath(path)}: module[{module['index']}] ({key}) has no "
-                            f"variant for {device}: {choice.get('reason')}; keep another "
-                            "device, or add code for this one")
+                            f"{os.fspath(path)}: {_module_label(path, module['index'], key)} "
+                            f"has no variant for {device}: {choice.get('reason')}; keep "
+                            "another device, or add code for this one")
                     names.update(_needed(choice))
     for index, key in sorted(types.items()):
         if index not in kept:
             raise ModpackError(
-                f"{os.fspath(path)}: module[{index}] ({key}) would keep no variant: --keep names "
-                f"no {key.upper()} device ({', '.join(devices)}); name one of its devices")
+                f"{os.fspath(path)}: {_module_label(path, index, key)} would keep no variant: "
+                f"--keep names no {key.upper()} device ({', '.join(devices)}); name one of its "
+                "devices")
     return kept
+
+
+def _module_label(path: str | os.PathLike[str], index: int, key: str) -> str:
+    """``module[1] (cuda)``, or with the module's own name (``cuda_module(..., name=)``)
+    ``module[1] (cuda 'attention')``, so that a refusal says which module of several of a kind
+    the author meant. Read only for a refusal: preflight's answer has no names."""
+    from ..inspection import inspect_library  # a refusal's cost only
+
+    try:
+        contents = inspect_library(path)["modules"][index].get("contents") or {}
+    except ModpackError:  # slim's own checks then say what is wrong with the file
+        contents = {}
+    name = contents.get("name")
+    return f"module[{index}] ({key} {name!r})" if isinstance(name, str) else \
+        f"module[{index}] ({key})"
 
 
 def _needed(choice: dict[str, Any]) -> set[str]:
