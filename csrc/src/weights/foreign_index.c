@@ -8,5 +8,6 @@ void mp_foreign_index_free(mp_foreign_index_t* index) {
   for (uint64_t i = 0; index->arrays && i < index->count; ++i) free(index->arrays[i].name);
   free(index->arrays);
   free(index->metadata_json);
+  free(index->header);
   memset(index, 0, sizeof *index);
 }

@@ -64,6 +64,9 @@ typedef struct {
   uint32_t version;     /* the format's version (GGUF: 2 or 3; safetensors: 0) */
   uint64_t header_size; /* the header is the file's bytes [0, header_size): what identifies
                          * its contents (names, types, shapes, ranges), hashed as its digest */
+  /* Those bytes, exactly as parsed (the parser's private copy, kept): the digest that binds
+   * the file is taken over them, never over a second read a writer could have changed. */
+  uint8_t* header;
   uint64_t data_offset; /* the data region: [data_offset, data_offset + data_size) */
   uint64_t data_size;
   uint32_t alignment;   /* what the format aligns arrays to (safetensors: 8, GGUF: its
