@@ -18,10 +18,11 @@ import numpy as np
 
 from .errors import ArgumentError, FormatError
 from .files.names import safe_file_name
-from .format.code_frames import decode_frame
+from .format.code_frames import code_pieces, decode_frame
 from .interop.tvm import decode_device_payload
 from .runtime.binding import check, ffi, lib
 from .runtime.module import LoadedModule, wrap_module
+from .verdict import check_file, outcome
 from .weight_reports import extract_weight_file, is_weight_file
 
 __all__ = ["extract_library"]
@@ -60,7 +61,8 @@ def _extract_file(path: str, shown: str, out: Path, judged: bool = True) -> dict
     report = inspect_library(path)  # validates everything (payload checksums too), runs nothing
     loads = report.get("loads")
     if judged and loads is not None and not loads["ok"]:
-        raise FormatError(f"{shown} would not load, so nothing is extracted: {loads['message']}")
+        raise FormatError(f"{shown} {outcome(loads['stage'])}, so nothing is extracted: "
+                          f"{loads['message']}")
     blob = report["blob"]
     data = b""
     if blob is not None:
@@ -98,32 +100,21 @@ def _device_code(module: dict[str, Any], payload: bytes, folder: Path, stem: str
     OpenCL module's source (``.cl``) and prebuilt binaries; a CUDA module's PTX (``.ptx``),
     cubins (``.cubin``) and fatbins (``.fatbin``), one file per variant; a ROCm module's code
     objects (``.hsaco``), one per target ID; a Vulkan module's SPIR-V shaders (``.spv``)."""
-    contents = module.get("contents") or {}
-    # (file name, offset, stored size, framed, drop a trailing NUL)
-    pieces: list[tuple[str, int, int, bool, bool]] = []
     framed = bool(module.get("code_frames"))
-    if module["type_key"] == "opencl" and "source_offset" in contents:
-        stored = contents.get("source_code", {}).get("stored_bytes", contents["source_bytes"])
-        pieces.append((f"{stem}.cl", contents["source_offset"], stored, framed, False))
-        for k, binary in enumerate(contents.get("binaries", [])):
-            pieces.append((safe_file_name(f"{stem}-{k}", binary["device"], ".bin"),
-                           binary["offset"], binary["size"], framed, False))
-    elif module["type_key"] == "vulkan":
-        for k, shader in enumerate(contents.get("shaders", [])):
-            pieces.append((f"{stem}-{k}.spv", shader["offset"], shader["size"], framed, False))
-    elif module["type_key"] in ("cuda", "rocm"):
-        for k, variant in enumerate(contents.get("variants", [])):
-            suffix = _CODE_SUFFIXES.get(variant["kind"], ".bin")
-            pieces.append((safe_file_name(f"{stem}-{k}", variant["arch"], suffix),
-                           variant["offset"], variant["size"], framed,
-                           variant["kind"] == "ptx"))  # PTX ends in a NUL
     written = []
-    for name, offset, size, in_frame, nul in pieces:
-        if 0 <= offset and offset + size <= len(payload):
-            data = payload[offset:offset + size]
-            if in_frame:  # the code itself, decoded and checked as a load would
+    for piece in code_pieces(module["type_key"], module.get("contents") or {}):
+        if piece.what == "source":
+            name = f"{stem}{piece.suffix}"
+        elif piece.tag:
+            name = safe_file_name(f"{stem}-{piece.index}", piece.tag, piece.suffix)
+        else:
+            name = f"{stem}-{piece.index}{piece.suffix}"
+        if 0 <= piece.offset and piece.offset + piece.size <= len(payload):
+            data = payload[piece.offset:piece.offset + piece.size]
+            if framed:  # the code itself, decoded and checked as a load would
                 data = decode_frame(data)
-            (folder / name).write_bytes(data[:-1] if nul and data.endswith(b"\0") else data)
+            (folder / name).write_bytes(data[:-1] if piece.nul and data.endswith(b"\0")
+                                        else data)
             written.append(folder / name)
     return written
 
@@ -161,16 +152,20 @@ def extract_library(path: str | os.PathLike[str],
 
 
 def _extract_tar(shown: str, out: Path) -> dict[str, Any]:
-    """A ``.tar`` export: its seal checked, its blob taken from the object that holds it."""
-    from .format.tar_seal import check_tar_seal
+    """A ``.tar`` export: refused as its load refuses it (:mod:`modpack.verdict`: the tar
+    seal, the rule for its members, its objects, its blob), its blob taken from the object
+    that holds it."""
     from .inspection import inspect_library
 
-    check_tar_seal(shown)
+    verdict = check_file(shown)
+    if not verdict.ok:
+        raise FormatError(f"{shown} {outcome(verdict.stage)}, so nothing is extracted: "
+                          f"{verdict.message}")
     with tempfile.TemporaryDirectory(prefix="modpack-extract-") as scratch, \
             tarfile.open(shown) as tar:
         try:
-            tar.extractall(scratch, filter="data")
-        except (tarfile.TarError, OSError) as exc:  # a crafted member ("../x", a link)
+            tar.extractall(scratch, filter="data")  # plain names only: the verdict's rule
+        except (tarfile.TarError, OSError) as exc:
             raise FormatError(f"{shown}: cannot extract its members safely: {exc}") from None
         objects = sorted(Path(scratch).glob("*.o"))
         if not objects:

@@ -12,23 +12,20 @@ back is plain data (see :func:`inspect_library` for the shape), the contract of
 from __future__ import annotations
 
 import hashlib
-import json
 import mmap
 import os
-import struct
 import subprocess
 import tarfile
 import tempfile
 from typing import Any
 
-from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
-from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from .compat import zip_strict
 from .errors import FormatError, MissingFileError, ModpackError
+from .format.elf_errors import ELF_READ_ERRORS
 from .format.layout import (
     BLOB_SYMBOL,
     ENTRY_CODE_FRAMES,
@@ -40,12 +37,13 @@ from .format.layout import (
     SYSTEM_LIB_ENTRY_PREFIX,
 )
 from .format.signatures import read_signatures
+from .format.tar_members import check_members
 from .format.tar_seal import check_tar_seal, has_tar_seal
 from .interop.tvm import BLOB_SYMBOLS as TVM_BLOB_SYMBOLS
 from .interop.tvm import read_tvm_blob
 from .runtime.binding import error_from_status, ffi, lib
 from .runtime.dtypes import dtype_name
-from .runtime.entries import entry_module
+from .runtime.entries import describe_module, entry_module
 from .toolchain.demangle import demangle, is_mangled
 from .verdict import Verdict, check_file
 from .weight_reports import inspect_weight_file, is_weight_file
@@ -53,9 +51,6 @@ from .weight_reports import inspect_weight_file, is_weight_file
 __all__ = ["inspect_library"]
 
 _ELF_MAGIC = b"\x7fELF"
-# What pyelftools raises (or lets escape) on malformed ELF structures.
-_ELF_READ_ERRORS = (ELFError, ConstructError, struct.error, ValueError, IndexError, KeyError,
-                    UnicodeDecodeError, EOFError, OverflowError, ZeroDivisionError, OSError)
 
 
 def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -132,7 +127,7 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
                 location = (section, *sealed_blob)
         except ModpackError:
             raise
-        except _ELF_READ_ERRORS as exc:
+        except ELF_READ_ERRORS as exc:
             raise FormatError(
                 f"{shown} is a damaged ELF file: {exc or type(exc).__name__}; "
                 "copy or export it again"
@@ -245,29 +240,25 @@ def _inspect_tar(shown: str) -> dict[str, Any]:
         raise FormatError(f"{shown} is not a readable tar archive: {exc}") from None
     with tar, tempfile.TemporaryDirectory(prefix="modpack-inspect-") as scratch:
         try:
-            members = [m for m in tar.getmembers() if m.isfile() and m.name.endswith(".o")]
-        except tarfile.TarError as exc:
+            every = tar.getmembers()
+        except (tarfile.TarError, EOFError) as exc:
             raise FormatError(f"{shown} is not a readable tar archive: {exc}") from None
+        check_members(shown, every)  # what every reader of a .tar export refuses
+        members = [m for m in every if m.name.endswith(".o")]
         if not members:
             raise FormatError(f"{shown} holds no object files; it is not a modpack .tar export")
-        paths = [_safe_member_path(shown, scratch, m) for m in members]
+        paths = [os.path.join(scratch, m.name) for m in members]
         try:
             tar.extractall(scratch, members=members, filter="data")
-        except tarfile.FilterError as exc:  # what the checks above missed
-            raise FormatError(f"{shown} has an unsafe member name: {exc}") from None
         except (tarfile.TarError, OSError, ValueError) as exc:
             raise FormatError(
                 f"{shown}: cannot extract its object files: {exc or type(exc).__name__}"
             ) from None
         reports = [inspect_library(path) for path in paths]
         with_blob = [r for r in reports if r["blob"] is not None]
-        verdict = check_file(shown)  # the seal: the members are the sealed ones
-        if verdict.ok and with_blob:  # and the blob's payloads, as a load checks them
-            blob = with_blob[0]["blob"]
-            verdict = _payload_verdict(paths[reports.index(with_blob[0])],
-                                       ("", blob["file_offset"], blob["size"]))
-            if verdict.error is not None:
-                raise verdict.error
+        verdict = check_file(shown)  # the seal, the objects, the blob as the archive holds it
+        if verdict.stage in ("blob", "payloads") and verdict.error is not None:
+            raise verdict.error  # damage in what inspect reports: nothing to report
     result = dict(with_blob[0] if with_blob else reports[0])
     result["path"] = shown
     result["loads"] = {"ok": verdict.ok, "stage": verdict.stage, "message": verdict.message}
@@ -316,22 +307,6 @@ def _tar_seal_report(path: str) -> dict[str, Any]:
     except FormatError as exc:
         return {"state": "damaged" if has_tar_seal(path) else "absent", "digest": None,
                 "message": str(exc)}
-
-
-def _safe_member_path(shown: str, scratch: str, member: tarfile.TarInfo) -> str:
-    """Where |member| lands in |scratch|; a name that would land elsewhere (absolute, with
-    ``..``, with a NUL) is a FormatError. A ``.tar`` export only holds plain object names."""
-    name = member.name
-    parts = name.replace(os.sep, "/").split("/")
-    target = os.path.realpath(os.path.join(scratch, name)) if "\0" not in name else ""
-    root = os.path.realpath(scratch)
-    if (os.path.isabs(name) or ".." in parts or not target
-            or os.path.commonpath([root, target]) != root or target == root):
-        raise FormatError(
-            f"{shown} has an unsafe member name {name!r}: it would be extracted outside the "
-            "destination directory; a modpack .tar export holds only plain object file names"
-        )
-    return target
 
 
 def _section_headers(elf: ELFFile, shown: str, file_size: int) -> list[Any]:
@@ -388,7 +363,7 @@ def _sound_section_headers(elf: ELFFile, shown: str,
     else:
         try:
             return _section_headers(elf, shown, file_size), None
-        except (FormatError, *_ELF_READ_ERRORS):
+        except (FormatError, *ELF_READ_ERRORS):
             why = "its section headers are damaged or do not fit the file"
     return None, (f"{why}; the dynamic loader does not read them and the seal does not cover "
                   "them, so it was read as the loader reads it (program headers, dynamic "
@@ -406,7 +381,7 @@ def _blob_section(elf: ELFFile, headers: list[Any] | None, blob: tuple[int, int]
                 and offset + size <= sh["sh_offset"] + sh["sh_size"]):
             try:
                 name = elf.get_section(i).name
-            except _ELF_READ_ERRORS:
+            except ELF_READ_ERRORS:
                 name = ""
             if name:
                 return name, note
@@ -737,7 +712,7 @@ def _contents(type_key: str, payload: Any, size: int, flags: int = 0) -> dict[st
             "dtype": dtype_name(t.dtype.code, t.dtype.bits, t.dtype.lanes),
             "shape": [t.shape[d] for d in range(t.ndim)],
         })
-    contents = {"functions": functions, "arrays": arrays, **_describe(module)}
+    contents = {"functions": functions, "arrays": arrays, **describe_module(module)}
     _add_demangled(contents.get("kernels", []))
     return contents
 
@@ -754,25 +729,6 @@ def _add_demangled(kernels: list[dict[str, Any]]) -> None:
         return
     for kernel, text in zip_strict(mangled, readable):
         kernel["demangled"] = text
-
-
-def _describe(module: Any) -> dict[str, Any]:
-    """The kind's own description of |module| (variants, kernels, binaries, ...): the runtime
-    writes one JSON object and says how long it is, so a long one is read whole."""
-    needed = ffi.new("uint64_t*")
-    capacity = 1 << 12
-    while True:
-        buffer = ffi.new("char[]", capacity)
-        if lib.mp_module_describe(module, buffer, capacity, needed) != 0:
-            return {"error": str(error_from_status(lib.mp_error_code()))}
-        if needed[0] < capacity:
-            break
-        capacity = needed[0] + 1
-    try:
-        description: dict[str, Any] = json.loads(ffi.string(buffer).decode())
-    except ValueError:
-        return {"error": "the module's description is not valid JSON"}
-    return description
 
 
 def _module(index: int, type_key: str, offset: int, size: int, checksum: int | None,

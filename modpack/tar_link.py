@@ -23,6 +23,7 @@ from .format.image import HUGE_SEGMENT_ALIGNMENT, NoProgramHeaderSlot, find_blob
 from .format.layout import ALIGNMENT
 from .format.seal import seal_file, seal_library
 from .format.tar_blob import TarBlob, find_tar_blob
+from .format.tar_members import check_members
 from .format.tar_seal import SEAL_MEMBER
 from .packers.elf import pack_elf_object
 from .packers.seal_note import seal_note_object
@@ -36,7 +37,9 @@ def link_tar(path: Path, workspace: Path, seal: bool) -> Path:
     |seal| (the archive's own seal was checked); FormatError for members that cannot be
     extracted safely or no object to link."""
     shared = workspace / (path.stem + ".so")
-    located, arch = _blob_of(path), platform.machine()
+    located, arch = _blob_of(path, seal), platform.machine()
+    if located is not None:
+        located.check_machine(path, arch)  # IncompatibleError, as for a .so of another machine
     if located is not None and located.member is not None and located.arch == arch:
         host = [m for m in located.members if m is not located.member and m.name != SEAL_MEMBER]
         objects = _extract(path, workspace, host)
@@ -54,24 +57,31 @@ def link_tar(path: Path, workspace: Path, seal: bool) -> Path:
     return shared
 
 
-def _blob_of(path: Path) -> TarBlob | None:
-    """Where the archive's blob lies; None for members this reader cannot make sense of (an
-    unsealed archive loaded with allow_unsealed), which the whole link then extracts safely
-    and hands to the linker, each refusing what it must in its own words."""
+def _blob_of(path: Path, sealed: bool) -> TarBlob | None:
+    """Where the archive's blob lies. A sealed archive that is no .tar export (an object that
+    is not one, two blobs) is refused as every tool refuses it; for an unsealed one loaded with
+    allow_unsealed, None: the whole link then extracts its members (under the same rule for
+    their names and kinds) and hands them to the linker, which refuses what it must."""
     try:
         return find_tar_blob(path)
     except FormatError:
+        if sealed:
+            raise
         return None
 
 
 def _extract(path: Path, workspace: Path, members: list[tarfile.TarInfo] | None) -> list[Path]:
-    """Extract |members| (all when None) into |workspace|; the object files among them."""
+    """Extract |members| (all when None) into |workspace|; the object files among them. Every
+    member must be one a .tar export can hold (:mod:`.format.tar_members`): a name that would
+    land elsewhere would leave its object out of the link."""
     try:
         with tarfile.open(path) as tar:
-            tar.extractall(workspace, members=members, filter="data")
-    except (tarfile.TarError, OSError) as exc:  # a crafted member: "../x", a long name
+            chosen = tar.getmembers() if members is None else members
+            check_members(path, chosen)
+            tar.extractall(workspace, members=chosen, filter="data")
+    except (tarfile.TarError, OSError) as exc:  # what the rule does not foresee
         raise FormatError(f"{path}: cannot extract its members safely: {exc}") from None
-    return sorted(p for p in workspace.iterdir() if p.suffix == ".o")
+    return sorted(workspace / m.name for m in chosen if m.name.endswith(".o"))
 
 
 def _link_placed(path: Path, located: TarBlob, objects: list[Path], workspace: Path,

@@ -1,33 +1,49 @@
-"""The one verdict on a file: would ``load_module`` take it? ``modpack inspect``, ``verify`` and
-``extract`` all ask here first, so that they never call a file fine that a load refuses, nor
-the reverse, and never do more work on a damaged file than a load would.
+"""The one verdict on a file: would ``load_module`` take it, and would its code then work?
+``modpack inspect``, ``verify`` and ``extract`` all ask here first, so that they never call a
+file fine that a load refuses, nor the reverse, and never do more work on a damaged file than
+a load would.
 
 The checks are the runtime's own (``mp_library_check_file``: everything a load checks short of
-running the library; the weight file reader; the ``.tar`` seal), not a second implementation.
+running the library; for a ``.tar`` export, the tar seal, the rule for its members, then
+``mp_library_check_blob`` on its blob where the archive holds it; the weight file reader), not
+a second implementation. One check goes further than a load: the device code stored in code
+frames (``compress_code``) is decoded, every frame, as a load decodes it at the code's first
+use, so that a frame that never decodes (its checksums recomputed after an edit) fails here
+and not on a device hours later.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
+import platform
 from dataclasses import dataclass
 
-from .errors import FormatError
+from .errors import FormatError, ModpackError
+from .format.code_frames import code_pieces, decode_frame
+from .format.layout import ENTRY_CODE_FRAMES
 from .format.signatures import is_weight_file
+from .format.tar_blob import find_tar_blob
 from .format.tar_seal import check_tar_seal
 from .runtime.binding import error_from_status, ffi, lib
+from .runtime.entries import describe_module, entry_module
 from .runtime.weight_files import load_options
 
-__all__ = ["Verdict", "check_file"]
+__all__ = ["STAGES", "Verdict", "check_file", "outcome"]
 
 _STAGES = {lib.MP_CHECK_FILE: "file", lib.MP_CHECK_SEAL: "seal", lib.MP_CHECK_BLOB: "blob",
            lib.MP_CHECK_PAYLOADS: "payloads", lib.MP_CHECK_WEIGHT_FILES: "weight files"}
+# In the order they are checked; "code": the device code in frames decodes (a load decodes it
+# at its first use).
+STAGES = (*(_STAGES[k] for k in sorted(_STAGES, key=int)), "code")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """Whether a load would take the file; if not, the stage that refused it (``"file"``,
-    ``"seal"``, ``"blob"``, ``"payloads"``, ``"weight files"``, checked in that order) and the
-    load's own error."""
+    """Whether a load would take the file and its code work; if not, the stage that refused
+    it (``"file"``, ``"seal"``, ``"blob"``, ``"payloads"``, ``"weight files"``, ``"code"``,
+    checked in that order: :data:`STAGES`) and the load's own error (for ``"code"``, the error
+    the first use of that code would raise)."""
 
     ok: bool
     stage: str | None = None
@@ -39,10 +55,16 @@ class Verdict:
 
     def passed(self, stage: str) -> bool:
         """Whether the file got past |stage| (every stage before the one that failed)."""
-        order = sorted(_STAGES, key=int)
-        names = [_STAGES[k] for k in order]
-        return self.ok or (self.stage is not None and names.index(stage) < names.index(
-            self.stage))
+        return self.ok or (self.stage is not None
+                           and STAGES.index(stage) < STAGES.index(self.stage))
+
+
+def outcome(stage: str | None) -> str:
+    """What a load does with a file refused at |stage|, for messages: it "would not load", or
+    (``"code"``) it loads and the first use of its code fails."""
+    if stage == "code":
+        return "would load, but the first use of its device code would fail"
+    return "would not load"
 
 
 def check_file(path: str | os.PathLike[str], *, verify_checksums: bool = True) -> Verdict:
@@ -51,11 +73,7 @@ def check_file(path: str | os.PathLike[str], *, verify_checksums: bool = True) -
     shown = os.fspath(path)
     flags = 0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS
     if shown.endswith(".tar"):
-        try:
-            check_tar_seal(shown)
-        except FormatError as exc:
-            return Verdict(False, "seal", exc)
-        return Verdict(True)  # the members are the sealed ones: the blob is checked as read
+        return _check_tar(shown, flags)
     if is_weight_file(shown):
         out = ffi.new("mp_module_t**")
         status = lib.mp_weights_load(os.fsencode(shown), load_options(flags).pointer, out)
@@ -67,4 +85,69 @@ def check_file(path: str | os.PathLike[str], *, verify_checksums: bool = True) -
     status = lib.mp_library_check_file(os.fsencode(shown), load_options(flags).pointer, stage)
     if status != 0:
         return Verdict(False, _STAGES.get(stage[0], "file"), error_from_status(status))
+    seal = ffi.new("mp_seal_v1_t*")
+    if lib.mp_seal_check_file(os.fsencode(shown), seal) != 0:  # checked just now: changed since
+        return Verdict(False, "seal", error_from_status(lib.mp_error_code()))
+    return _check_code(shown, seal.blob_offset, seal.blob_size)
+
+
+def _check_tar(shown: str, flags: int) -> Verdict:
+    """A ``.tar`` export as its load takes it: the tar seal and the rule for its members
+    (before anything is extracted), its objects for this machine (before they are linked), then
+    what the load of the linked library checks of the blob, read where the archive holds it."""
+    try:
+        check_tar_seal(shown)
+        located = find_tar_blob(shown)
+        located.check_machine(shown, platform.machine())
+    except FormatError as exc:  # IncompatibleError too
+        return Verdict(False, "seal", exc)
+    stage = ffi.new("int32_t*")
+    status = lib.mp_library_check_blob(os.fsencode(shown), located.offset, located.size,
+                                       load_options(flags).pointer, stage)
+    if status != 0:
+        return Verdict(False, _STAGES.get(stage[0], "blob"), error_from_status(status))
+    return _check_code(shown, located.offset, located.size)
+
+
+def _check_code(path: str, offset: int, size: int) -> Verdict:
+    """Every code frame of the blob at |offset| (|size| bytes, checked already) of the file at
+    |path| decoded, as a load decodes each at its code's first use."""
+    if size == 0:
+        return Verdict(True)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        view = memoryview(mapped)
+        base = ffi.from_buffer("uint8_t[]", mapped)
+        blob = ffi.new("mp_blob_t**")
+        try:
+            span = ffi.new("mp_const_byte_span_t*", {"data": base + offset, "size": size})
+            status = lib.mp_blob_parse(span[0], lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS, blob)
+            if status != 0:  # parsed a moment ago: the file changed since
+                return Verdict(False, "blob", error_from_status(status))
+            info = ffi.new("mp_blob_info_t*")
+            lib.mp_blob_info(blob[0], info)
+            entry = ffi.new("mp_blob_module_t*")
+            for i in range(info.module_count):
+                flags = lib.mp_blob_module_flags(blob[0], i)
+                if not flags & ENTRY_CODE_FRAMES:
+                    continue
+                lib.mp_blob_module(blob[0], i, entry)
+                key = ffi.string(entry.type_key).decode()
+                start = offset + entry.payload_offset
+                module = entry_module(key, base + start, entry.payload_size, flags)
+                for piece in code_pieces(key, describe_module(module)):
+                    try:
+                        decode_frame(view[start + piece.offset:
+                                          start + piece.offset + piece.size])
+                    except ModpackError as exc:
+                        return Verdict(False, "code", type(exc)(
+                            f"{path}: module[{i}] ({key}): its {piece.what} does not decode: "
+                            f"{exc}; a load takes the file, and the first use of this code "
+                            "fails (its frame was damaged and its checksums computed anew "
+                            "over the damage); export it again"))
+                del module
+        finally:
+            if blob[0] != ffi.NULL:
+                lib.mp_blob_free(blob[0])
+            ffi.release(base)
+            view.release()
     return Verdict(True)

@@ -26,6 +26,8 @@ _COVERS = {  # what each check vouches for, shown with its result
     "payloads": "each module's payload bytes, by the checksums in the blob's index",
     "weight files": "the weight files the library refers to: present, the very files it was "
                     "exported with, and intact",
+    "code": "the device code stored in code frames (compress_code): every frame decodes to the "
+            "code its header promises, as a load decodes it at the code's first use",
     "signature": "every byte of the sealed file (SHA-256), by the signer's Ed25519 key",
 }
 
@@ -74,6 +76,10 @@ def verify_library(path: str | os.PathLike[str],
     if stage == "weight files" or _refers_to_weight_files(report):
         add("weight files", None if later else not failed_at("weight files"),
             later or failed_at("weight files"))
+    if stage == "code" or _has_code_frames(report):
+        earlier = not loads["ok"] and stage != "code"
+        add("code", None if earlier else not failed_at("code"),
+            "not checked: an earlier check failed" if earlier else failed_at("code"))
     keys = trusted_keys_array(trusted_keys) if trusted_keys else None
     rows, signatures = signature_checks(shown, keys, "library", _COVERS["signature"])
     checks.extend(rows)
@@ -85,3 +91,7 @@ def _refers_to_weight_files(report: dict[str, Any] | None) -> bool:
     if not report:
         return False
     return any(m["type_key"] == "weights" for m in report["modules"])
+
+
+def _has_code_frames(report: dict[str, Any] | None) -> bool:
+    return bool(report) and any(m.get("code_frames") for m in report["modules"])

@@ -62,6 +62,7 @@ def _add_inspect(subparsers: _Subparsers) -> None:
 
 def _run_inspect(args: argparse.Namespace) -> int:
     from ..inspection import inspect_library
+    from ..verdict import outcome
 
     report = inspect_library(args.library)
     if args.json:
@@ -71,7 +72,8 @@ def _run_inspect(args: argparse.Namespace) -> int:
     loads = report.get("loads")
     if loads is not None and not loads["ok"]:  # one verdict: the loader refuses it, so inspect
         sys.stdout.flush()
-        return _fail(args.command, f"{args.library} would not load: {loads['message']}")
+        return _fail(args.command,
+                     f"{args.library} {outcome(loads['stage'])}: {loads['message']}")
     return 0
 
 
@@ -98,6 +100,9 @@ def format_inspection(report: dict[str, Any]) -> str:
                       f"{blob['section']} at file offset {blob['file_offset']}")
         if report.get("note"):
             field("note", report["note"])
+    elif blob is None and not (report.get("loads") or {"ok": True})["ok"]:
+        field("format version", "- (no blob read)")
+        field("blob", "none read: the file would not load (below)")
     elif blob is None:
         field("format version", "- (no blob)")
         field("blob", "none: no __dev_mblob symbol, so this is host code only")
@@ -109,8 +114,8 @@ def format_inspection(report: dict[str, Any]) -> str:
                       f"(0x{blob['file_offset']:x})")
         field("index", f"{blob['index_size']} bytes, checksum {blob['index_checksum']}")
         loads = report.get("loads")
-        checked = "verified" if loads is None or loads["ok"] else "not verified: the file " \
-            "would not load"
+        checked = ("verified" if loads is None or loads["ok"] or loads["stage"] == "code"
+                   else "not verified: the file would not load")
         field("flags", "payload checksums: "
                        + (f"yes ({checked})" if blob["payload_checksums"] else "no"))
 

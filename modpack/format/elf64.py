@@ -4,7 +4,8 @@ name, and where a symbol's entries are.
 Why not pyelftools, which the tools use: placing the blob reads the freshly linked library on
 every export, and pyelftools' parsing took 19 ms of a 10,000-module export's critical path
 for the few dozen fields needed. This reads those fields with ``struct``, bounds-checked, and
-raises :class:`~modpack.ModpackError` naming the file for anything it cannot read.
+raises :class:`~modpack.FormatError` naming the file for anything it cannot read (and
+:class:`~modpack.ModpackError` for an ELF file of a kind it does not read).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from ..errors import ModpackError
+from ..errors import FormatError, ModpackError
 
 __all__ = ["EHDR", "PHDR", "Elf64", "Section", "Segment"]
 
@@ -66,7 +67,7 @@ class Elf64:
         self.file_size = f.seek(0, 2)
         head = self._read(0, EHDR.size, "its ELF header")
         if head[:4] != b"\x7fELF":
-            raise ModpackError(f"{path} is not an ELF library: no ELF magic bytes")
+            raise FormatError(f"{path} is not an ELF library: no ELF magic bytes")
         if head[4] != 2 or head[5] != 1 or EHDR.unpack(head)[1] != _ET_DYN:
             kind = _TYPE_NAMES.get(struct.unpack_from("<H", head, 16)[0], "an unknown type")
             raise ModpackError(f"{path}: placing the blob needs a 64-bit little-endian shared "
@@ -77,7 +78,7 @@ class Elf64:
         self.phentsize, self.shentsize = fields[9], fields[11]
         phnum, shnum, shstrndx = fields[10], fields[12], fields[13]
         if (phnum and self.phentsize != PHDR.size) or (shnum and self.shentsize != _SHDR.size):
-            raise ModpackError(f"{path} is not an ELF library this reader knows: program or "
+            raise FormatError(f"{path} is not an ELF library this reader knows: program or "
                                "section header entries of an unexpected size")
         table = self._read(self.phoff, phnum * PHDR.size, "its program headers")
         self.segments = [Segment(i, *p) for i, p in enumerate(PHDR.iter_unpack(table))]
@@ -97,7 +98,7 @@ class Elf64:
         if table.type not in (_SHT_SYMTAB, _SHT_DYNSYM) or table.entsize != _SYM.size:
             return []
         if not 0 < table.link < len(self.sections):
-            raise ModpackError(f"{self.path}: symbol table {table.name} names no string table")
+            raise FormatError(f"{self.path}: symbol table {table.name} names no string table")
         strings = self.sections[table.link]
         text = self._read(strings.offset, strings.size, f"the strings of {table.name}")
         wanted = name.encode()
@@ -109,15 +110,15 @@ class Elf64:
 
     def _read(self, offset: int, size: int, what: str) -> bytes:
         if size > _MAX_TABLE:
-            raise ModpackError(f"{self.path}: {what} would be {size} bytes, more than an ELF "
-                               f"library this reader edits holds ({_MAX_TABLE} at most)")
+            raise FormatError(f"{self.path}: {what} would be {size} bytes, more than an ELF "
+                              f"library this reader edits holds ({_MAX_TABLE} at most)")
         if offset > self.file_size or size > self.file_size - offset:
-            raise ModpackError(f"{self.path} is not an ELF library: {what} ({size} bytes at "
-                               f"offset {offset}) lie past its end ({self.file_size} bytes)")
+            raise FormatError(f"{self.path} is cut short or damaged: {what} ({size} bytes at "
+                              f"offset {offset}) lie past its end ({self.file_size} bytes)")
         self._f.seek(offset)
         data = self._f.read(size)
         if len(data) != size:
-            raise ModpackError(f"{self.path}: reading {what} came short")
+            raise FormatError(f"{self.path}: reading {what} came short")
         return data
 
 

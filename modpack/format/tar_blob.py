@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import os
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from ..errors import FormatError
+from ..errors import FormatError, IncompatibleError, MissingFileError
+from .elf_errors import ELF_READ_ERRORS
 from .layout import BLOB_SYMBOL
+from .tar_members import check_members
 from .tar_seal import SEAL_MEMBER
 
 __all__ = ["ELF_ARCHES", "TarBlob", "find_tar_blob"]
@@ -33,6 +34,8 @@ class TarBlob:
     size: int
     alignment: int  # of the blob's section
     machine: str  # the object's e_machine, as pyelftools names it ("EM_X86_64")
+    # Each object the link takes (a member named *.o): its e_machine, as above.
+    machines: dict[str, str] = field(default_factory=dict)
 
     @property
     def arch(self) -> str | None:
@@ -40,23 +43,47 @@ class TarBlob:
         None."""
         return ELF_ARCHES.get(self.machine)
 
+    def check_machine(self, path: str | os.PathLike[str], arch: str) -> None:
+        """IncompatibleError naming the first object the link takes that is not for |arch|
+        (``platform.machine()``'s name): a load links them for this machine, which its linker
+        would refuse."""
+        for name, machine in self.machines.items():
+            if ELF_ARCHES.get(machine) != arch:
+                found = ELF_ARCHES.get(machine, machine)
+                raise IncompatibleError(f"{os.fspath(path)}: member {name} is an object for "
+                                        f"{found}, and this machine is {arch}: load it on a "
+                                        f"{found} machine, or export it for {arch}")
+
 
 def find_tar_blob(path: str | os.PathLike[str]) -> TarBlob:
     """The members of the tar at |path| and where its blob is; FormatError for an archive
-    whose members are not objects, or with two blobs."""
+    that a ``.tar`` export cannot be (:mod:`.tar_members`), one whose objects (the members
+    named ``*.o``, which a load links) are not ELF relocatable objects, or with two blobs."""
     found: TarBlob | None = None
+    machines: dict[str, str] = {}
     try:
         with tarfile.open(path, "r") as tar:
             members = tar.getmembers()
+            check_members(path, members)
             for member in members:
-                if member.name == SEAL_MEMBER or not member.isfile():
+                if member.name == SEAL_MEMBER:
                     continue
                 f = tar.extractfile(member)
-                assert f is not None  # a regular file
+                assert f is not None  # check_members: regular files only
                 if f.read(4) != b"\x7fELF":
+                    if member.name.endswith(".o"):
+                        raise FormatError(f"{path} is damaged: member {member.name} is not an "
+                                          "ELF object file; a .tar export holds the objects a "
+                                          "load links")
                     continue
                 f.seek(0)
                 elf = ELFFile(f)
+                if member.name.endswith(".o"):
+                    if elf["e_type"] != "ET_REL":
+                        raise FormatError(f"{path} is damaged: member {member.name} is an ELF "
+                                          f"file of type {elf['e_type']}, not a relocatable "
+                                          "object; a .tar export holds the objects a load links")
+                    machines[member.name] = elf["e_machine"]
                 for table in elf.iter_sections():
                     if not isinstance(table, SymbolTableSection):
                         continue
@@ -76,6 +103,11 @@ def find_tar_blob(path: str | os.PathLike[str]) -> TarBlob:
                                         + section["sh_offset"] + symbol["st_value"],
                                         symbol["st_size"], section["sh_addralign"] or 1,
                                         elf["e_machine"])
-    except (tarfile.TarError, ELFError, EOFError) as exc:
-        raise FormatError(f"{path} is not a readable .tar export: {exc}") from None
-    return found or TarBlob(members, None, 0, 0, 1, "")
+    except (tarfile.TarError, *ELF_READ_ERRORS) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise MissingFileError(f"no such library: {path}") from None
+        raise FormatError(f"{path} is not a readable .tar export: "
+                          f"{exc or type(exc).__name__}") from None
+    if found is None:
+        return TarBlob(members, None, 0, 0, 1, "", machines)
+    return replace(found, machines=machines)

@@ -23,6 +23,7 @@ import tarfile
 import xxhash
 
 from ..errors import FormatError
+from .tar_members import check_members
 
 __all__ = ["SEAL_MEMBER", "check_tar_seal", "has_tar_seal", "seal_tar"]
 
@@ -77,16 +78,8 @@ def check_tar_seal(path: str | os.PathLike[str]) -> list[str]:
                                   "regular file")
             text = content.read().decode("utf-8", "replace")
             expected, archive = _parse(text, path)
-            found: dict[str, tarfile.TarInfo] = {}
-            for member in members[:-1]:
-                if member.name in found:
-                    raise FormatError(f"{path} is damaged: member {member.name} appears twice; "
-                                      "a modpack .tar holds each object once")
-                if not member.isfile():
-                    raise FormatError(f"{path} is damaged: member {member.name} is "
-                                      f"{_kind_of(member)}, not a regular file; a modpack .tar "
-                                      "holds only object files")
-                found[member.name] = member
+            check_members(path, members[:-1])  # regular files, plain names, each once
+            found = {member.name: member for member in members[:-1]}
             if set(found) != set(expected):
                 raise FormatError(f"{path} is damaged: its members {sorted(found)} are not the "
                                   f"sealed ones {sorted(expected)}")
@@ -111,16 +104,6 @@ def check_tar_seal(path: str | os.PathLike[str]) -> list[str]:
         if isinstance(exc, FileNotFoundError):
             raise
         raise FormatError(f"{path} is not a readable tar archive: {exc}") from None
-
-
-def _kind_of(member: tarfile.TarInfo) -> str:
-    if member.isdir():
-        return "a directory"
-    if member.issym() or member.islnk():
-        return f"a link to {member.linkname!r}"
-    if member.isdev():
-        return "a device or FIFO"
-    return "not a regular file"
 
 
 def has_tar_seal(path: str | os.PathLike[str]) -> bool:

@@ -5,11 +5,12 @@ file runs."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .binding import error_from_status, ffi, lib
 
-__all__ = ["entry_module"]
+__all__ = ["describe_module", "entry_module"]
 
 
 def entry_module(type_key: str, data: Any, size: int, flags: int = 0) -> Any:
@@ -24,3 +25,23 @@ def entry_module(type_key: str, data: Any, size: int, flags: int = 0) -> Any:
     if status != 0:
         raise error_from_status(status)
     return ffi.gc(out[0], lib.mp_module_release)
+
+
+def describe_module(module: Any) -> dict[str, Any]:
+    """The kind's own description of |module| (variants, kernels, binaries, ...): the runtime
+    writes one JSON object and says how long it is, so a long one is read whole. A module the
+    runtime cannot describe gets ``{"error": ...}``."""
+    needed = ffi.new("uint64_t*")
+    capacity = 1 << 12
+    while True:
+        buffer = ffi.new("char[]", capacity)
+        if lib.mp_module_describe(module, buffer, capacity, needed) != 0:
+            return {"error": str(error_from_status(lib.mp_error_code()))}
+        if needed[0] < capacity:
+            break
+        capacity = needed[0] + 1
+    try:
+        description: dict[str, Any] = json.loads(ffi.string(buffer).decode())
+    except ValueError:
+        return {"error": "the module's description is not valid JSON"}
+    return description

@@ -22,26 +22,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
-
 from ..errors import ArgumentError, FormatError, IncompatibleError, MissingFileError, ModpackError
 from ..files.kernel_copy import copy_range
 from ..files.scratch import AnonymousOutput, scratch_name
 from ..files.tar_writer import TarWriter
 from ..format.coverage import NOTE, note_fields, read_coverage
 from ..format.image import Placement
-from ..format.layout import BLOB_SYMBOL, LIB_TYPE_KEY, align_up
-from ..format.seal import SEAL_SIZE, check_seal, seal_file
-from ..format.section import ANCHOR
+from ..format.layout import LIB_TYPE_KEY, align_up
+from ..format.seal import check_seal, seal_file
 from ..format.tar_blob import ELF_ARCHES, find_tar_blob
-from ..format.tar_seal import check_tar_seal, seal_tar
-from ..inspection import _describe
+from ..format.tar_seal import seal_tar
 from ..packers.elf import write_elf_object
 from ..runtime.binding import error_from_status, ffi, lib
-from ..runtime.entries import entry_module
+from ..runtime.entries import describe_module, entry_module
+from ..verdict import check_file, outcome
 from .blob import BlobEntry, write_blob
 from .keep import SLIMMED_KINDS, device_strings, kept_variants
+from .layout import read_layout
 from .payloads import FileRange, slim_payload
 
 __all__ = ["SlimReport", "slim_library"]
@@ -77,6 +74,7 @@ def slim_library(path: str | os.PathLike[str], out: str | os.PathLike[str],
     if output.resolve() == source.resolve():
         raise ArgumentError(f"slim writes a new file: -o {output} is the input")
     devices = device_strings(keep)
+    _require_loadable(source)
     if source.suffix == ".tar":
         return _slim_tar(source, output, devices)
     seal = check_seal(source)
@@ -93,6 +91,19 @@ def slim_library(path: str | os.PathLike[str], out: str | os.PathLike[str],
                        str(source))
     report.output_size = output.stat().st_size
     return report
+
+
+def _require_loadable(source: Path) -> None:
+    """The loader's verdict on |source| (:mod:`modpack.verdict`), its error when a load
+    would refuse the file, or the first use of its code would fail: slim computes new checksums
+    over what it keeps, so damage it copied would come out sealed as sound. The weight files a
+    library refers to are no part of it: their absence does not stop a slim."""
+    verdict = check_file(source)
+    if verdict.ok or verdict.stage == "weight files":
+        return
+    error = verdict.error
+    kind = type(error) if isinstance(error, ModpackError) else FormatError
+    raise kind(f"{source} {outcome(verdict.stage)}, so it is not slimmed: {verdict.message}")
 
 
 def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport, shown: str
@@ -159,38 +170,15 @@ def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport,
 
 
 def _module_description(key: str, data: Any, size: int, flags: int) -> dict[str, Any]:
-    description: dict[str, Any] = _describe(entry_module(key, data, size, flags))
+    description: dict[str, Any] = describe_module(entry_module(key, data, size, flags))
     return description
 
 
 def _write_library(f: Any, seal: Any, entries: list[BlobEntry], row_ptr: list[int],
                    child_indices: list[int], writer: tuple[int, int, int], output: Path,
                    report: SlimReport, shown: str) -> None:
-    f.seek(0)
-    elf = ELFFile(f)
+    layout = read_layout(f, seal, shown)  # FormatError for section headers cut or damaged
     blob_end = seal.blob_offset + seal.blob_size
-    segment = next((i for i, s in enumerate(elf.iter_segments())
-                    if s["p_type"] == "PT_LOAD" and s["p_offset"] == seal.blob_offset), None)
-    anchor = elf.get_section_index(ANCHOR.name)
-    if segment is None or anchor is None or seal.version < 2:
-        raise ModpackError(f"{shown}: its blob is not in a segment of its own (a library "
-                           "exported with a custom packer, or an older one); slim rewrites "
-                           "libraries whose blob modpack placed: export it again")
-    alignment = elf.get_section(anchor)["sh_addralign"] or 64
-    moved = [(i, s["sh_offset"]) for i, s in enumerate(elf.iter_sections())
-             if s["sh_type"] != "SHT_NOBITS" and s["sh_offset"] >= blob_end]
-    tail_start = min([o for _, o in moved] + ([elf["e_shoff"]] if elf["e_shoff"] >= blob_end
-                                               else []), default=blob_end)
-    tail_alignment = max([elf.get_section(i)["sh_addralign"] for i, _ in moved] + [8])
-    body_end = seal.file_size - SEAL_SIZE  # what the seal trailer (and signatures) follow
-    symbols = []
-    for name in (".dynsym", ".symtab"):
-        table = elf.get_section_by_name(name)
-        if isinstance(table, SymbolTableSection):
-            for i, symbol in enumerate(table.iter_symbols()):
-                if symbol.name == BLOB_SYMBOL:
-                    symbols.append(table["sh_offset"] + i * table["sh_entsize"])
-    phoff, shoff, shentsize = elf["e_phoff"], elf["e_shoff"], elf["e_shentsize"]
     src = f.fileno()
     target = AnonymousOutput(output)
     try:
@@ -198,23 +186,24 @@ def _write_library(f: Any, seal: Any, entries: list[BlobEntry], row_ptr: list[in
         dst = out.fileno()
         copy_range(src, dst, 0, 0, seal.blob_offset)
         size, index_size = write_blob(src, seal.blob_offset, entries, row_ptr, child_indices,
-                                      dst, seal.blob_offset, alignment, writer)
-        new_tail = align_up(seal.blob_offset + size, tail_alignment)
-        shift = new_tail - tail_start
+                                      dst, seal.blob_offset, layout.alignment, writer)
+        new_tail = align_up(seal.blob_offset + size, layout.tail_alignment)
+        shift = new_tail - layout.tail_start
         os.ftruncate(dst, new_tail)
-        copy_range(src, dst, tail_start, new_tail, body_end - tail_start)
-        out.seek(phoff + segment * _PHDR.size + 32)  # p_filesz, p_memsz
+        copy_range(src, dst, layout.tail_start, new_tail, layout.body_end - layout.tail_start)
+        out.seek(layout.phoff + layout.segment * _PHDR.size + 32)  # p_filesz, p_memsz
         out.write(struct.pack("<QQ", size, size))
+        shoff = layout.shoff
         if shoff >= blob_end:
             out.seek(40)
             out.write(struct.pack("<Q", shoff + shift))
         new_shoff = shoff + shift if shoff >= blob_end else shoff
-        for index, old in moved:
-            out.seek(new_shoff + index * shentsize + 24)
+        for index, old in layout.moved:
+            out.seek(new_shoff + index * layout.shentsize + 24)
             out.write(struct.pack("<Q", old + shift))
-        out.seek(new_shoff + anchor * shentsize + 32)
+        out.seek(new_shoff + layout.anchor * layout.shentsize + 32)
         out.write(struct.pack("<Q", size))
-        for at in symbols:
+        for at in layout.symbols:
             out.seek(at + (shift if at >= blob_end else 0) + 16)
             out.write(struct.pack("<Q", size))
         out.flush()
@@ -230,7 +219,7 @@ def _write_library(f: Any, seal: Any, entries: list[BlobEntry], row_ptr: list[in
         if os.path.getsize(shown) > seal.file_size:
             report.notes.append(f"{shown} carries signatures after its seal; they are dropped: "
                                 "sign the slimmed library again (modpack sign)")
-        start = align_up(index_size, alignment)
+        start = align_up(index_size, layout.alignment)
         placement = Placement(seal.blob_offset, seal.blob_vaddr, size,
                               seal.blob_offset + min(start, size), size - min(start, size))
         out.seek(0, os.SEEK_END)
@@ -256,19 +245,15 @@ def _slim_tar(source: Path, output: Path, devices: list[str]) -> SlimReport:
     or machine's mode), sealed with the tar seal. A .tar carries no signature (a signed one
     fails its tar seal)."""
     shown = str(source)
-    check_tar_seal(source)  # FormatError naming the damage, or the absence of a seal
-    located = find_tar_blob(source)
+    located = find_tar_blob(source)  # its tar seal and members were checked with its verdict
     if located.member is None:
         raise ModpackError(f"{source} holds host code only: nothing to slim")
     arch = located.arch
     if arch is None:
-        raise ModpackError(f"{shown}: its blob object is for {located.machine}; slim rewrites "
-                           f"the blob objects of {', '.join(sorted(ELF_ARCHES.values()))} "
-                           ".tar exports (export a .so, or export for one of those)")
-    for member in located.members[:-1]:
-        if Path(member.name).name != member.name or member.name in (".", ".."):
-            raise ModpackError(f"{shown}: member {member.name!r} is not a plain object name, "
-                               "as modpack's export writes them; export it again")
+        raise IncompatibleError(
+            f"{shown}: its blob object is for {located.machine}; slim rewrites the blob objects "
+            f"of {', '.join(sorted(ELF_ARCHES.values()))} .tar exports (export a .so, or export "
+            "for one of those)")
     report = SlimReport(output, devices, input_size=source.stat().st_size)
     kept = kept_variants(source, devices)
     blob = _Located(located.offset, located.size)

@@ -232,6 +232,15 @@ enum {
 };
 MP_API mp_status_t mp_library_check_file(const char* path, const mp_load_options_t* options,
                                          int32_t* out_stage);
+/* The same for a blob the caller located in the file at |path|: |blob_size| bytes at
+ * |blob_offset| (the __dev_mblob of a .tar export's blob object, read in place, whose tar seal
+ * the caller checks; |blob_size| 0: host code only), checked from MP_CHECK_BLOB on: the blob,
+ * its payloads and each kind's loader, then the weight files it refers to (found beside
+ * |path|, as a load of the .tar finds them). modpack's tools ask this for .tar exports, whose
+ * load links the objects into a library first. */
+MP_API mp_status_t mp_library_check_blob(const char* path, uint64_t blob_offset,
+                                         uint64_t blob_size, const mp_load_options_t* options,
+                                         int32_t* out_stage);
 
 /* ---- preflight: which code a device would get ------------------------------------------
  * Which of each module's code a device would get from the library at |path|, and why, or why

@@ -1,11 +1,15 @@
 /* mp_library_check_file (modpack.h): every check a load makes short of running the library,
  * so that tools (modpack inspect, verify, extract) and the loader give one verdict on every
- * file: the checks before dlopen (load/file_check.c), the blob and its payloads read from the
- * file instead of the library's image, and the weight files the library refers to. */
+ * file: the checks before dlopen (load/file_check.c), the blob's symbol as dlsym will find it
+ * against the seal (files/elf_dynamic.c), the blob and its payloads read from the file instead
+ * of the library's image, and the weight files the library refers to. mp_library_check_blob
+ * makes the last two for a blob its caller located (a .tar export's, read in the archive). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* realpath */
 #endif
+#include <elf.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,8 +17,10 @@
 #include <unistd.h>
 
 #include "core/blob.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/registry.h"
+#include "files/elf_dynamic.h"
 #include "load/file_check.h"
 #include "load/kinds.h"
 #include "load/load_settings.h"
@@ -62,41 +68,111 @@ static mp_status_t check_blob(int fd, const char* path, const mp_seal_v1_t* seal
   return status;
 }
 
+/* What a load checks after dlopen (load/blob_location.c), checked in the file: the
+ * __dev_mblob that dlsym will find is there exactly when the seal places a blob, at the address
+ * and with the size the seal gives. */
+static mp_status_t check_blob_symbol(int fd, const char* path, uint64_t file_size,
+                                     const mp_seal_v1_t* seal) {
+  mp_elf_symbol_t sym;
+  MP_RETURN_IF_ERROR(mp_elf_dynamic_symbol(fd, file_size, path, MP_BLOB_SYMBOL, &sym));
+  if (sym.found != (seal->blob_size > 0))
+    return mp_errorf(MP_ERR_FORMAT, "'%s' is damaged: its seal says it has %s blob, but %s is %s",
+                     path, seal->blob_size ? "a" : "no", MP_BLOB_SYMBOL,
+                     sym.found ? "defined" : "not found");
+  /* dlsym gives a TLS symbol's or an IFUNC's address at run time: never the seal's. */
+  if (sym.found && (sym.value != seal->blob_vaddr || sym.size != seal->blob_size ||
+                    sym.type == STT_TLS || sym.type == STT_GNU_IFUNC))
+    return mp_errorf(MP_ERR_FORMAT,
+                     "'%s' is damaged: %s is at %#" PRIx64 " with %" PRIu64
+                     " bytes, its seal says %#" PRIx64 " with %" PRIu64,
+                     path, MP_BLOB_SYMBOL, sym.value, sym.size, seal->blob_vaddr, seal->blob_size);
+  return MP_OK;
+}
+
+/* The blob where |seal| places it, each payload, then the weight files it refers to. */
+static mp_status_t check_contents(int fd, const char* path, const mp_seal_v1_t* seal,
+                                  const mp_load_settings_t* settings, int32_t* stage) {
+  mp_status_t status = MP_OK;
+  if (seal->blob_size > 0) status = check_blob(fd, path, seal, settings->flags, stage);
+  mp_weight_files_t held = {0};
+  if (status == MP_OK) {
+    *stage = MP_CHECK_WEIGHT_FILES;
+    status = mp_weights_precheck(fd, seal, path, settings, &held);
+  }
+  mp_weight_files_release(&held);
+  return status;
+}
+
+/* The checks' start: |path| resolved and opened (*fd, -1 when not), the kinds registered, the
+ * options copied into |settings| (freed by the caller when this succeeds). */
+static mp_status_t open_file(const char* path, const char* caller, const mp_load_options_t* options,
+                             char resolved[PATH_MAX], mp_load_settings_t* settings, int* fd,
+                             mp_file_id_t* id) {
+  *fd = -1;
+  if (!path) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: NULL path", caller);
+  if (!realpath(path, resolved))
+    return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
+                     strerror(errno));
+  mp_load_register_kinds();
+  MP_RETURN_IF_ERROR(mp_load_settings_copy(options, 0, settings));
+  mp_status_t status = mp_file_open(resolved, fd, id);
+  if (status != MP_OK) {
+    *fd = -1;
+    mp_load_settings_free(settings);
+  }
+  return status;
+}
+
 mp_status_t mp_library_check_file(const char* path, const mp_load_options_t* options,
                                   int32_t* out_stage) {
   int32_t stage_slot;
   int32_t* stage = out_stage ? out_stage : &stage_slot;
   *stage = MP_CHECK_FILE;
-  if (!path) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_library_check_file: NULL path");
   char resolved[PATH_MAX];
-  if (!realpath(path, resolved))
-    return mp_errorf(errno == ENOENT ? MP_ERR_NOT_FOUND : MP_ERR_IO, "cannot open '%s': %s", path,
-                     strerror(errno));
-  mp_load_register_kinds();
   mp_load_settings_t settings;
-  MP_RETURN_IF_ERROR(mp_load_settings_copy(options, 0, &settings));
   int fd;
   mp_file_id_t id;
-  mp_status_t status = mp_file_open(resolved, &fd, &id);
+  MP_RETURN_IF_ERROR(
+      open_file(path, "mp_library_check_file", options, resolved, &settings, &fd, &id));
   mp_seal_v1_t seal;
   bool sealed = false;
-  if (status == MP_OK) {
-    *stage = MP_CHECK_SEAL;
-    status = mp_file_check_before_dlopen(fd, resolved, &id, settings.flags, &seal, &sealed);
-  }
+  *stage = MP_CHECK_SEAL;
+  mp_status_t status =
+      mp_file_check_before_dlopen(fd, resolved, &id, settings.flags, &seal, &sealed);
+  if (status == MP_OK && sealed) status = check_blob_symbol(fd, resolved, id.size, &seal);
   /* The file's own bytes first, then the files it refers to (a load checks those before
    * dlopen, the blob after: the verdict differs from a load only in which of two faults it
    * names first). */
-  if (status == MP_OK && sealed && seal.blob_size > 0)
-    status = check_blob(fd, resolved, &seal, settings.flags, stage);
-  mp_weight_files_t held = {0};
-  if (status == MP_OK && sealed) {
-    *stage = MP_CHECK_WEIGHT_FILES;
-    status = mp_weights_precheck(fd, &seal, resolved, &settings, &held);
-  }
+  if (status == MP_OK && sealed) status = check_contents(fd, resolved, &seal, &settings, stage);
   if (status == MP_OK) *stage = 0;
-  mp_weight_files_release(&held);
-  if (fd >= 0) close(fd);
+  close(fd);
+  mp_load_settings_free(&settings);
+  return status;
+}
+
+mp_status_t mp_library_check_blob(const char* path, uint64_t blob_offset, uint64_t blob_size,
+                                  const mp_load_options_t* options, int32_t* out_stage) {
+  int32_t stage_slot;
+  int32_t* stage = out_stage ? out_stage : &stage_slot;
+  *stage = MP_CHECK_FILE;
+  char resolved[PATH_MAX];
+  mp_load_settings_t settings;
+  int fd;
+  mp_file_id_t id;
+  MP_RETURN_IF_ERROR(
+      open_file(path, "mp_library_check_blob", options, resolved, &settings, &fd, &id));
+  *stage = MP_CHECK_BLOB;
+  mp_status_t status = MP_OK;
+  if (!mp_in_bounds(blob_offset, blob_size, id.size))
+    status = mp_errorf(MP_ERR_FORMAT,
+                       "'%s': its blob (%" PRIu64 " bytes at offset %" PRIu64
+                       ") does not fit the %" PRIu64 "-byte file",
+                       resolved, blob_size, blob_offset, id.size);
+  /* Where the caller located it: what a seal would say of a library holding it. */
+  mp_seal_v1_t seal = {.file_size = id.size, .blob_offset = blob_offset, .blob_size = blob_size};
+  if (status == MP_OK) status = check_contents(fd, resolved, &seal, &settings, stage);
+  if (status == MP_OK) *stage = 0;
+  close(fd);
   mp_load_settings_free(&settings);
   return status;
 }
