@@ -94,4 +94,4 @@ def _refers_to_weight_files(report: dict[str, Any] | None) -> bool:
 
 
 def _has_code_frames(report: dict[str, Any] | None) -> bool:
-    return bool(report) and any(m.get("code_frames") for m in report["modules"])
+    return report is not None and any(m.get("code_frames") for m in report["modules"])

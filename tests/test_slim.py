@@ -1,7 +1,8 @@
 """``modpack slim``: a library cut to the code a fleet needs — what preflight reports for each
 kept device survives, everything else of CUDA goes, host code and weights come out byte for
 byte, the output is sealed and reproducible, signatures are dropped with a note, and a module
-without code for a kept device is refused by name."""
+without code for a kept device is refused by name. A copy a load takes whose section headers
+are cut off or damaged is slimmed or refused with a FormatError, never a parser's traceback."""
 
 from __future__ import annotations
 
@@ -9,23 +10,24 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import modpack
-from modpack.errors import ArgumentError, ModpackError
+from modpack.errors import ArgumentError, FormatError, ModpackError
 from modpack.inspection import inspect_library
 from modpack.slim import slim_library
 
-pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None,
-                                reason="nvcc is not installed (CUDA toolkit): real CUDA code")
 KERNEL = 'extern "C" __global__ void scale(float* x, int n) { x[0] *= n; }\n'
 WEIGHTS = np.arange(1 << 16, dtype=np.float32)
 
 
 @pytest.fixture(scope="module")
 def libraries(tmp_path_factory):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed (CUDA toolkit): real CUDA code")
     tmp = tmp_path_factory.mktemp("slim")
     (tmp / "k.cu").write_text(KERNEL)
 
@@ -205,3 +207,174 @@ def test_a_blob_of_a_newer_format_minor_is_not_slimmed(libraries, tmp_path):
     with pytest.raises(IncompatibleError, match=r"format 1\.\d+ blob; this modpack writes"):
         slim_library(source, out, "sm_90")
     assert not out.exists()
+
+
+# ---- damaged copies, crafted archives ---------------------------------------------------------
+
+def host_library(tmp) -> Path:
+    """A library slim can cut for any CUDA device: host code, an OpenCL module, weights (no
+    CUDA module, so no nvcc is needed)."""
+    from conftest import VADD_C
+
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.opencl_module("__kernel void k(__global float* x) {}"))
+    host.import_module(modpack.const_module({"w": WEIGHTS}))
+    return host.export_library(tmp / "host.so")
+
+
+def slim_outcome(path: Path, out: Path) -> str:
+    """"slimmed" (the output loads, calls and holds the weights) or "refused" (FormatError);
+    any other exception fails the test."""
+    try:
+        slim_library(path, out, "sm_90")
+    except FormatError:
+        assert not out.exists()
+        return "refused"
+    loaded = modpack.load_module(out)
+    assert loaded["add_int"](2, 3) == 5
+    assert np.array_equal(loaded.imported_modules[1].arrays["w"], WEIGHTS)
+    del loaded
+    return "slimmed"
+
+
+def section_header_damage(path: Path) -> dict[str, tuple[bytes, str]]:
+    """Copies of |path| damaged where no load reads (section headers, .symtab, the seal's
+    trailer), each with what slim must do with it."""
+    import struct
+
+    from modpack.format.elf64 import Elf64
+    from modpack.format.seal import SEAL_SIZE, check_seal
+
+    data = path.read_bytes()
+    seal = check_seal(path)
+    with open(path, "rb") as f:
+        elf = Elf64(f, path)
+    anchor, symtab, dynsym = (elf.section(n) for n in (".modpack.blob", ".symtab", ".dynsym"))
+
+    def put(at: int, fmt: str, value: int, base: bytes = data) -> bytes:
+        copy = bytearray(base)
+        struct.pack_into(fmt, copy, at, value)
+        return bytes(copy)
+
+    def field(section, at: int) -> int:  # a field of |section|'s header
+        return elf.shoff + section.index * elf.shentsize + at
+
+    table = len(elf.sections) * elf.shentsize
+    cases = {
+        "cut just after the blob's segment": (data[:seal.blob_offset + seal.blob_size], "refused"),
+        "cut inside .symtab": (data[:symtab.offset + symtab.size // 2], "refused"),
+        "cut inside the section headers": (data[:elf.shoff + 100], "refused"),
+        "the seal's trailer lost": (data[:-SEAL_SIZE], "slimmed"),
+        "e_shoff past the end": (put(40, "<Q", len(data) + 4096), "refused"),
+        "e_shoff near 2**64": (put(40, "<Q", 2**64 - 8), "refused"),
+        "e_shnum garbage": (put(60, "<H", 0xFFFF), "refused"),
+        "e_shentsize garbage": (put(58, "<H", 63), "refused"),
+        "e_shstrndx garbage": (put(62, "<H", 0xFFF0), "refused"),
+        "no section headers (sstrip)": (put(60, "<H", 0, put(40, "<Q", 0)), "refused"),
+        "section headers zeroed": (data[:elf.shoff] + bytes(table) + data[elf.shoff + table:],
+                                   "refused"),
+        "the blob section's size": (put(field(anchor, 32), "<Q", anchor.size + 4096), "refused"),
+        "the blob section's alignment 0": (put(field(anchor, 48), "<Q", 0), "refused"),
+        "the blob section's alignment 2**40": (put(field(anchor, 48), "<Q", 2**40), "refused"),
+        ".symtab past the end": (put(field(symtab, 24), "<Q", 2 * len(data)), "refused"),
+        ".symtab aligned to 2**40": (put(field(symtab, 48), "<Q", 2**40), "refused"),
+        ".symtab's string table garbage": (put(field(symtab, 40), "<I", 0xFFFF), "refused"),
+        ".dynsym's name lost": (put(field(dynsym, 0), "<I", 0), "refused"),
+    }
+    if shutil.which("strip"):
+        stripped = path.with_name("stripped.so")
+        shutil.copyfile(path, stripped)
+        subprocess.run(["strip", "--strip-unneeded", str(stripped)], check=True)
+        cases["stripped (strip --strip-unneeded)"] = (stripped.read_bytes(), "slimmed")
+    return cases
+
+
+def test_slim_of_copies_whose_section_headers_are_cut_or_damaged(tmp_path):
+    """A copy cut short or damaged where no load reads still loads; slim either writes a
+    library that loads whole, or refuses it with a FormatError naming the damage — never a
+    parser's traceback (the attack campaign found ELFParseError and ELFError here). A copy that
+    only lost its seal's trailer, or was stripped, is slimmed."""
+    original = host_library(tmp_path)
+    outcomes = {}
+    for name, (data, expected) in section_header_damage(original).items():
+        copy = tmp_path / "copy.so"
+        copy.write_bytes(data)
+        assert modpack.load_module(copy)["add_int"](2, 3) == 5, name  # no load reads it
+        outcomes[name] = slim_outcome(copy, tmp_path / "out.so")
+        (tmp_path / "out.so").unlink(missing_ok=True)
+        assert outcomes[name] == expected, (name, outcomes[name])
+    with pytest.raises(FormatError,
+                       match=r"its section headers .* lie past its end .*; slim rewrites"):
+        copy.write_bytes(section_header_damage(original)["e_shoff past the end"][0])
+        slim_library(copy, tmp_path / "out.so", "sm_90")
+
+
+def test_slim_of_a_damage_campaign_raises_nothing_but_format_errors(tmp_path):
+    """test_damage's campaign, its copies that a load takes: bits flipped, ranges zeroed and
+    cuts in every region of a library and of its stripped copy. Slim writes a library that
+    loads whole or refuses with a FormatError, every time."""
+    import random
+
+    from test_damage import damage, elf_regions
+
+    from modpack.verdict import check_file
+
+    original = host_library(tmp_path)
+    stripped = tmp_path / "stripped.so"
+    shutil.copyfile(original, stripped)
+    if shutil.which("strip"):
+        subprocess.run(["strip", "--strip-unneeded", str(stripped)], check=True)
+    rng = random.Random(7)
+    counts = {"slimmed": 0, "refused": 0}
+    for source in (original, stripped):
+        data = source.read_bytes()
+        folder = tmp_path / f"damaged-{source.stem}"
+        folder.mkdir()
+        for d in damage(source, elf_regions(source), folder, rng, 2, 10):
+            d.path.write_bytes(d.content(data))
+            if check_file(d.path).ok:  # a copy a load takes
+                counts[slim_outcome(d.path, tmp_path / "out.so")] += 1
+                (tmp_path / "out.so").unlink(missing_ok=True)
+            d.path.unlink()
+    assert counts["slimmed"] > 20 and counts["refused"] > 5, counts
+
+
+def test_slim_of_a_tar_with_long_member_names(tmp_path):
+    """A sealed .tar whose object has a name longer than a tar header's name field (which
+    modpack's export never writes; another tool's PAX header can): slim refuses it with a
+    FormatError as every reader does (it raised ValueError: name is too long), load_module
+    too; an export from a static archive whose member names are that long names them short."""
+    import io
+
+    from conftest import VADD_C
+
+    from modpack.format.tar_seal import seal_tar
+
+    good = modpack.csource_module(VADD_C).export_library(tmp_path / "good.tar")
+    crafted = tmp_path / "long.tar"
+    with tarfile.open(good) as source, tarfile.open(crafted, "w",
+                                                     format=tarfile.PAX_FORMAT) as tar:
+        for member in source.getmembers()[:-1]:
+            info = tarfile.TarInfo("h" * 150 + ".o" if member.name == "lib0.o" else member.name)
+            info.size = member.size
+            tar.addfile(info, io.BytesIO(source.extractfile(member).read()))
+    seal_tar(crafted)
+    for run in (lambda: slim_library(crafted, tmp_path / "out.tar", "sm_90"),
+                lambda: modpack.load_module(crafted),
+                lambda: inspect_library(crafted)):
+        with pytest.raises(FormatError, match="its name has 152 bytes, more than the 100"):
+            run()
+    assert not (tmp_path / "out.tar").exists()
+    assert not modpack.verify_library(crafted)["ok"]
+    # An export of a static archive whose member's name is that long.
+    folder = tmp_path / "ar"
+    folder.mkdir()
+    (folder / "a.c").write_text("int lib_answer(void) { return 42; }\n")
+    long_object = folder / ("o" * 120 + ".o")
+    subprocess.run(["cc", "-c", "-fPIC", str(folder / "a.c"), "-o", str(long_object)],
+                   check=True)
+    subprocess.run(["ar", "rc", str(folder / "liblong.a"), str(long_object)], check=True)
+    exported = modpack.object_module(folder / "liblong.a").export_library(tmp_path / "a.tar")
+    with tarfile.open(exported) as tar:
+        assert all(len(name) <= 100 for name in tar.getnames())
+    assert modpack.load_module(exported) is not None

@@ -1,12 +1,15 @@
 """The tools tell the truth: inspect, verify and extract give the loader's verdict on every file
 (modpack/verdict.py over the runtime's mp_library_check_file), say what was and was not
-established, and refuse crafted input with a clear error, never a traceback."""
+established, and refuse crafted input with a clear error, never a traceback — files sealed anew
+over a lie (a seal note that hides the blob, code frames that never decode, hostile .tar
+members) included."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -227,3 +230,288 @@ def test_signing_through_a_link_signs_the_file(library, tmp_path):
 def test_inspect_json_says_whether_it_loads(library):
     report = json.loads(cli("inspect", library, "--json").stdout)
     assert report["loads"] == {"ok": True, "stage": None, "message": None}
+
+
+# ---- re-sealed and crafted files: every tool says what the loader says --------------------
+
+def said(path: Path, tmp: Path) -> dict[str, str]:
+    """What load_module, inspect, verify, extract and slim say of |path|: "accepted",
+    "refused" (a FormatError, or a report that says no), "refused: <class>" (another modpack
+    error), or the name of anything else raised (which fails the tests)."""
+    from modpack.slim import slim_library
+
+    out = tmp / "said"
+
+    def extract() -> bool:
+        shutil.rmtree(out, ignore_errors=True)
+        return bool(extract_library(path, out))
+
+    def slim() -> bool:
+        slimmed = tmp / f"slimmed{path.suffix}"
+        slim_library(path, slimmed, "sm_90")
+        slimmed.unlink()
+        return True
+
+    runs = {"load": lambda: bool(modpack.load_module(path)),
+            "inspect": lambda: inspect_library(path)["loads"]["ok"],
+            "verify": lambda: modpack.verify_library(path)["ok"],
+            "extract": extract, "slim": slim}
+    result = {}
+    for name, run in runs.items():
+        try:
+            result[name] = "accepted" if run() else "refused"
+        except modpack.FormatError:
+            result[name] = "refused"
+        except modpack.ModpackError as exc:
+            result[name] = f"refused: {type(exc).__name__}"
+        except Exception as exc:  # what the tests fail on, named
+            result[name] = type(exc).__name__
+    shutil.rmtree(out, ignore_errors=True)
+    return result
+
+
+def resealed(library: Path, out: Path, **fields: int) -> Path:
+    """A copy of |library| whose seal says other things of its blob (file offset, address,
+    size, payloads' offset and size), sealed anew over them as anyone can."""
+    import struct
+
+    from modpack.format.seal import SEAL_SIZE, reseal_library
+
+    data = bytearray(library.read_bytes())
+    names = ("blob_offset", "blob_vaddr", "blob_size", "payloads_offset", "payloads_size")
+    at = len(data) - SEAL_SIZE + 8
+    values = dict(zip(names, struct.unpack_from("<5Q", data, at)))
+    values.update(fields)
+    struct.pack_into("<5Q", data, at, *(values[n] for n in names))
+    out.write_bytes(bytes(data))
+    reseal_library(out)
+    return out
+
+
+def test_a_seal_that_says_no_blob_is_refused_by_every_tool(library, tmp_path):
+    """A library sealed anew with a seal note that says it has no blob while __dev_mblob is
+    defined: the loader refuses it after dlopen, and verify said "intact" and inspect "host code
+    only". Now every tool refuses it, before anything of it runs, with the loader's words (and
+    so does a seal whose blob is shorter than the symbol says)."""
+    bare = resealed(library, tmp_path / "no-blob.so", blob_offset=0, blob_vaddr=0,
+                    blob_size=0, payloads_offset=0, payloads_size=0)
+    with pytest.raises(modpack.FormatError, match="its seal says it has no blob, but "
+                                                  "__dev_mblob is defined"):
+        modpack.load_module(bare)
+    assert said(bare, tmp_path) == dict.fromkeys(
+        ("load", "inspect", "verify", "extract", "slim"), "refused")
+    report = inspect_library(bare)
+    assert report["loads"]["stage"] == "seal" and "no blob" in report["loads"]["message"]
+    shown = cli("inspect", bare)
+    assert shown.returncode == 1 and "host code only" not in shown.stdout
+    rows = {c["check"]: c for c in modpack.verify_library(bare)["checks"]}
+    assert rows["seal"]["ok"] is False and "__dev_mblob is defined" in rows["seal"]["message"]
+    blob = inspect_library(library)["blob"]
+    short = resealed(library, tmp_path / "short.so", blob_size=blob["size"] - 64,
+                     payloads_size=inspect_library(library)["blob"]["size"] - 64
+                     - blob["index_size"])
+    assert set(said(short, tmp_path).values()) == {"refused"}
+
+
+def frames_library(tmp: Path) -> Path:
+    from test_compressed_code import library as compressed
+
+    return compressed(tmp, "frames.so", True)
+
+
+def frame_damage(packed: Path, out: Path, where: str) -> Path:
+    """A copy of the compressed library |packed| whose OpenCL source frame is damaged at
+    |where|, with the payload checksum, the index checksum and the seal computed anew over the
+    damage (as a careless tool or an attacker can): every load check holds."""
+    import struct
+
+    import xxhash
+    from blobtools import read_blob, reseal, write_blob
+
+    report = inspect_library(packed)
+    module = report["modules"][1]
+    frame = module["offset"] + module["contents"]["source_offset"]
+    blob = read_blob(packed)
+    if where == "zstd data":
+        blob[frame + 64 + 20] ^= 0x55
+    elif where == "zstd data end":
+        stored = module["contents"]["source_code"]["stored_bytes"]
+        blob[frame + stored - 3] ^= 0xFF
+    elif where == "raw size":
+        struct.pack_into("<Q", blob, frame + 8, struct.unpack_from("<Q", blob, frame + 8)[0] - 1)
+    elif where == "raw checksum":
+        blob[frame + 16] ^= 1
+    payload = bytes(blob[module["offset"]:module["offset"] + module["size"]])
+    struct.pack_into("<Q", blob, 64 + 48 * 1 + 16, xxhash.xxh3_64_intdigest(payload))
+    shutil.copyfile(packed, out)
+    write_blob(out, bytes(reseal(blob)))
+    return out
+
+
+@pytest.mark.parametrize("where", ["zstd data", "zstd data end", "raw size", "raw checksum"])
+def test_a_code_frame_that_never_decodes_fails_verify(tmp_path, where):
+    """A code frame damaged, its checksums computed anew: the load takes it (it decodes frames
+    when a device first needs the code) and that first use fails. verify decodes every frame
+    and fails (exit 1, its "code" check FAILED), inspect says the load's first use would fail,
+    extract and slim refuse; never "intact"."""
+    bad = frame_damage(frames_library(tmp_path), tmp_path / "bad.so", where)
+    loaded = modpack.load_module(bad)  # every load check holds
+    n = 4
+    a = modpack.array(np.ones(n, dtype=np.float32), device="opencl:0")
+    with pytest.raises(modpack.FormatError, match="code frame"):
+        loaded.get_function("vadd", query_imports=True)(a, a, a, n, n, 1, 1, 0, 0, 0)
+    del loaded
+    report = modpack.verify_library(bad)
+    rows = {c["check"]: c for c in report["checks"]}
+    assert not report["ok"] and rows["code"]["ok"] is False and rows["payloads"]["ok"] is True
+    assert "module[1] (opencl): its source does not decode" in rows["code"]["message"]
+    shown = cli("verify", bad)
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr
+    loads = inspect_library(bad)["loads"]
+    assert loads["stage"] == "code" and not loads["ok"]
+    inspected = cli("inspect", bad)
+    assert inspected.returncode == 1 and "first use of its device code would fail" in \
+        inspected.stderr
+    assert said(bad, tmp_path) == {"load": "accepted", "inspect": "refused",
+                                   "verify": "refused", "extract": "refused",
+                                   "slim": "refused"}
+
+
+def test_intact_code_frames_verify(tmp_path):
+    """The "code" check holds for frames that decode, and shows in verify's report."""
+    report = modpack.verify_library(frames_library(tmp_path))
+    rows = {c["check"]: c for c in report["checks"]}
+    assert report["ok"] and rows["code"]["ok"] is True
+
+
+def crafted_tar(tmp: Path, name: str, good: Path, edit: str) -> Path:
+    """A copy of the .tar export |good| with one hostile change, sealed anew with the tar
+    seal (which anyone can compute) so that only the rule for members stands in the way."""
+    from modpack.format.tar_seal import seal_tar
+
+    with tarfile.open(good) as source:
+        members = [(m, source.extractfile(m).read()) for m in source.getmembers()[:-1]]
+    host, blob = members[0][1], members[1][1]
+
+    def regular(member: str, data: bytes) -> tuple[tarfile.TarInfo, bytes | None]:
+        info = tarfile.TarInfo(member)
+        info.size = len(data)
+        return info, data
+
+    def special(member: str, kind: bytes, link: str = "") -> tuple[tarfile.TarInfo, None]:
+        info = tarfile.TarInfo(member)
+        info.type, info.linkname = kind, link
+        return info, None
+
+    entries = {
+        "absolute host name": [regular("/tmp/lib0.o", host), regular("devc.o", blob)],
+        "absolute root name": [regular("/lib0.o", host), regular("devc.o", blob)],
+        "absolute blob name": [regular("lib0.o", host), regular("/devc.o", blob)],
+        "dot-dot name": [regular("../lib0.o", host), regular("devc.o", blob)],
+        "name in a folder": [regular("sub/lib0.o", host), regular("devc.o", blob)],
+        "dot-slash name": [regular("./lib0.o", host), regular("devc.o", blob)],
+        "symlink out": [regular("lib0.o", host), regular("devc.o", blob),
+                        special("x.o", tarfile.SYMTYPE, "/etc/passwd")],
+        "hardlink": [regular("lib0.o", host), regular("devc.o", blob),
+                     special("x.o", tarfile.LNKTYPE, "lib0.o")],
+        "character device": [regular("lib0.o", host), regular("devc.o", blob),
+                             special("x.o", tarfile.CHRTYPE)],
+        "fifo": [regular("lib0.o", host), regular("devc.o", blob),
+                 special("x.o", tarfile.FIFOTYPE)],
+        "directory": [regular("lib0.o", host), regular("devc.o", blob),
+                      special("d", tarfile.DIRTYPE)],
+        "duplicate name": [regular("lib0.o", host), regular("devc.o", blob),
+                           regular("lib0.o", host)],
+        "name too long": [regular("h" * 150 + ".o", host), regular("devc.o", blob)],
+        "control character": [regular("lib0.o", host), regular("devc.o", blob),
+                              regular("x\n.o", host)],
+        "object that is no ELF": [regular("lib0.o", host), regular("devc.o", blob),
+                                  regular("x.o", b"not an object")],
+        "shared library as object": [regular("lib0.o", host), regular("devc.o", blob),
+                                     regular("x.o", (tmp / "lib.so").read_bytes())],
+        "two blobs": [regular("lib0.o", host), regular("devc.o", blob),
+                      regular("devc2.o", blob)],
+        "object for another machine": [regular("lib0.o", host[:18] + b"\xb7\x00" + host[20:]),
+                                       regular("devc.o", blob)],
+    }[edit]
+    path = tmp / name
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in entries:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    seal_tar(path)
+    return path
+
+
+HOSTILE_TARS = ["absolute host name", "absolute root name", "absolute blob name", "dot-dot name",
+                "name in a folder", "dot-slash name", "symlink out", "hardlink",
+                "character device", "fifo", "directory", "duplicate name", "name too long",
+                "control character", "object that is no ELF", "shared library as object",
+                "two blobs", "object for another machine"]
+
+
+@pytest.mark.parametrize("edit", HOSTILE_TARS)
+def test_a_hostile_resealed_tar_is_refused_by_every_path(archive, library, tmp_path, edit):
+    """A .tar sealed anew over hostile members (absolute names, ``..``, links, devices, names
+    twice or too long, objects that are none, two blobs, another machine's object): load_module
+    and every tool refuse it with a FormatError (IncompatibleError for the other machine),
+    before anything is extracted or linked. An absolute host member's name once made the load
+    link the library without its host code, while the tools disagreed among themselves."""
+    shutil.copyfile(library, tmp_path / "lib.so")
+    crafted = crafted_tar(tmp_path, "crafted.tar", archive, edit)
+    with pytest.raises(modpack.FormatError):
+        modpack.load_module(crafted)
+    assert said(crafted, tmp_path) == dict.fromkeys(
+        ("load", "inspect", "verify", "extract", "slim"), "refused")
+    if edit != "object for another machine":  # which a preflight may be asked about
+        with pytest.raises(modpack.FormatError):
+            modpack.preflight(crafted, "cuda:sm_90")
+    assert not any(p.name.endswith(".o") for p in tmp_path.iterdir())  # nothing extracted here
+
+
+def crafted_files(tmp: Path, library: Path, archive: Path) -> dict[str, Path]:
+    """Files the tools and the loader must agree on: exports as they are, and crafted or
+    re-sealed copies."""
+    from blobtools import read_blob, reseal, write_blob
+
+    shutil.copyfile(library, tmp / "lib.so")
+    blob = inspect_library(library)["blob"]
+    files = {"library": library, "archive": archive,
+             "no blob in the seal": resealed(library, tmp / "no-blob.so", blob_offset=0,
+                                            blob_vaddr=0, blob_size=0, payloads_offset=0,
+                                            payloads_size=0),
+             "blob moved in the seal": resealed(library, tmp / "moved.so",
+                                                blob_vaddr=blob["file_offset"] + 4096)}
+    newer = tmp / "newer.so"  # a later format minor: loads
+    shutil.copyfile(library, newer)
+    index = read_blob(newer)
+    index[10] += 1
+    write_blob(newer, bytes(reseal(index)))
+    files["newer format minor"] = newer
+    unknown = tmp / "unknown.so"  # a module of a kind nobody registered
+    shutil.copyfile(library, unknown)
+    index = read_blob(unknown)
+    key = bytes(index).index(b"const")
+    index[key:key + 5] = b"cnst_"
+    write_blob(unknown, bytes(reseal(index)))
+    files["unknown kind"] = unknown
+    for edit in ("absolute host name", "name in a folder", "two blobs", "symlink out"):
+        files[edit] = crafted_tar(tmp, edit.replace(" ", "-") + ".tar", archive, edit)
+    return files
+
+
+@pytest.mark.parametrize("case", ["library", "archive", "no blob in the seal",
+                                  "blob moved in the seal", "newer format minor",
+                                  "unknown kind", "absolute host name", "name in a folder",
+                                  "two blobs", "symlink out"])
+def test_every_tool_agrees_with_load_module(library, archive, tmp_path, case):
+    """Over exports and crafted files, inspect, verify and extract accept exactly what
+    load_module accepts, and raise nothing but modpack's errors (the load's own: a module of a
+    kind nobody registered is the load's NotFoundError everywhere, where the tools once passed
+    it over)."""
+    path = crafted_files(tmp_path, library, archive)[case]
+    verdicts = {tool: answer.split(":")[0] for tool, answer in said(path, tmp_path).items()}
+    slim = verdicts.pop("slim")  # slim has no CUDA code to cut here: it agrees or refuses
+    assert set(verdicts.values()) in ({"accepted"}, {"refused"}), verdicts
+    assert slim in ("accepted", "refused")
+    if verdicts["load"] == "refused":
+        assert slim == "refused"

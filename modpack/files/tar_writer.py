@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import IO, BinaryIO
 
 from ..errors import ArgumentError, FormatError
+from ..format.tar_members import name_problem
 
 __all__ = ["TarWriter"]
 
@@ -85,6 +86,10 @@ class TarWriter:
         self._offset = end
 
     def _claim(self, name: str) -> None:
+        problem = name_problem(name)
+        if problem is not None:  # every reader of a .tar export would refuse the archive
+            raise ArgumentError(f"cannot name a tar member {name!r}: {problem}; give the object "
+                                "a short plain file name")
         if name in self._names:
             raise ArgumentError(f"two members named {name!r} in one tar: each object goes in "
                                 "once")

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ArgumentError, MissingFileError
+from ..format.tar_members import name_problem
 from ..toolchain.cc import Toolchain, run_tool
 from .base import HostModule
 
@@ -59,7 +60,8 @@ class ObjectModule(HostModule):
     def compile_objects(self, workspace: Path, stem: str, toolchain: Toolchain,
                         options: Sequence[str]) -> list[Path]:
         """The object copied into |workspace|, or every member of the archive (extracted with
-        ``$AR``, else ``ar``), named after |stem| so no two inputs collide."""
+        ``$AR``, else ``ar``), named after |stem| so no two inputs collide (and the member's own
+        name, when the whole fits a ``.tar`` export's member names)."""
         if self.kind == "object":
             target = workspace / f"{stem}.o"
             shutil.copyfile(self.path, target)
@@ -72,7 +74,10 @@ class ObjectModule(HostModule):
         members = sorted(p for p in folder.iterdir() if p.is_file())
         objects = []
         for i, member in enumerate(members):
-            objects.append(member.rename(workspace / f"{stem}_{i}_{member.name}"))
+            name = f"{stem}_{i}_{member.name}"
+            if name_problem(name) is not None:  # too long for a .tar export's member name
+                name = f"{stem}_{i}.o"
+            objects.append(member.rename(workspace / name))
         return objects
 
     def __repr__(self) -> str:

@@ -218,11 +218,14 @@ MP_API mp_status_t mp_module_load_system_lib(const mp_system_lib_t* lib, mp_modu
 /* What a load of |path| with |options| (NULL: none) would say, short of running any of it: the
  * file's kind and its seal, the blob as the seal places it, read from the file (every offset,
  * the import tree, the payload checksums unless MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) with each
- * payload given to its kind's loader (kinds without a loader registered in this process are
- * passed over), then the weight files it refers to. MP_OK when a load would get that far;
- * else the load's own error, and *out_stage (may be NULL) names the stage that failed (the
- * stages in the order they are checked). A library loaded unsealed (MP_LOAD_ALLOW_UNSEALED) gets its extents checked only.
- * modpack inspect, verify and extract use it, so that they and the loader agree on every file. */
+ * payload given to its kind's loader (a loader the caller registered, a Python one say, is the
+ * caller's to judge and is not run; a kind with no loader registered in this process fails, as
+ * a load in this process fails), then the weight files it refers to; and __dev_mblob as dlsym
+ * will find it against the seal, as a load checks it after dlopen. MP_OK when a load would get
+ * that far; else the load's own error, and *out_stage (may be NULL) names the stage that failed
+ * (the stages in the order they are checked). A library loaded unsealed
+ * (MP_LOAD_ALLOW_UNSEALED) gets its extents checked only. modpack inspect, verify and extract
+ * use it, so that they and the loader agree on every file. */
 enum {
   MP_CHECK_FILE = 1,         /* opening it */
   MP_CHECK_SEAL = 2,         /* its kind, its seal (or its extents, unsealed) */

@@ -49,16 +49,22 @@ static mp_status_t check_blob(int fd, const char* path, const mp_seal_v1_t* seal
   for (uint64_t i = 0; status == MP_OK && i < info.module_count; ++i) {
     mp_blob_module_t entry;
     mp_blob_module(blob, i, &entry);
-    /* The runtime's own kinds only: a kind registered by the caller (a Python loader, say)
-     * is the caller's to judge, and running it here would run it twice. */
-    if (strcmp(entry.type_key, MP_LIB_TYPE_KEY) == 0 || !mp_registry_find_kind(entry.type_key))
-      continue;
-    mp_module_t* module = NULL;
-    status = mp_module_load_from_entry(
-        entry.type_key,
-        (mp_const_byte_span_t){blob_bytes + entry.payload_offset, entry.payload_size},
-        mp_blob_module_flags(blob, i), &module);
-    mp_module_release(module);
+    if (strcmp(entry.type_key, MP_LIB_TYPE_KEY) == 0) continue;
+    if (mp_registry_find_kind(entry.type_key)) {
+      mp_module_t* module = NULL;
+      status = mp_module_load_from_entry(
+          entry.type_key,
+          (mp_const_byte_span_t){blob_bytes + entry.payload_offset, entry.payload_size},
+          mp_blob_module_flags(blob, i), &module);
+      mp_module_release(module);
+    } else {
+      /* The runtime's own kinds only: a kind registered by the caller (a Python loader, say)
+       * is the caller's to judge, and running it here would run it twice. A kind nobody
+       * registered fails the load, and fails here with the load's words. */
+      mp_loader_fn_t fn;
+      void* user_data;
+      status = mp_registry_find_loader(entry.type_key, &fn, &user_data);
+    }
     if (status != MP_OK)
       status = mp_error_prefix(status, "'%s': module[%llu] (%s)", path,
                                (unsigned long long)i, entry.type_key);
