@@ -90,7 +90,8 @@ def test_a_crafted_tar_is_refused_before_anything_is_linked(tmp):
     """An unsealed archive loaded with allow_unsealed: a member that would land outside the
     workspace is refused, and so is an archive with no object to link."""
     crafted = _one_member_tar(tmp / "crafted.tar", "../evil.o", b"\x7fELF")
-    with pytest.raises(modpack.FormatError, match="cannot extract its members safely"):
+    with pytest.raises(modpack.FormatError,
+                       match=r"unsafe member name '\.\./evil\.o': its name is a path"):
         modpack.load_module(crafted, allow_unsealed=True)
     assert not (Path(tempfile.gettempdir()) / "evil.o").exists()  # beside the workspace
     empty = _one_member_tar(tmp / "empty.tar", "notes.txt", b"hi")

@@ -51,7 +51,7 @@ def check_members(path: str | os.PathLike[str], members: Iterable[tarfile.TarInf
     for member in members:
         problem = name_problem(member.name)
         if problem is not None:
-            raise FormatError(f"{os.fspath(path)} is damaged: member {member.name!r}: "
+            raise FormatError(f"{os.fspath(path)} has an unsafe member name {member.name!r}: "
                               f"{problem}; a modpack .tar holds only object files under plain "
                               "names; export it again")
         if not member.isfile():

@@ -72,7 +72,7 @@ def check_tar_seal(path: str | os.PathLike[str]) -> list[str]:
                                   "modpack's export; export it again, or load it with "
                                   "allow_unsealed=True")
             seal = members[-1]
-            content = tar.extractfile(seal)
+            content = tar.extractfile(seal) if seal.isfile() else None
             if content is None:  # a link or a folder named like the seal
                 raise FormatError(f"{path} is damaged: its seal member {SEAL_MEMBER} is not a "
                                   "regular file")
