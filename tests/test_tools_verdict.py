@@ -27,6 +27,7 @@ from modpack.extraction import extract_library
 from modpack.format.signatures import sign_library
 from modpack.format.tar_seal import seal_tar
 from modpack.inspection import inspect_library
+from modpack.verdict import check_file
 
 TVM_SO = Path(__file__).parent / "data" / "tvm" / "opencl_add_tvm0.27.so"
 
@@ -515,3 +516,24 @@ def test_every_tool_agrees_with_load_module(library, archive, tmp_path, case):
     assert slim in ("accepted", "refused")
     if verdicts["load"] == "refused":
         assert slim == "refused"
+
+
+@pytest.mark.parametrize("style", ["gnu", "sysv", "both"])
+def test_the_blob_symbol_is_found_as_dlsym_finds_it(tmp_path, style):
+    """The check reads __dev_mblob as the dynamic loader does (the dynamic segment, its GNU or
+    System V hash table, the symbol's version), not through the section headers, which no load
+    reads: a library linked with either hash table passes, stripped too, and a seal that
+    hides its blob is refused through either table."""
+    host = modpack.csource_module(VADD_C)
+    host.import_module(modpack.const_module({"w": np.arange(64, dtype=np.float32)}))
+    path = host.export_library(tmp_path / f"{style}.so", options=[f"-Wl,--hash-style={style}"])
+    stripped = tmp_path / "stripped.so"
+    shutil.copyfile(path, stripped)
+    if shutil.which("strip"):
+        subprocess.run(["strip", "--strip-all", str(stripped)], check=True)
+    for good in (path, stripped):
+        assert check_file(good).ok and modpack.load_module(good)["add_int"](2, 3) == 5
+    bare = resealed(path, tmp_path / "bare.so", blob_offset=0, blob_vaddr=0, blob_size=0,
+                    payloads_offset=0, payloads_size=0)
+    verdict = check_file(bare)
+    assert verdict.stage == "seal" and "__dev_mblob is defined" in verdict.message
