@@ -1,6 +1,7 @@
 """Trust: the keys a caller trusts, and ``verify_library`` (``modpack verify``), which checks
 everything about a library that can be checked without running it: its seal, every payload,
-and its signatures.
+the device code in its code frames (decoded, as its first use decodes it), and its
+signatures.
 
 The checks themselves are the runtime's (the seal, the blob reader, Ed25519 over SHA-256 with
 OpenSSL's libcrypto); this module gathers them into one report.

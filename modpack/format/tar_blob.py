@@ -1,6 +1,9 @@
 """Where a ``.tar`` export's blob lies: the member (an ELF relocatable object, ``devc.o`` as the
 exporter names it) that defines ``__dev_mblob``, and the blob's bytes in the archive — for
-readers that take the blob in place (preflight, slim) instead of linking the objects."""
+readers that take the blob in place (preflight, slim, the verdict) instead of linking the
+objects, and for the link at load. The members are checked on the way (:mod:`.tar_members`; the
+objects a load links are ELF relocatable objects; one blob at most), and the machine each object
+is for is recorded, so that each of those readers refuses what the load refuses."""
 
 from __future__ import annotations
 

@@ -8,7 +8,9 @@ that hold the blob's size and what follows it are updated, and the file is seale
 signature cannot survive (it signed other bytes): it is dropped, and the report says to sign
 again. The same input and keep list give the same bytes. A ``.tar`` export gives a ``.tar``
 (:func:`_slim_tar`): its host objects as they are, its blob object written anew by the
-exporter's ELF packer, the tar seal anew.
+exporter's ELF packer, the tar seal anew. A file a load would refuse is refused first, with the
+load's error (:mod:`modpack.verdict`), and a copy whose section headers no longer fit what its
+seal says (cut off, gone, damaged: :mod:`.layout`) with a FormatError.
 """
 
 from __future__ import annotations
