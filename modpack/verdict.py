@@ -142,8 +142,8 @@ def _check_code(path: str, offset: int, size: int) -> Verdict:
                         return Verdict(False, "code", type(exc)(
                             f"{path}: module[{i}] ({key}): its {piece.what} does not decode: "
                             f"{exc}; a load takes the file, and the first use of this code "
-                            "fails (its frame was damaged and its checksums computed anew "
-                            "over the damage); export it again"))
+                            "fails (the frame is damaged, though the checksums over it hold: "
+                            "they were computed over the damage); export it again"))
                 del module
         finally:
             if blob[0] != ffi.NULL:

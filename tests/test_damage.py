@@ -5,8 +5,9 @@ broken), each loaded in a child process. No crash, no hang. Every copy whose dam
 a load reads (what the seal covers, the payloads) must be refused with a FormatError, never
 loaded (a load would run damaged code, or come back with its modules gone); damage to what no
 load reads (section headers, .symtab, the trailer) may load, and then loads the whole tree and
-runs. inspect, verify and extract give the loader's verdict every time. The short campaign
-always runs; the long one, over every linker and thousands of copies, is marked slow."""
+runs. inspect, verify and extract give the loader's verdict every time; slim refuses what a load
+refuses and slims or refuses (FormatError) the rest. The short campaign always runs; the long
+one, over every linker and thousands of copies, is marked slow."""
 
 from __future__ import annotations
 
@@ -37,16 +38,29 @@ HANG_SECONDS = 30  # no load of a small damaged file takes this long
 # Loads each file named on stdin in turn, one line per outcome, flushed before the next
 # file: the parent sees which file a crash or a hang happened on.
 WORKER = r"""
-import shutil, sys, tempfile, modpack
+import os, shutil, sys, tempfile, modpack
 from modpack.extraction import extract_library
 from modpack.inspection import inspect_library
+from modpack.slim import slim_library
+
+def slim(path):
+    # A slimmed copy that loads whole and calls, or a refusal.
+    out = folder + "/slim" + os.path.splitext(path)[1]
+    slim_library(path, out, "sm_90")
+    try:
+        root = modpack.load_module(out)
+        return len(root.imported_modules) > 0 and root["add_int"](2, 3) == 5 or "broken"
+    finally:
+        os.unlink(out)
 
 def tool_verdicts(path):
-    # What inspect, verify and extract say of the file: each must refuse what a load refuses.
+    # What inspect, verify, extract and slim say of the file: each must refuse what a load
+    # refuses (slim may refuse more: a copy whose section headers are damaged).
     said = []
     for name, run in (("inspect", lambda: (inspect_library(path)["loads"] or {}).get("ok")),
                       ("verify", lambda: modpack.verify_library(path)["ok"]),
-                      ("extract", lambda: bool(extract_library(path, folder + "/out")))):
+                      ("extract", lambda: bool(extract_library(path, folder + "/out"))),
+                      ("slim", lambda: slim(path))):
         try:
             ok = run()
         except modpack.ModpackError:
@@ -266,13 +280,18 @@ def _feed(proc: subprocess.Popen, text: str) -> None:
 def _wrong(o: Outcome) -> bool:
     """Whether |o| breaks the rules: a copy whose damage every load checks is refused; any
     other is refused or loads whole (its modules all there, a call right); inspect, verify and
-    extract say what the loader said (one verdict)."""
-    tools = o.detail.split(" ")[0]
+    extract say what the loader said (one verdict); slim refuses what the loader refuses, and
+    of the rest writes a library that loads whole or refuses with a FormatError (a copy whose
+    section headers, which no load reads, are gone), never anything else."""
+    tools = dict(t.split("=", 1) for t in o.detail.split(" ")[0].split(",") if "=" in t)
+    slim = tools.pop("slim", None)
+    if slim not in ("accepted", "refused"):
+        return True
     if o.result == "refused":
-        return "accepted" in tools or "Error" in tools
+        return slim != "refused" or set(tools.values()) != {"refused"}
     if o.result == "loaded" and not o.damage.caught:
-        expected = "inspect=accepted,verify=accepted,extract=accepted"
-        return o.detail.split(" ")[1:] != [o.damage.modules, "True"] or tools != expected
+        return (o.detail.split(" ")[1:] != [o.damage.modules, "True"]
+                or set(tools.values()) != {"accepted"} or len(tools) != 3)
     return True
 
 
