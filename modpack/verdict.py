@@ -133,7 +133,10 @@ def _check_code(path: str, offset: int, size: int) -> Verdict:
                 lib.mp_blob_module(blob[0], i, entry)
                 key = ffi.string(entry.type_key).decode()
                 start = offset + entry.payload_offset
-                module = entry_module(key, base + start, entry.payload_size, flags)
+                try:
+                    module = entry_module(key, base + start, entry.payload_size, flags)
+                except ModpackError as exc:  # read a moment ago: the file changed since
+                    return Verdict(False, "payloads", exc)
                 for piece in code_pieces(key, describe_module(module)):
                     try:
                         decode_frame(view[start + piece.offset:

@@ -25,6 +25,11 @@ __all__ = ["ELF_ARCHES", "TarBlob", "find_tar_blob"]
 # The blob objects modpack's ELF packer writes (packers.ELF_MACHINES), by e_machine as pyelftools
 # names it -> the architecture's name (platform.machine()'s, the packer's).
 ELF_ARCHES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64"}
+# A machine (platform.machine()'s name) -> the e_machine of its objects, as pyelftools names it;
+# a machine not here is not checked (its linker refuses what it must).
+_MACHINE_OF = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64", "riscv64": "EM_RISCV",
+               "ppc64le": "EM_PPC64", "ppc64": "EM_PPC64", "s390x": "EM_S390",
+               "loongarch64": "EM_LOONGARCH", "i686": "EM_386", "i386": "EM_386"}
 
 
 @dataclass(frozen=True)
@@ -50,8 +55,9 @@ class TarBlob:
         """IncompatibleError naming the first object the link takes that is not for |arch|
         (``platform.machine()``'s name): a load links them for this machine, which its linker
         would refuse."""
+        expected = _MACHINE_OF.get(arch)
         for name, machine in self.machines.items():
-            if ELF_ARCHES.get(machine) != arch:
+            if expected is not None and machine != expected:
                 found = ELF_ARCHES.get(machine, machine)
                 raise IncompatibleError(f"{os.fspath(path)}: member {name} is an object for "
                                         f"{found}, and this machine is {arch}: load it on a "
