@@ -20,6 +20,9 @@ from modpack.errors import ArgumentError, FormatError, ModpackError
 from modpack.inspection import inspect_library
 from modpack.slim import slim_library
 
+# Real CUDA code: the tests that compile it need nvcc (the damaged-copy tests below do not).
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None,
+                                reason="nvcc is not installed (CUDA toolkit): real CUDA code")
 KERNEL = 'extern "C" __global__ void scale(float* x, int n) { x[0] *= n; }\n'
 WEIGHTS = np.arange(1 << 16, dtype=np.float32)
 
@@ -114,6 +117,7 @@ def test_a_module_without_code_for_a_kept_device_is_named(libraries, tmp_path, s
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@needs_nvcc
 def test_a_refused_module_is_named_by_its_own_name(tmp_path):
     """A device module given name= is refused by that name as well as by its place, so that an
     author of several CUDA modules knows which one lacks the code."""
