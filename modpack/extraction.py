@@ -22,7 +22,7 @@ from .format.code_frames import code_pieces, decode_frame
 from .interop.tvm import decode_device_payload
 from .runtime.binding import check, ffi, lib
 from .runtime.module import LoadedModule, wrap_module
-from .verdict import check_file, outcome
+from .verdict import check_file, damaged, outcome
 from .weight_reports import extract_weight_file, is_weight_file
 
 __all__ = ["extract_library"]
@@ -60,7 +60,7 @@ def _extract_file(path: str, shown: str, out: Path, judged: bool = True) -> dict
 
     report = inspect_library(path)  # validates everything (payload checksums too), runs nothing
     loads = report.get("loads")
-    if judged and loads is not None and not loads["ok"]:
+    if judged and loads is not None and not loads["ok"] and loads["stage"] != "loaders":
         raise FormatError(f"{shown} {outcome(loads['stage'])}, so nothing is extracted: "
                           f"{loads['message']}")
     blob = report["blob"]
@@ -158,7 +158,7 @@ def _extract_tar(shown: str, out: Path) -> dict[str, Any]:
     from .inspection import inspect_library
 
     verdict = check_file(shown)
-    if not verdict.ok:
+    if damaged(verdict):
         raise FormatError(f"{shown} {outcome(verdict.stage)}, so nothing is extracted: "
                           f"{verdict.message}")
     with tempfile.TemporaryDirectory(prefix="modpack-extract-") as scratch, \

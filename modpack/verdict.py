@@ -29,10 +29,11 @@ from .runtime.binding import error_from_status, ffi, lib
 from .runtime.entries import describe_module, entry_module
 from .runtime.weight_files import load_options
 
-__all__ = ["STAGES", "Verdict", "check_file", "outcome"]
+__all__ = ["STAGES", "Verdict", "check_file", "damaged", "outcome"]
 
 _STAGES = {lib.MP_CHECK_FILE: "file", lib.MP_CHECK_SEAL: "seal", lib.MP_CHECK_BLOB: "blob",
-           lib.MP_CHECK_PAYLOADS: "payloads", lib.MP_CHECK_WEIGHT_FILES: "weight files"}
+           lib.MP_CHECK_PAYLOADS: "payloads", lib.MP_CHECK_WEIGHT_FILES: "weight files",
+           lib.MP_CHECK_LOADERS: "loaders"}
 # In the order they are checked; "code": the device code in frames decodes (a load decodes it
 # at its first use).
 STAGES = (*(_STAGES[k] for k in sorted(_STAGES, key=int)), "code")
@@ -41,9 +42,12 @@ STAGES = (*(_STAGES[k] for k in sorted(_STAGES, key=int)), "code")
 @dataclass(frozen=True)
 class Verdict:
     """Whether a load would take the file and its code work; if not, the stage that refused
-    it (``"file"``, ``"seal"``, ``"blob"``, ``"payloads"``, ``"weight files"``, ``"code"``,
-    checked in that order: :data:`STAGES`) and the load's own error (for ``"code"``, the error
-    the first use of that code would raise)."""
+    it (``"file"``, ``"seal"``, ``"blob"``, ``"payloads"``, ``"weight files"``, ``"loaders"``,
+    ``"code"``, checked in that order: :data:`STAGES`) and the load's own error (for
+    ``"code"``, the error the first use of that code would raise). ``"loaders"`` is the one
+    refusal that says nothing against the file: a module's kind has no loader registered in
+    this process (every other check held), and a load in a process that registers one takes
+    it."""
 
     ok: bool
     stage: str | None = None
@@ -64,7 +68,15 @@ def outcome(stage: str | None) -> str:
     (``"code"``) it loads and the first use of its code fails."""
     if stage == "code":
         return "would load, but the first use of its device code would fail"
+    if stage == "loaders":
+        return "is sound, but would not load in this process"
     return "would not load"
+
+
+def damaged(verdict: Verdict) -> bool:
+    """Whether |verdict| refuses the file for what it is, rather than for what this process
+    lacks (a loader for one of its kinds)."""
+    return not verdict.ok and verdict.stage != "loaders"
 
 
 def check_file(path: str | os.PathLike[str], *, verify_checksums: bool = True) -> Verdict:

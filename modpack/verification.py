@@ -27,6 +27,8 @@ _COVERS = {  # what each check vouches for, shown with its result
     "payloads": "each module's payload bytes, by the checksums in the blob's index",
     "weight files": "the weight files the library refers to: present, the very files it was "
                     "exported with, and intact",
+    "loaders": "each module's kind has a loader in this process (what a load here needs; a "
+               "kind a package registers loads where that package is imported)",
     "code": "the device code stored in code frames (compress_code): every frame decodes to the "
             "code its header promises, as a load decodes it at the code's first use",
     "signature": "every byte of the sealed file (SHA-256), by the signer's Ed25519 key",
@@ -77,6 +79,8 @@ def verify_library(path: str | os.PathLike[str],
     if stage == "weight files" or _refers_to_weight_files(report):
         add("weight files", None if later else not failed_at("weight files"),
             later or failed_at("weight files"))
+    if stage == "loaders":  # the file is sound; this process cannot load it
+        add("loaders", None, f"not here: {loads['message']}")
     if stage == "code" or _has_code_frames(report):
         earlier = not loads["ok"] and stage != "code"
         add("code", None if earlier else not failed_at("code"),

@@ -72,6 +72,10 @@ def _run_inspect(args: argparse.Namespace) -> int:
     loads = report.get("loads")
     if loads is not None and not loads["ok"]:  # one verdict: the loader refuses it, so inspect
         sys.stdout.flush()
+        if loads["stage"] == "loaders":  # not the file's fault: said, and exit 0
+            sys.stderr.write(f"modpack inspect: note: {args.library} "
+                             f"{outcome(loads['stage'])}: {loads['message']}\n")
+            return 0
         return _fail(args.command,
                      f"{args.library} {outcome(loads['stage'])}: {loads['message']}")
     return 0

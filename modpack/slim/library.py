@@ -101,7 +101,7 @@ def _require_loadable(source: Path) -> None:
     over what it keeps, so damage it copied would come out sealed as sound. The weight files a
     library refers to are no part of it: their absence does not stop a slim."""
     verdict = check_file(source)
-    if verdict.ok or verdict.stage == "weight files":
+    if verdict.ok or verdict.stage in ("weight files", "loaders"):
         return
     error = verdict.error
     kind = type(error) if isinstance(error, ModpackError) else FormatError

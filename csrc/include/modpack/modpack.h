@@ -232,6 +232,9 @@ enum {
   MP_CHECK_BLOB = 3,         /* the blob's index and tree */
   MP_CHECK_PAYLOADS = 4,     /* payload checksums and each kind's loader */
   MP_CHECK_WEIGHT_FILES = 5, /* the weight files it refers to */
+  /* A module of a kind no loader is registered for in this process: not damage (every other
+   * check was made), but a load here refuses it (MP_ERR_NOT_FOUND, as the load says). */
+  MP_CHECK_LOADERS = 6,
 };
 MP_API mp_status_t mp_library_check_file(const char* path, const mp_load_options_t* options,
                                          int32_t* out_stage);

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/registry.h"
 #include "files/elf_dynamic.h"
+#include "load/blob_index.h"
 #include "load/file_check.h"
 #include "load/kinds.h"
 #include "load/load_settings.h"
@@ -30,7 +31,7 @@
  * as |flags| say), and each payload a registered loader knows given to it: what a load does
  * after dlopen, from the file instead of the library's image. */
 static mp_status_t check_blob(int fd, const char* path, const mp_seal_v1_t* seal, uint32_t flags,
-                              int32_t* out_stage) {
+                              int32_t* out_stage, uint64_t* out_unregistered) {
   void* map = mmap(NULL, (size_t)seal->file_size, PROT_READ, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED)
     return mp_errorf(MP_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
@@ -60,10 +61,14 @@ static mp_status_t check_blob(int fd, const char* path, const mp_seal_v1_t* seal
     } else {
       /* The runtime's own kinds only: a kind registered by the caller (a Python loader, say)
        * is the caller's to judge, and running it here would run it twice. A kind nobody
-       * registered fails the load, and fails here with the load's words. */
+       * registered fails the load, and fails the check with the load's words, last: it says
+       * nothing of the file's soundness, which the other checks still establish. */
       mp_loader_fn_t fn;
       void* user_data;
-      status = mp_registry_find_loader(entry.type_key, &fn, &user_data);
+      if (mp_registry_find_loader(entry.type_key, &fn, &user_data) != MP_OK &&
+          *out_unregistered == UINT64_MAX)
+        *out_unregistered = i;
+      mp_error_clear();
     }
     if (status != MP_OK)
       status = mp_error_prefix(status, "'%s': module[%llu] (%s)", path,
@@ -71,6 +76,29 @@ static mp_status_t check_blob(int fd, const char* path, const mp_seal_v1_t* seal
   }
   mp_blob_free(blob);
   munmap(map, (size_t)seal->file_size);
+  return status;
+}
+
+/* The load's refusal of module |index|, whose kind no loader is registered for here, read
+ * again from the blob's index (checked already). */
+static mp_status_t refuse_unregistered(int fd, const char* path, const mp_seal_v1_t* seal,
+                                       uint64_t index, int32_t* stage) {
+  uint8_t* bytes = NULL;
+  mp_blob_t* blob = NULL;
+  MP_RETURN_IF_ERROR(mp_blob_index_read(fd, seal, path, &bytes, &blob));
+  mp_blob_module_t entry;
+  mp_blob_module(blob, index, &entry);
+  mp_loader_fn_t fn;
+  void* user_data;
+  *stage = MP_CHECK_LOADERS;
+  mp_status_t status = mp_registry_find_loader(entry.type_key, &fn, &user_data);
+  if (status != MP_OK)
+    status = mp_error_prefix(status, "'%s': module[%llu] (%s)", path, (unsigned long long)index,
+                             entry.type_key);
+  else
+    *stage = MP_CHECK_WEIGHT_FILES; /* registered meanwhile, by another thread */
+  mp_blob_free(blob);
+  free(bytes);
   return status;
 }
 
@@ -95,17 +123,22 @@ static mp_status_t check_blob_symbol(int fd, const char* path, uint64_t file_siz
   return MP_OK;
 }
 
-/* The blob where |seal| places it, each payload, then the weight files it refers to. */
+/* The blob where |seal| places it, each payload, then the weight files it refers to, then
+ * whether each module's kind has a loader here. */
 static mp_status_t check_contents(int fd, const char* path, const mp_seal_v1_t* seal,
                                   const mp_load_settings_t* settings, int32_t* stage) {
   mp_status_t status = MP_OK;
-  if (seal->blob_size > 0) status = check_blob(fd, path, seal, settings->flags, stage);
+  uint64_t unregistered = UINT64_MAX; /* the first module whose kind has no loader here */
+  if (seal->blob_size > 0)
+    status = check_blob(fd, path, seal, settings->flags, stage, &unregistered);
   mp_weight_files_t held = {0};
   if (status == MP_OK) {
     *stage = MP_CHECK_WEIGHT_FILES;
     status = mp_weights_precheck(fd, seal, path, settings, &held);
   }
   mp_weight_files_release(&held);
+  if (status == MP_OK && unregistered != UINT64_MAX)
+    status = refuse_unregistered(fd, path, seal, unregistered, stage);
   return status;
 }
 
