@@ -73,7 +73,9 @@ uint64_t mp_checksum_mapped(mp_const_byte_span_t bytes) {
   return digest;
 }
 
-static const uint8_t zeros[MP_ZEROS_SIZE]; /* never written: the zero page, shared */
+/* Never written: in .bss, so it costs the binary nothing (a const array would be 4 MiB of zeros
+ * in .rodata) and reads come from the shared zero page. */
+static uint8_t zeros[MP_ZEROS_SIZE];
 
 const uint8_t* mp_zeros(void) {
   return zeros;
