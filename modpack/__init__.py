@@ -57,6 +57,8 @@ from .runtime.binding import lib as _lib
 from .runtime.devices import device_count, device_name, get_stream, set_stream, synchronize
 from .runtime.function import Function
 from .runtime.module import LoadedModule
+from .runtime.subbyte import FLOAT4_E2M1FN_X2 as float4_e2m1fn_x2
+from .runtime.subbyte import pack_float4, unpack_float4
 from .runtime.values import local_memory
 from .runtime.warmup import warm_up as _warm_up
 from .runtime.weight_files import WeightFile, load_weights
@@ -105,6 +107,7 @@ __all__ = [
     "device_count",
     "device_name",
     "empty",
+    "float4_e2m1fn_x2",
     "from_dlpack",
     "from_triton",
     "get_stream",
@@ -117,12 +120,14 @@ __all__ = [
     "object_module",
     "opencl_binaries",
     "opencl_module",
+    "pack_float4",
     "preflight",
     "register_loader",
     "rocm_module",
     "save_weights",
     "set_stream",
     "synchronize",
+    "unpack_float4",
     "unregister_loader",
     "verify_library",
     "vulkan_module",

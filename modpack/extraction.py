@@ -21,6 +21,7 @@ from .files.names import safe_file_name
 from .format.code_frames import code_pieces, decode_frame
 from .interop.tvm import decode_device_payload
 from .runtime.binding import check, ffi, lib
+from .runtime.dtypes import display_name
 from .runtime.module import LoadedModule, wrap_module
 from .verdict import check_file, damaged, outcome
 from .weight_reports import extract_weight_file, is_weight_file
@@ -47,7 +48,7 @@ def _const_arrays(payload: bytes, folder: Path, index: int) -> list[dict[str, An
     for k, (name, array) in enumerate(module.arrays.items()):
         file = folder / safe_file_name(f"{index}-{k}", name, ".npy")
         np.save(file, np.ascontiguousarray(array))
-        saved.append({"name": name, "dtype": str(array.dtype), "shape": list(array.shape),
+        saved.append({"name": name, "dtype": display_name(array.dtype), "shape": list(array.shape),
                       "file": file.relative_to(folder.parent).as_posix()})
     del module
     return saved

@@ -77,7 +77,7 @@ class Versioned(ctypes.Structure):
                 ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
 
 
-READ_ONLY, IS_COPIED = 1, 2
+READ_ONLY, IS_COPIED, SUBBYTE_PADDED = 1, 2, 4
 _get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _get_pointer.restype = ctypes.c_void_p
 _get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
@@ -98,18 +98,20 @@ def versioned(capsule: Any) -> Versioned:
 
 
 class Crafted:
-    """A versioned capsule over four float32s, of any version and flags; kept alive for the
-    session (the capsule points into it; no deleter)."""
+    """A versioned capsule over four float32s (or 16 bytes said to be another dtype), of any
+    version and flags; kept alive for the session (the capsule points into it; no
+    deleter)."""
 
     alive: ClassVar[list[Crafted]] = []
 
-    def __init__(self, major: int = 1, flags: int = 0) -> None:
+    def __init__(self, major: int = 1, flags: int = 0,
+                 dtype: tuple[int, int, int] = (2, 32, 1)) -> None:
         self.data = np.arange(4, dtype=np.float32)
         self.shape = (ctypes.c_int64 * 1)(4)
         self.managed = Versioned(major=major, minor=0, flags=flags)
         t = self.managed.dl_tensor
         t.data, t.device_type, t.ndim = self.data.ctypes.data, 1, 1
-        t.code, t.bits, t.lanes = 2, 32, 1
+        t.code, t.bits, t.lanes = dtype
         t.shape = ctypes.cast(self.shape, ctypes.POINTER(ctypes.c_int64))
         self.capsule = _capsule_new(ctypes.addressof(self.managed), b"dltensor_versioned", None)
         Crafted.alive.append(self)
@@ -307,6 +309,132 @@ def test_torch_and_read_only_arrays(weights, torch):
     assert seen["max_version"][0] >= 1 and seen["flags"] == READ_ONLY
     assert t.data_ptr() == weights.ctypes.data
     assert t.tolist() == weights.tolist()
+
+
+TORCH_LOW_PRECISION = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                       "float8_e8m0fnu", "float4_e2m1fn_x2"]
+
+
+@pytest.mark.parametrize("name", TORCH_LOW_PRECISION)
+def test_torch_float8_and_float4_pairs_both_ways_zero_copy(lib, torch, name):
+    """A torch float8 or float4_e2m1fn_x2 tensor reaches host code in place, becomes a modpack
+    array over its memory (numpy: the ml_dtypes type, or modpack.float4_e2m1fn_x2, the same
+    bytes) and goes back to torch as the dtype it was, still in place."""
+    if not hasattr(torch, name):
+        pytest.skip(f"torch {torch.__version__} has no {name}")
+    dtype = getattr(torch, name)
+    raw = torch.arange(12, dtype=torch.uint8).reshape(3, 4)
+    t = raw.view(dtype)
+    assert lib["address"](t) == t.data_ptr()
+    a = modpack.from_dlpack(t)
+    assert a.data_ptr == t.data_ptr() and a.shape == (3, 4) and a.nbytes == 12
+    assert f"dtype={name} " in repr(a)
+    view = a.numpy()
+    assert view.ctypes.data == t.data_ptr()
+    assert view.view(np.uint8).tolist() == raw.tolist()
+    assert view.dtype == (modpack.float4_e2m1fn_x2 if name.startswith("float4") else
+                          np.dtype(getattr(pytest.importorskip("ml_dtypes"), name)))
+    back = torch.from_dlpack(a)
+    assert back.dtype == dtype and back.data_ptr() == t.data_ptr()
+    assert torch.equal(back.view(torch.uint8), raw)
+    # numpy's form back to torch: a new array (a copy), the same dtype and bytes.
+    again = torch.from_dlpack(modpack.array(view))
+    assert again.dtype == dtype and torch.equal(again.view(torch.uint8), raw)
+
+
+def test_ml_dtypes_arrays_are_taken_in_place(torch):
+    """numpy's DLPack exports no ml_dtypes type, yet from_dlpack takes a float8 or bfloat16
+    array (strided, read-only) and float4_e2m1fn_x2 pairs in place, typed, on to torch."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    f8 = np.arange(12, dtype=np.float32).astype(ml_dtypes.float8_e4m3fn).reshape(3, 4)
+    a = modpack.from_dlpack(f8)
+    assert a.data_ptr == f8.ctypes.data and a.dtype == f8.dtype and not a.read_only
+    t = torch.from_dlpack(a)
+    assert t.dtype == torch.float8_e4m3fn and t.data_ptr() == f8.ctypes.data
+    assert t.float().tolist() == f8.astype(np.float32).tolist()
+    column = modpack.from_dlpack(f8[:, 1])
+    assert column.strides == (4,) and column.numpy().tolist() == f8[:, 1].tolist()
+    frozen = np.arange(4, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    frozen.flags.writeable = False
+    b = modpack.from_dlpack(frozen)
+    assert b.read_only and b.data_ptr == frozen.ctypes.data and b.dtype == frozen.dtype
+    pairs = modpack.pack_float4(np.ones((2, 4), np.float32))
+    c = modpack.array(pairs, copy=None)
+    assert c.data_ptr == pairs.ctypes.data and c.dtype == modpack.float4_e2m1fn_x2
+    if hasattr(torch, "float4_e2m1fn_x2"):
+        assert torch.from_dlpack(c).dtype == torch.float4_e2m1fn_x2
+
+
+def test_float4_values_from_numpy_to_torch_pairs(torch):
+    """modpack.pack_float4 packs float4 values as torch.float4_e2m1fn_x2 does (value 2i in the
+    low nibble of byte i); the pairs go to torch zero-copy and come back unpacked."""
+    if not hasattr(torch, "float4_e2m1fn_x2"):
+        pytest.skip(f"torch {torch.__version__} has no float4_e2m1fn_x2")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    values = np.array([[0.5, -6.0, 1.5, 3.0], [0.0, 4.0, -1.0, 2.0]], ml_dtypes.float4_e2m1fn)
+    pairs = modpack.array(modpack.pack_float4(values))
+    t = torch.from_dlpack(pairs)
+    assert t.dtype == torch.float4_e2m1fn_x2 and t.shape == (2, 2)
+    assert t.data_ptr() == pairs.data_ptr
+    codes = values.view(np.uint8)
+    assert t.view(torch.uint8).tolist() == (codes[:, 0::2] | codes[:, 1::2] << 4).tolist()
+    assert np.array_equal(modpack.unpack_float4(t), values)
+
+
+def test_packed_float4_values_cross_to_numpy_by_copy_only():
+    """An array of DLPack's float4_e2m1fn (lanes 1: two values a byte) is made from ml_dtypes
+    values by a copy that packs them, has no numpy view (saying so), unpacks on request, and
+    goes out and back in as a versioned capsule of the same type."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    values = np.array([0.5, -6.0, 1.5, 3.0, 4.0], ml_dtypes.float4_e2m1fn)
+    a = modpack.array(values)
+    assert a.packed and a.shape == (5,) and a.nbytes == 3 and a.dtype == values.dtype
+    assert repr(a) == "<modpack.Array shape=(5,) dtype=float4_e2m1fn device=cpu:0>"
+    raw = np.ctypeslib.as_array(ctypes.cast(a.data_ptr, ctypes.POINTER(ctypes.c_uint8)), (3,))
+    codes = values.view(np.uint8)
+    assert raw.tolist() == [codes[0] | codes[1] << 4, codes[2] | codes[3] << 4, codes[4]]
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"a packed float4_e2m1fn array .* has no numpy view.* "
+                             r"numpy\(copy=True\) unpacks a copy"):
+        a.numpy()
+    assert np.array_equal(a.numpy(copy=True), values)
+    out = np.zeros(5, ml_dtypes.float4_e2m1fn)
+    a.copy_to(out)
+    assert np.array_equal(out, values)
+    a.copy_from(values[::-1])
+    assert np.array_equal(a.numpy(copy=True), values[::-1])
+    capsule = a.__dlpack__(max_version=(1, 1))
+    v = versioned(capsule)
+    assert (v.dl_tensor.code, v.dl_tensor.bits, v.dl_tensor.lanes, v.flags) == (17, 4, 1, 0)
+    b = modpack.from_dlpack(capsule)
+    assert b.data_ptr == a.data_ptr and b.packed and b.nbytes == 3
+
+
+def test_padded_sub_byte_tensors_are_refused_and_numpy_float4_is_not_dlpack():
+    """A producer's padded float4 (one value per byte: DLPack 1.1's IS_SUBBYTE_TYPE_PADDED) is
+    refused by calls and from_dlpack, since a DLTensor cannot carry the flag on; the flag on
+    whole-byte types means nothing and is ignored. Numpy float4 arrays of ml_dtypes are padded
+    too, and refused the same way where their memory would be taken as it is."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"a DLPack tensor of float4_e2m1fn its producer marks padded \(one "
+                             r"value per byte, DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED\): the "
+                             r"runtime takes sub-byte types packed"):
+        modpack.from_dlpack(Crafted(flags=SUBBYTE_PADDED, dtype=(17, 4, 1)).capsule)
+    assert modpack.from_dlpack(Crafted(flags=SUBBYTE_PADDED).capsule).shape == (4,)
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"modpack.array\(copy=False\): .*numpy float4_e2m1fn"):
+        modpack.array(np.zeros(4, ml_dtypes.float4_e2m1fn), copy=False)
+
+
+def test_calls_refuse_padded_sub_byte_capsules(lib):
+    """The same refusal in the call path, naming the argument."""
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"^argument 0: its producer marks the array padded \(one 6-bit value "
+                             r"per byte, DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED; dtype code "
+                             r"16\), but modpack takes sub-byte types packed"):
+        lib["address"](Crafted(flags=SUBBYTE_PADDED, dtype=(16, 6, 1)).capsule)
+    assert lib["address"](Crafted(dtype=(16, 6, 1)).capsule) != 0  # packed: taken
 
 
 # ---- JAX ---------------------------------------------------------------------------------

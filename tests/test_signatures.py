@@ -91,6 +91,32 @@ MP_EXPORT_FUNC(touch_untyped, int64_t, const DLTensor*)
 static int64_t run_count(void) { return runs; }
 MP_EXPORT_FUNC0(run_count, int64_t)
 
+/* DLPack 1.1's low-precision types, read as DLPack lays them out: the bits of value i of a
+ * packed array (float4_e2m1fn_x2: pairs, n * k bytes; float4_e2m1fn, float6_e3m2fn: values
+ * sharing bytes), the first value in the low bits; and where an fp8 array's bytes are (so a
+ * test sees that a call took no copy). */
+static int64_t packed_code(const DLTensor* t, int64_t bits, int64_t i) {
+  const uint8_t* bytes = (const uint8_t*)t->data + t->byte_offset;
+  mp_tensor_span_t span; /* (the typed wrapper checked it: it is OK) */
+  if (mp_tensor_layout(t, &span) != MP_SPAN_OK || i < 0 ||
+      (uint64_t)i >= span.elements * t->dtype.lanes)
+    return -1;
+  uint64_t at = (uint64_t)i * (uint64_t)bits, last = (at + (uint64_t)bits - 1) / 8;
+  uint32_t word = bytes[at / 8] | (last > at / 8 ? (uint32_t)bytes[last] << 8 : 0u);
+  return (int64_t)((word >> (at % 8)) & ((1u << bits) - 1));
+}
+static int64_t fp4_pair_code(const DLTensor* w, int64_t i) { return packed_code(w, 4, i); }
+MP_EXPORT_TYPED_FUNC(fp4_pair_code, int64_t, "w: float4_e2m1fn_x2[n, k] cpu, i",
+                     const DLTensor*, int64_t)
+static int64_t fp4_code(const DLTensor* w, int64_t i) { return packed_code(w, 4, i); }
+MP_EXPORT_TYPED_FUNC(fp4_code, int64_t, "w: float4_e2m1fn[...] cpu, i", const DLTensor*, int64_t)
+static int64_t fp6_code(const DLTensor* w, int64_t i) { return packed_code(w, 6, i); }
+MP_EXPORT_TYPED_FUNC(fp6_code, int64_t, "w: float6_e3m2fn[n] cpu, i", const DLTensor*, int64_t)
+static int64_t fp8_address(const DLTensor* x) {
+  return (int64_t)((uintptr_t)x->data + x->byte_offset);
+}
+MP_EXPORT_TYPED_FUNC(fp8_address, int64_t, "x: float8_e4m3fn[n] cpu", const DLTensor*)
+
 /* Host-code bugs in the signature itself: reported, never a crash or a wrong read. */
 static int64_t unclosed(const DLTensor* x) { return x->ndim; }
 MP_EXPORT_TYPED_FUNC(unclosed, int64_t, "x: float32[n", const DLTensor*)
@@ -253,6 +279,98 @@ def test_every_dtype_name_is_the_runtimes_own(lib):
     assert len(set(names)) == len(dtypes)
 
 
+FP4_VALUES = [[0.0, 0.5, 1.0, -6.0], [3.0, 2.0, -1.0, 1.5], [4.0, -0.5, 6.0, 0.0]]
+
+
+def fp4_codes(values):
+    """The 4-bit codes of float4 values, one a byte (as ml_dtypes holds them)."""
+    import ml_dtypes
+
+    return np.asarray(values, ml_dtypes.float4_e2m1fn).view(np.uint8).reshape(-1).tolist()
+
+
+def test_low_precision_dtypes_are_named_in_signatures_and_read_as_dlpack_packs_them(lib):
+    """float8 arrays of ml_dtypes pass in place; float4 values packed in pairs
+    (modpack.pack_float4: float4_e2m1fn_x2, n x k bytes) and packed alone (modpack.array of
+    ml_dtypes values: float4_e2m1fn, half a byte each) and 6-bit values straddling bytes reach
+    host code bit for bit where DLPack 1.1 puts them, the first value in the low bits."""
+    import ml_dtypes
+
+    f8 = np.array([0.5, -448.0, 3.0], ml_dtypes.float8_e4m3fn)
+    assert lib["fp8_address"](f8) == f8.ctypes.data  # no copy
+    codes = fp4_codes(FP4_VALUES)
+    pairs = modpack.pack_float4(np.array(FP4_VALUES, ml_dtypes.float4_e2m1fn))
+    assert pairs.dtype == modpack.float4_e2m1fn_x2 and pairs.shape == (3, 2)
+    assert [lib["fp4_pair_code"](pairs, i) for i in range(12)] == codes
+    assert lib["fp4_pair_code"](pairs, 12) == -1
+    packed = modpack.array(np.array(FP4_VALUES, ml_dtypes.float4_e2m1fn)[:, :3])  # 9 values
+    assert packed.shape == (3, 3) and packed.nbytes == 5
+    assert [lib["fp4_code"](packed, i) for i in range(10)] == \
+        [c for row in np.array(codes).reshape(3, 4) for c in row[:3]] + [-1]
+    f6 = np.array([1.0, -3.0, 0.25, 28.0, -0.0625, 2.0, 7.0], ml_dtypes.float6_e3m2fn)
+    packed6 = modpack.array(f6)
+    assert packed6.nbytes == 6  # 42 bits
+    assert [lib["fp6_code"](packed6, i) for i in range(7)] == f6.view(np.uint8).tolist()
+
+
+def test_a_wrong_low_precision_dtype_or_packing_names_both(lib):
+    """A dtype other than the signature's is refused naming both; the same float4 format in the
+    other packing (values against pairs) says what each counts; a numpy float4/float6 array of
+    ml_dtypes (one value per byte, not DLPack's packing) is refused naming the ways out."""
+    import ml_dtypes
+
+    f8 = np.zeros(3, ml_dtypes.float8_e4m3fn)
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"^check: argument 0 \(x\) must be float8_e5m2\[n\]: its dtype is "
+                             r"float8_e4m3fn$"):
+        lib["check"]("x: float8_e5m2[n]", f8)
+    pairs = modpack.pack_float4(np.zeros((2, 4), np.float32))
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"must be float4_e2m1fn\[\.\.\.\] cpu: its dtype is float4_e2m1fn_x2, "
+                             r"the same format packed otherwise \(a lanes-1 dtype counts values"):
+        lib["fp4_code"](pairs, 0)
+    packed = modpack.array(np.zeros((2, 4), ml_dtypes.float4_e2m1fn))
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"must be float4_e2m1fn_x2\[n, k\] cpu: its dtype is float4_e2m1fn, "
+                             r"the same format packed otherwise"):
+        lib["fp4_pair_code"](packed, 0)
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"must be float6_e3m2fn\[n\] cpu: its dtype is float6_e2m3fn$"):
+        lib["fp6_code"](modpack.array(np.zeros(4, ml_dtypes.float6_e2m3fn)), 0)
+    for name in ("float4_e2m1fn", "float6_e2m3fn"):
+        unpacked = np.zeros(8, getattr(ml_dtypes, name))
+        with pytest.raises(modpack.ArgumentError,
+                           match=rf"^argument 0: the array is a numpy {name} array, which "
+                                 rf"ml_dtypes holds one value per byte, but DLPack 1.1's {name} "
+                                 r"\(and modpack's\) is packed.* modpack.array\(x\)"):
+            lib["touch"](unpacked)
+    with pytest.raises(modpack.ArgumentError, match=r"modpack.pack_float4\(x\)"):
+        lib["touch"](np.zeros(8, ml_dtypes.float4_e2m1fn))
+
+
+def test_the_low_precision_names_are_the_runtimes_own(lib):
+    """float6, float4 and the packed pair are named in signatures exactly as mp_dtype_string
+    names them, and each matches its own arrays only."""
+    import ml_dtypes
+
+    from modpack.runtime.dtypes import dtype_name
+
+    arrays = {
+        "float4_e2m1fn_x2": modpack.pack_float4(np.zeros(6, np.float32)),
+        "float4_e2m1fn": modpack.array(np.zeros(5, ml_dtypes.float4_e2m1fn)),
+        "float6_e2m3fn": modpack.array(np.zeros(5, ml_dtypes.float6_e2m3fn)),
+        "float6_e3m2fn": modpack.array(np.zeros(5, ml_dtypes.float6_e3m2fn)),
+    }
+    assert [dtype_name(17, 4, 2), dtype_name(17, 4, 1), dtype_name(15, 6, 1),
+            dtype_name(16, 6, 1)] == list(arrays)
+    for name, array in arrays.items():
+        lib["check"](f"x: {name}[*] cpu", array)
+        for other in arrays:
+            if other != name:
+                with pytest.raises(modpack.ArgumentError, match=f"its dtype is {name}"):
+                    lib["check"](f"x: {other}[*]", array)
+
+
 def test_device_arrays_are_refused_by_host_only_parameters(lib):
     if modpack.device_count("opencl") == 0:
         pytest.skip("no OpenCL device (scripts/dev.sh installs PoCL)")
@@ -400,6 +518,17 @@ OVERFLOW_CASES = {
         dict(shape=[8192], strides=[-1], data=0x1000), False,
         r"its elements start 32764 bytes below data 0x1000 \+ byte_offset 0 \(negative "
         r"strides\), below address 0"),
+    "4-bit values in threes: neither packed nor whole bytes": (
+        dict(shape=[4], dtype=(17, 4, 3)), False,
+        r"its elements are 12 bits \(4 bits x 3 lanes\), which do not pack: DLPack packs an "
+        r"element under a byte"),
+    "2^63 packed float4 values, in 2^62 bytes": (
+        dict(shape=[1 << 62, 2], dtype=(17, 4, 1)), False,
+        rf"its shape \[4611686018427387904, 2\] of 4-bit packed elements is more than {MAX} "
+        r"elements or bytes \(PTRDIFF_MAX\)"),
+    "packed float4 values below address 0": (
+        dict(shape=[8192], dtype=(17, 4, 1), strides=[-1], data=0x100), False,
+        r"its elements start 4096 bytes below data 0x100 \+ byte_offset 0 \(negative strides\)"),
     "a strided span wrapping past the end": (
         dict(shape=[8], dtype=(0, 8, 1), strides=[1 << 45], data=0xFFFF_8000_0000_0000), False,
         r"its elements end 246290604621825 bytes past data 0xffff800000000000 \+ byte_offset 0, "

@@ -66,6 +66,8 @@ static const char* const signatures[] = {
     "x: int8[...] strided cpu opencl cuda",
     "x: complex64[*, *] strided, y: bfloat16[2, 2, 2]",
     "x: any[*, *, *, *] strided, y: any[...], k",
+    "w: float4_e2m1fn_x2[n, k] cpu, x: float8_e4m3fn[n] strided",
+    "p: float4_e2m1fn[*, *] strided, q: float6_e3m2fn[...]",
 };
 enum { SIGNATURES = sizeof signatures / sizeof signatures[0] };
 
@@ -73,6 +75,9 @@ static const DLDataType dtypes[] = {
     {kDLFloat, 32, 1}, {kDLFloat, 64, 1},   {kDLUInt, 8, 1},    {kDLInt, 8, 1},
     {kDLInt, 64, 1},   {kDLComplex, 64, 1}, {kDLBfloat, 16, 1}, {kDLFloat, 32, 4},
     {kDLBool, 8, 1},   {kDLInt, 4, 1},      {kDLFloat, 0, 1},   {kDLInt, 8, 0},
+    /* DLPack 1.1's sub-byte formats: packed (lanes 1), a packed pair, one that does not pack */
+    {kDLFloat4_e2m1fn, 4, 1}, {kDLFloat4_e2m1fn, 4, 2}, {kDLFloat6_e2m3fn, 6, 1},
+    {kDLFloat8_e4m3fn, 8, 1}, {kDLFloat4_e2m1fn, 4, 3},
 };
 enum { DTYPES = sizeof dtypes / sizeof dtypes[0] };
 
@@ -153,25 +158,33 @@ static u128 sat_mul(u128 a, u128 b) { /* a, b <= CAP */
 
 typedef struct {
   bool layout_ok, ok;
-  u128 itemsize, nbytes, below, above;
+  u128 itemsize, bits, nbytes, below, above;
 } reference_t;
+
+/* ceil(count * bits / 8): the bytes of |count| elements, whole bytes each or packed. */
+static u128 bytes_of(u128 count, u128 bits) { /* count <= CAP, bits < 2^24 */
+  return sat((sat_mul(count, bits) + 7) / 8);
+}
 
 static reference_t reference(const DLTensor* t) {
   reference_t r = {0};
   const u128 limit = (u128)PTRDIFF_MAX;
   if (t->ndim < 0 || (t->ndim > 0 && !t->shape) || t->dtype.bits == 0 || t->dtype.lanes == 0)
     return r;
-  r.itemsize = ((u128)t->dtype.bits * t->dtype.lanes + 7) / 8;
-  u128 product = r.itemsize;
+  r.bits = (u128)t->dtype.bits * t->dtype.lanes;
+  if (r.bits > 8 && r.bits % 8 != 0) return r; /* neither packed nor whole bytes */
+  r.itemsize = r.bits % 8 == 0 ? r.bits / 8 : 0;
+  u128 count = 1;
   bool empty = false;
   for (int32_t d = 0; d < t->ndim; ++d) {
     if (t->shape[d] < 0) return r;
     if (t->shape[d] == 0)
       empty = true;
     else
-      product = sat_mul(product, (u128)t->shape[d]);
+      count = sat_mul(count, (u128)t->shape[d]);
   }
-  if (product > limit) return r;
+  u128 product = bytes_of(count, r.bits);
+  if (count > limit || product > limit) return r;
   if (!empty) {
     r.nbytes = product;
     if (!t->strides) {
@@ -187,8 +200,8 @@ static reference_t reference(const DLTensor* t) {
         else
           above = sat(above + sat_mul(last, magnitude));
       }
-      r.below = sat_mul(below, r.itemsize);
-      r.above = sat(sat_mul(above, r.itemsize) + r.itemsize);
+      r.below = bytes_of(below, r.bits);
+      r.above = bytes_of(above + 1, r.bits);
       if (r.below + r.above > limit) return r;
     }
   }
@@ -239,8 +252,8 @@ static void compare_with_reference(const DLTensor* t) {
   REQUIRE(mp_array_nbytes(t) == (r.layout_ok ? (uint64_t)r.nbytes : 0), "mp_array_nbytes %llu",
           (unsigned long long)mp_array_nbytes(t));
   if (!r.layout_ok) return;
-  REQUIRE(layout.itemsize == r.itemsize && layout.nbytes == r.nbytes && layout.below == r.below &&
-              layout.above == r.above,
+  REQUIRE(layout.itemsize == r.itemsize && layout.bits == r.bits && layout.nbytes == r.nbytes &&
+              layout.below == r.below && layout.above == r.above,
           "span below %llu above %llu nbytes %llu", (unsigned long long)layout.below,
           (unsigned long long)layout.above, (unsigned long long)layout.nbytes);
 }
@@ -310,16 +323,21 @@ static volatile uint8_t sink;
 
 static void read_element(const DLTensor* t, const int64_t* index) {
   /* As host code addresses it: data + byte_offset + (sum of index * stride) * itemsize, the
-   * strides row-major when there are none (their products fit: the span was accepted). */
+   * strides row-major when there are none (their products fit: the span was accepted); an
+   * element under a byte (packed) at bit (sum of index * stride) * bits from there, read as
+   * the bytes that hold its bits. */
   int64_t offset = 0, stride = 1;
   for (int32_t d = t->ndim - 1; d >= 0; --d) {
     int64_t s = t->strides ? t->strides[d] : stride;
     offset += index[d] * s;
     if (!t->strides) stride *= t->shape[d];
   }
-  int64_t itemsize = ((int64_t)t->dtype.bits * t->dtype.lanes + 7) / 8;
-  const uint8_t* p = (const uint8_t*)t->data + t->byte_offset + offset * itemsize;
-  for (int64_t b = 0; b < itemsize; ++b) sink ^= p[b];
+  int64_t bits = (int64_t)t->dtype.bits * t->dtype.lanes;
+  int64_t first_bit = offset * bits; /* (a span of at most REAL_LIMIT bytes: no overflow) */
+  int64_t byte = first_bit >= 0 ? first_bit / 8 : -((7 - first_bit) / 8); /* floor */
+  int64_t count = (first_bit - byte * 8 + bits + 7) / 8;
+  const uint8_t* p = (const uint8_t*)t->data + t->byte_offset + byte;
+  for (int64_t b = 0; b < count; ++b) sink ^= p[b];
 }
 
 /* Every byte of its span, then the elements at the corners: all indices 0, the last index of

@@ -21,9 +21,13 @@ SIGNATURE = {
     "x: any[...] strided": 5,
     "x: any": 6,
     "x: int8[...] strided cpu opencl cuda": 7,
+    "w: float4_e2m1fn_x2[n, k] cpu, x: float8_e4m3fn[n] strided": 10,
+    "p: float4_e2m1fn[*, *] strided, q: float6_e3m2fn[...]": 11,
 }
 DTYPE = {"float32": 0, "float64": 1, "uint8": 2, "int8": 3, "int64": 4, "complex64": 5,
-         "bfloat16": 6, "float32x4": 7, "bool": 8}
+         "bfloat16": 6, "float32x4": 7, "bool": 8, "float4_e2m1fn": 12, "float4_e2m1fn_x2": 13,
+         "float6_e2m3fn": 14, "float8_e4m3fn": 15, "float4_e2m1fnx3": 16}
+FLOAT6_E3M2FN = (16, 6, 1)
 DEVICE = {"cpu": 0, "opencl": 1, "cuda": 2}
 REAL, ADDRESS, NULL = 0, 2, 3
 
@@ -109,6 +113,28 @@ SEEDS = {
     "null-data": call("x: float32[n] cpu", array([4], null=True)),
     # A copy between the first two arrays (mp_array_copy).
     "copy": call("x: float32[n] cpu, out: float32[n] cpu", array([16]), array([16])),
+    # DLPack 1.1's sub-byte formats: packed pairs and fp8, accepted and read whole.
+    "fp4-pairs-fp8": call("w: float4_e2m1fn_x2[n, k] cpu, x: float8_e4m3fn[n] strided",
+                          array([3, 5], "float4_e2m1fn_x2"), array([3], "float8_e4m3fn")),
+    # Packed 4- and 6-bit values: odd extents (the last byte half used), values that straddle
+    # bytes, negative strides that start mid-byte, a copy of a packed array.
+    "fp4-packed-odd": call("p: float4_e2m1fn[*, *] strided, q: float6_e3m2fn[...]",
+                           array([3, 5], "float4_e2m1fn"), array([7], FLOAT6_E3M2FN)),
+    "fp4-packed-negative-strides": call("p: float4_e2m1fn[*, *] strided, q: float6_e3m2fn[...]",
+                                        array([3, 5], "float4_e2m1fn", strides=[-5, 1]),
+                                        array([1, 5], FLOAT6_E3M2FN)),
+    "fp6-packed-strided": call("x: any[...] strided",
+                               array([4, 3], "float6_e2m3fn", strides=[1, -7], byte_offset=16)),
+    "fp4-copy": call("x: float32[n] cpu, out: float32[n] cpu", array([9], "float4_e2m1fn"),
+                     array([9], "float4_e2m1fn")),
+    # Sub-byte sizes at the limits: 2^62 packed 4-bit values are 2^61 bytes (accepted as a
+    # layout, past any real memory), 2^63 of them more elements than PTRDIFF_MAX.
+    "fp4-packed-2^62": call("x: any[...] strided", array([1 << 62], "float4_e2m1fn")),
+    "fp4-packed-2^63": call("x: any[...] strided", array([1 << 62, 2], "float4_e2m1fn")),
+    "fp4-packed-strides-overflow": call("x: any[...] strided",
+                                        array([4], "float4_e2m1fn", strides=[1 << 62])),
+    # 4 bits x 3 lanes: neither packed nor whole bytes.
+    "fp4-lanes-3": call("x: any[...] strided", array([4], "float4_e2m1fnx3")),
 }
 
 

@@ -4,6 +4,11 @@
 device, ``modpack.empty`` allocates one, ``modpack.from_dlpack(x)`` takes a producer's memory
 as it is, ``.numpy()`` is a view on the CPU and a copy from other devices. Arrays speak DLPack
 both ways, 1.x (versioned capsules, with the read-only flag) and the legacy form.
+
+An array of DLPack's packed float6/float4 types (float4_e2m1fn: two values a byte) has no
+numpy view, numpy (ml_dtypes) holding one value per byte: ``modpack.array(x)`` packs such a
+numpy array, ``.numpy(copy=True)``, ``copy_to`` and ``copy_from`` convert, and ``.numpy()``
+says so. Packed pairs (float4_e2m1fn_x2, one byte each) are viewed like any other dtype.
 """
 
 from __future__ import annotations
@@ -16,9 +21,18 @@ import numpy as np
 from ..errors import ArgumentError, DLPackError
 from . import _calls
 from .binding import check, error_from_status, ffi, lib, string
-from .dtypes import as_dtype, dtype_from_dl, dtype_to_dl
+from .dtypes import (
+    array_dtype_to_dl,
+    as_dtype,
+    display_name,
+    dtype_from_dl,
+    dtype_name,
+    dtype_to_dl,
+)
+from .subbyte import is_packed, pack_bits, unpack_bits
 
-__all__ = ["Array", "array", "device_type_name", "empty", "from_dlpack", "parse_device"]
+__all__ = ["Array", "array", "device_type_name", "empty", "from_dlpack", "numpy_of",
+           "parse_device"]
 
 _DEVICE = re.compile(r"^(?P<type>[a-z]+)(?::(?P<id>\d+))?$")
 _CPU = ffi.new("DLDevice*", {"device_type": lib.kDLCPU, "device_id": 0})[0]
@@ -121,18 +135,35 @@ class Array:
             return None
         return tuple(t.strides[d] for d in range(t.ndim))
 
+    @property
+    def packed(self) -> bool:
+        """True for an array of DLPack's packed sub-byte types (float4_e2m1fn, float6_*:
+        values share bytes), which has no numpy view."""
+        d = self._tensor.dtype
+        return is_packed(d.bits, d.lanes)
+
     def numpy(self, *, copy: bool = False) -> np.ndarray:
         """The array as numpy. On the CPU a view sharing its memory, no copy (read-only when
         the array is; the view keeps the array alive); from another device, or with
-        ``copy=True``, a host copy of its own."""
-        if self._tensor.device.device_type == lib.kDLCPU:
+        ``copy=True``, a host copy of its own (for a packed array, its values unpacked, one a
+        byte, as ml_dtypes holds them)."""
+        if self._tensor.device.device_type == lib.kDLCPU and not (copy and self.packed):
             view = self._host_view()
             return view.copy() if copy else view
         out = np.empty(self.shape, dtype=self._dtype)
         self.copy_to(out)
         return out
 
+    def _no_view(self) -> ArgumentError:
+        d = self._tensor.dtype
+        return ArgumentError(
+            f"a packed {dtype_name(d.code, d.bits, d.lanes)} array (values sharing bytes, as "
+            "DLPack packs them) has no numpy view, numpy (ml_dtypes) holding one value per byte: "
+            "numpy(copy=True) unpacks a copy")
+
     def _host_view(self) -> np.ndarray:
+        if self.packed:
+            raise self._no_view()
         itemsize = self._dtype.itemsize
         strides = self.strides
         holder = _HostView(self, self.shape, self._dtype,
@@ -149,6 +180,12 @@ class Array:
         if t.strides != ffi.NULL:
             target[...] = self._strided_host_view()
             return
+        if self.packed:  # the packed bytes, then unpacked into the target
+            raw = np.empty(self.nbytes, np.uint8)
+            check(lib.mp_device_copy(t.data, t.byte_offset, t.device, ffi.from_buffer(raw), 0,
+                                     _CPU, self.nbytes))
+            target.reshape(-1).view(np.uint8)[...] = unpack_bits(raw, target.size, t.dtype.bits)
+            return
         host = ffi.from_buffer(target.reshape(-1).view(np.uint8))
         check(lib.mp_device_copy(t.data, t.byte_offset, t.device, host, 0, _CPU, self.nbytes))
 
@@ -163,6 +200,8 @@ class Array:
         if t.strides != ffi.NULL:
             self._strided_host_view()[...] = source
             return
+        if self.packed:  # one value a byte (ml_dtypes) -> DLPack's packing
+            source = pack_bits(source.view(np.uint8), t.dtype.bits)
         host = ffi.from_buffer(source.reshape(-1).view(np.uint8), require_writable=False)
         check(lib.mp_device_copy(host, 0, _CPU, t.data, t.byte_offset, t.device, self.nbytes))
 
@@ -239,7 +278,9 @@ class Array:
 
     def __repr__(self) -> str:
         flags = " read_only" if self.read_only else ""
-        return (f"<modpack.Array shape={self.shape} dtype={self._dtype} device={self.device}"
+        d = self._tensor.dtype
+        name = dtype_name(d.code, d.bits, d.lanes) if self.packed else display_name(self._dtype)
+        return (f"<modpack.Array shape={self.shape} dtype={name} device={self.device}"
                 f"{flags}>")
 
 
@@ -253,8 +294,9 @@ class _HostView:
         self._array = array
         self.__array_interface__ = {
             "version": 3, "shape": shape, "strides": strides,
-            # ml_dtypes types have no typestr of their own: same-sized void, viewed after.
-            "typestr": f"|V{dtype.itemsize}" if dtype.kind == "V" else dtype.str,
+            # ml_dtypes types (float8_e5m2's "<f1" included) and float4_e2m1fn_x2 have no
+            # typestr numpy reads back: same-sized void, viewed after.
+            "typestr": dtype.str if dtype.isbuiltin == 1 else f"|V{dtype.itemsize}",
             "data": (array.data_ptr, array.read_only),
         }
 
@@ -264,7 +306,8 @@ def _check_host(host: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> No
         raise ArgumentError("expected a C-contiguous numpy array")
     if host.shape != shape or host.dtype != dtype:
         raise ArgumentError(
-            f"shape/dtype mismatch: array is {shape} {dtype}, host is {host.shape} {host.dtype}"
+            f"shape/dtype mismatch: array is {shape} {display_name(dtype)}, host is {host.shape} "
+            f"{display_name(host.dtype)}"
         )
 
 
@@ -311,7 +354,7 @@ def array(data: Any, device: str | tuple[int, int] = "cpu", dtype: Any = None, *
                     f"{dtype or source.dtype} array on {device} needs a copy")
             if same:
                 return source._copy()
-            data = source.numpy()
+            data = source.numpy(copy=source.packed)  # (packed: unpacked, packed again)
     host = np.ascontiguousarray(data, dtype=dtype)
     if host.ndim == 0 and np.ndim(data) == 0:
         host = np.asarray(data, dtype=dtype)
@@ -342,12 +385,18 @@ def from_dlpack(x: Any, *, device: str | tuple[int, int] | None = None,
                                 f"so an array on {device} needs a copy")
         host = result if result.__dlpack_device__()[0] == lib.kDLCPU else \
             result._copy_to_host()
-        result = array(host.numpy(), device)
+        result = array(host.numpy(copy=host.packed), device)
     return result
 
 
 def _take_dlpack(x: Any, copy: bool | None) -> Array:
-    """A new Array owning the tensor of |x|'s DLPack capsule."""
+    """A new Array owning the tensor of |x|'s DLPack capsule. numpy exports none of the
+    ml_dtypes types nor float4_e2m1fn_x2's stand-in: such an array is taken as the same-sized
+    unsigned integers, its DLPack type set on the tensor after (no copy either way)."""
+    retype = None
+    if isinstance(x, np.ndarray) and x.dtype.isbuiltin != 1:
+        retype = array_dtype_to_dl(x.dtype)  # (refuses ml_dtypes' padded float4 and float6)
+        x = x.view(f"u{x.dtype.itemsize}")
     capsule, copied = x, False
     if _calls.capsule_tensor(x) is None:
         if type(x).__name__ == "PyCapsule":
@@ -383,6 +432,8 @@ def _take_dlpack(x: Any, copy: bool | None) -> Array:
         check(lib.mp_array_from_dlpack(ffi.cast("DLManagedTensor*", address), out))
     _calls.capsule_consume(capsule)  # the array owns the tensor now
     t = out[0]
+    if retype is not None:
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = retype
     try:
         dtype = dtype_from_dl(t.dtype.code, t.dtype.bits, t.dtype.lanes)
     except ArgumentError:
@@ -400,3 +451,21 @@ def _consumer_stream(device_type: int, device_id: int) -> Any:
     if current:
         return current
     return 1 if device_type == lib.kDLCUDA else 0 if device_type == lib.kDLROCM else None
+
+
+def numpy_of(value: Any) -> np.ndarray:
+    """|value| as a numpy array: ``numpy.asarray(value)``, or, for a DLPack producer numpy
+    cannot convert (a PyTorch tensor of float8, bfloat16 or float4_e2m1fn_x2), its memory
+    through :func:`from_dlpack` (a view on the CPU, whose base keeps the producer alive; a host
+    copy from a device). Raises what ``numpy.asarray`` raised when neither works."""
+    try:
+        return np.asarray(value)
+    except Exception as exc:
+        if isinstance(value, np.ndarray) or not hasattr(value, "__dlpack__"):
+            raise
+        failure = exc
+    try:
+        taken = from_dlpack(value)
+    except (ArgumentError, BufferError):
+        raise failure from None
+    return taken.numpy(copy=taken.__dlpack_device__()[0] != lib.kDLCPU)

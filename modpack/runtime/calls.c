@@ -306,7 +306,8 @@ static PyObject* calls_array_digest(PyObject* module, PyObject* obj) {
 /* The tensor of a DLPack capsule not yet consumed, legacy ("dltensor") or versioned
  * ("dltensor_versioned", DLPack 1.x: its read-only flag becomes MP_VALUE_READ_ONLY in
  * |*flags|). NULL with no Python error for another capsule; NULL with ArgumentError for a
- * versioned tensor of another major version (argument |index|). */
+ * versioned tensor of another major version, or of a sub-byte type its producer padded
+ * (modpack/tensor_span.h takes them packed) (argument |index|). */
 static DLTensor* capsule_tensor(PyObject* capsule, int index, int* versioned, int32_t* flags) {
   *versioned = 0;
   if (PyCapsule_IsValid(capsule, "dltensor")) {
@@ -325,6 +326,21 @@ static DLTensor* capsule_tensor(PyObject* capsule, int index, int* versioned, in
     unsigned major = managed->version.major, minor = managed->version.minor;
     PyErr_Format(type, "argument %d: a DLPack %u.%u tensor: modpack reads DLPack %d.x", index,
                  major, minor, DLPACK_MAJOR_VERSION);
+    return NULL;
+  }
+  DLDataType dtype = managed->dl_tensor.dtype;
+  if ((managed->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) &&
+      (unsigned)dtype.bits * dtype.lanes < 8) {
+    if (!argument_error) {
+      internal("modpack.runtime._calls is not initialised");
+      return NULL;
+    }
+    PyErr_Format(argument_error,
+                 "argument %d: its producer marks the array padded (one %u-bit value per byte, "
+                 "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED; dtype code %u), but modpack takes "
+                 "sub-byte types packed, DLPack's default (two 4-bit values per byte): pass "
+                 "packed data, or its bytes as uint8",
+                 index, (unsigned)dtype.bits, (unsigned)dtype.code);
     return NULL;
   }
   *versioned = 1;

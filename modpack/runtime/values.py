@@ -17,7 +17,8 @@ import numpy as np
 from ..errors import ArgumentError
 from . import _calls
 from .binding import ffi, lib
-from .dtypes import dtype_from_dl, dtype_to_dl
+from .dtypes import array_dtype_to_dl, dtype_from_dl, dtype_name
+from .subbyte import is_packed
 
 __all__ = ["LocalMemory", "local_memory", "normalize", "value_to_python"]
 
@@ -52,7 +53,8 @@ def normalize(value: Any, index: int) -> Any:
     """A form the C call path takes for argument |index|: an int, a float, a str, a DLPack
     capsule (versioned when the producer makes one), or ``(array view, (code, bits, lanes))``
     for an array whose dtype the buffer protocol cannot describe (bfloat16, the float8
-    formats). Raises ArgumentError otherwise."""
+    formats, float4_e2m1fn_x2). Raises ArgumentError otherwise, for a numpy array of a float6 or
+    float4 type of ml_dtypes among others (one value per byte, where DLPack packs them)."""
     if isinstance(value, (bool, np.bool_)):
         return int(bool(value))
     if isinstance(value, (int, np.integer)):
@@ -106,7 +108,7 @@ def _array(array: np.ndarray, index: int) -> tuple[np.ndarray, tuple[int, int, i
             f"arrays of at most {MAX_NDIM}: reshape it (e.g. merge adjacent dimensions)"
         )
     try:
-        dl = dtype_to_dl(array.dtype)
+        dl = array_dtype_to_dl(array.dtype)
     except TypeError as exc:
         raise ArgumentError(f"argument {index}: {exc}") from None
     if any(s % array.itemsize for s in array.strides):
@@ -131,8 +133,9 @@ class _Borrowed:
         address = int(ffi.cast("uintptr_t", tensor.data)) + tensor.byte_offset
         self.__array_interface__ = {
             "version": 3, "shape": shape,
-            # ml_dtypes types have no typestr of their own: same-sized void, viewed after.
-            "typestr": f"|V{dtype.itemsize}" if dtype.kind == "V" else dtype.str,
+            # ml_dtypes types (float8_e5m2's "<f1" included) and float4_e2m1fn_x2 have no
+            # typestr numpy reads back: same-sized void, viewed after.
+            "typestr": dtype.str if dtype.isbuiltin == 1 else f"|V{dtype.itemsize}",
             "strides": strides, "data": (address, read_only),
         }
 
@@ -145,7 +148,12 @@ def _tensor_to_numpy(value: Any) -> np.ndarray:
             f"a Python function received an array on device type {tensor.device.device_type}; "
             "only CPU arrays can be viewed from Python"
         )
-    dtype = dtype_from_dl(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
+    code, bits, lanes = tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes
+    if is_packed(bits, lanes):
+        raise ArgumentError(
+            f"a Python function received a packed {dtype_name(code, bits, lanes)} array, which "
+            "has no numpy view (numpy holds these one value per byte)")
+    dtype = dtype_from_dl(code, bits, lanes)
     view = np.asarray(_Borrowed(tensor, dtype, bool(value.flags & lib.MP_VALUE_READ_ONLY)))
     return view if view.dtype == dtype else view.view(dtype)
 

@@ -46,7 +46,8 @@ from ..files.disk_full import full_disk_reported
 from ..files.scratch import AnonymousOutput
 from ..files.write_behind import WRITE_BEHIND_FROM, WriteBehind
 from ..format.seal import write_seal
-from ..runtime.dtypes import dtype_to_dl
+from ..runtime.array import numpy_of
+from ..runtime.dtypes import array_dtype_to_dl
 from .format import (
     DIGEST_CHUNK,
     FORMAT_MAJOR,
@@ -226,14 +227,14 @@ def _check_name(name: Any) -> bytes:
 
 def _as_array(name: str, encoded: bytes, value: Any) -> _Array:
     try:
-        array = np.asarray(value)
+        array = numpy_of(value)  # a PyTorch float8 or float4_e2m1fn_x2 tensor through DLPack
     except Exception as exc:  # ragged lists, objects numpy cannot convert
         raise ArgumentError(f"array {name!r} cannot be saved: numpy cannot make an array of it "
                             f"({exc}); pass a numpy array") from None
     if not array.flags.c_contiguous:  # (ascontiguousarray would turn 0-d into 1-d)
         array = array.copy(order="C")
     try:
-        dl = dtype_to_dl(array.dtype)
+        dl = array_dtype_to_dl(array.dtype, f"array {name!r}")
     except TypeError as exc:
         raise ArgumentError(f"array {name!r} cannot be saved: {exc}") from None
     if array.ndim > MAX_NDIM:

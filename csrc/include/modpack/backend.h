@@ -314,13 +314,15 @@ static inline const char* mp_backend__span_rule(mp_span_status_t problem) {
     case MP_SPAN_NEGATIVE_EXTENT:
       return "a dimension is negative";
     case MP_SPAN_TOO_LARGE:
-      return "its shape is more than PTRDIFF_MAX bytes";
+      return "its shape is more than PTRDIFF_MAX elements or bytes";
     case MP_SPAN_STRIDES_TOO_LARGE:
       return "its strides reach more than PTRDIFF_MAX bytes";
     case MP_SPAN_OFFSET_TOO_LARGE:
       return "its byte_offset, or it plus the bytes its elements reach, is more than PTRDIFF_MAX";
     case MP_SPAN_WRAPS:
       return "its elements leave the address space";
+    case MP_SPAN_BAD_PACKING:
+      return "its elements (bits x lanes) are over a byte and not whole bytes, so do not pack";
     default:
       return "it breaks a rule of modpack/tensor_span.h";
   }

@@ -437,12 +437,14 @@ MP_API uint32_t mp_array_flags(const DLTensor* array);
  * compact arrays refuse or mis-size it, so check strides == NULL first); shape and strides are
  * copied. Refused: more than 32 dimensions, a device type this runtime does not know, a tensor
  * whose bytes cannot be addressed (modpack/tensor_span.h), and, versioned, a major version
- * other than DLPACK_MAJOR_VERSION (MP_ERR_INCOMPATIBLE). DLPACK_FLAG_BITMASK_READ_ONLY makes
- * the array MP_ARRAY_READ_ONLY. */
+ * other than DLPACK_MAJOR_VERSION (MP_ERR_INCOMPATIBLE) or a sub-byte type its producer marks
+ * DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (the runtime takes them packed, DLPack's default).
+ * DLPACK_FLAG_BITMASK_READ_ONLY makes the array MP_ARRAY_READ_ONLY. */
 MP_API mp_status_t mp_array_from_dlpack(DLManagedTensor* managed, DLTensor** out_array);
 MP_API mp_status_t mp_array_from_dlpack_versioned(DLManagedTensorVersioned* managed,
                                                   DLTensor** out_array);
-/* Bytes of a compact array: product(shape) * bits * lanes / 8. */
+/* Bytes of a compact array: product(shape) elements of bits * lanes bits, whole bytes each or,
+ * under a byte, packed (ceil(product(shape) * bits * lanes / 8): modpack/tensor_span.h). */
 MP_API uint64_t mp_array_nbytes(const DLTensor* array);
 /* Copy between two compact arrays of the same shape and dtype, on any devices. */
 MP_API mp_status_t mp_array_copy(const DLTensor* from, DLTensor* to);

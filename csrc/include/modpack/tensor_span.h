@@ -11,17 +11,30 @@
  * before host code runs. Header-only, for C and C++: host code never links the runtime, and
  * both sides share this one computation.
  *
+ * An array's elements are bits * lanes bits each, laid out as DLPack 1.1 says:
+ *   - an element of 8 bits or more is whole bytes (bits * lanes a multiple of 8: float32,
+ *     float8_e4m3fn, float4_e2m1fn_x2, which is two 4-bit values in one byte);
+ *   - an element under 8 bits (float4_e2m1fn, float6_e2m3fn, lanes 1) is packed: elements share
+ *     bytes, the one at position i (the sum of index * stride, counted from the element at
+ *     data + byte_offset) in bits [i * bits, (i + 1) * bits) of the bytes from there, counted
+ *     from the least significant bit of the first byte (DLPack's "little bit-endian" rule: the
+ *     first of two 4-bit values is the low nibble). N packed elements take ceil(N * bits / 8)
+ *     bytes; a producer's padded layout (one value per byte,
+ *     DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) is refused where the flag is seen, since a
+ *     DLTensor alone cannot say it;
+ *   - any other width (4 bits x 3 lanes: 12 bits) fits neither, and is refused.
  * An array is usable when
  *   - ndim >= 0, it has a shape when ndim > 0, and every extent is >= 0;
- *   - its elements have a size: bits and lanes > 0 (an element is bits * lanes rounded up to
- *     whole bytes);
- *   - the product of its non-zero extents times the element size is at most PTRDIFF_MAX, also
- *     when another extent is 0 (numpy's rule: an empty array's other extents still size the rows
- *     code computes), so neither the product of the extents nor the byte size overflows;
+ *   - its elements have a size that packs: bits and lanes > 0, bits * lanes under 8 or a
+ *     multiple of 8;
+ *   - the product of its non-zero extents, and its bytes (that many elements), are at most
+ *     PTRDIFF_MAX, also when another extent is 0 (numpy's rule: an empty array's other extents
+ *     still size the rows code computes), so neither the product of the extents nor the byte
+ *     size overflows, and an element's index fits in int64;
  *   - with strides: the bytes its elements reach below the first one (negative strides) and
- *     above it, each the sum over dimensions of (extent - 1) * |stride| * element size, and
- *     their total, are at most PTRDIFF_MAX (dimensions of extent 0 or 1 reach nothing, whatever
- *     their stride);
+ *     above it, the elements (extent - 1) * |stride| away summed over dimensions (dimensions
+ *     of extent 0 or 1 reach nothing, whatever their stride) and sized by the rule above, and
+ *     their total, are at most PTRDIFF_MAX;
  *   - byte_offset, and byte_offset plus the bytes above the first element, are at most
  *     PTRDIFF_MAX;
  *   - data + byte_offset, less the bytes below and plus the bytes above, stays inside the
@@ -40,37 +53,52 @@
 
 /* What an array reaches, in bytes. */
 typedef struct {
-  uint64_t itemsize; /* one element: bits * lanes rounded up to bytes */
+  uint64_t itemsize; /* one element's bytes; 0 for packed elements (under a byte) */
   uint64_t elements; /* the product of the extents (0 for an empty array) */
-  uint64_t nbytes;   /* elements * itemsize: the array's bytes when it is compact */
+  uint64_t nbytes;   /* the bytes of that many elements: the array's bytes when it is compact */
   uint64_t below;    /* bytes its elements reach below data + byte_offset (negative strides) */
   uint64_t above;    /* bytes from data + byte_offset to the end of its last element */
+  uint32_t bits;     /* one element's bits: bits * lanes */
   int32_t dim;       /* the dimension a problem is in, or -1 */
 } mp_tensor_span_t;
 
-/* The rule an array breaks (in the order they are checked), or MP_SPAN_OK. */
+/* The rule an array breaks (in the order they are checked: MP_SPAN_BAD_PACKING right after
+ * MP_SPAN_NO_ELEMENT_SIZE), or MP_SPAN_OK. */
 typedef enum {
   MP_SPAN_OK = 0,
   MP_SPAN_NO_SHAPE,          /* ndim < 0, or ndim > 0 and no shape */
   MP_SPAN_NO_ELEMENT_SIZE,   /* 0 bits or 0 lanes */
   MP_SPAN_NEGATIVE_EXTENT,   /* shape[dim] < 0 */
-  MP_SPAN_TOO_LARGE,         /* extents (up to dim) times the element size > PTRDIFF_MAX */
+  MP_SPAN_TOO_LARGE,         /* extents (up to dim), or their bytes, > PTRDIFF_MAX */
   MP_SPAN_STRIDES_TOO_LARGE, /* its strides reach more than PTRDIFF_MAX bytes */
   MP_SPAN_OFFSET_TOO_LARGE,  /* byte_offset, or it plus the bytes above, > PTRDIFF_MAX */
   MP_SPAN_WRAPS,             /* data + byte_offset, or the elements, leave the address space */
+  MP_SPAN_BAD_PACKING,       /* bits * lanes over 8 and not whole bytes (4 bits x 3 lanes) */
 } mp_span_status_t;
+
+/* The bytes |count| elements of |bits| bits take: ceil(count * bits / 8), whole bytes per
+ * element or packed, computed without the count * bits product (which can pass 2^64 for a
+ * size that fits). 0 when it overflows 64 bits, else 1. */
+static inline int mp_span__bytes(uint64_t count, uint64_t bits, uint64_t* out) {
+  uint64_t bytes;
+  if (__builtin_mul_overflow(count / 8, bits, &bytes)) return 0;
+  return !__builtin_add_overflow(bytes, (count % 8 * bits + 7) / 8, out);
+}
 
 /* The layout alone (shape, dtype, strides), without data and byte_offset. Fills |out| (on a
  * failure, the dimension it is in and the element size). */
 static inline mp_span_status_t mp_tensor_layout(const DLTensor* t, mp_tensor_span_t* out) {
   out->itemsize = out->elements = out->nbytes = out->below = out->above = 0;
+  out->bits = 0;
   out->dim = -1;
   if (t->ndim < 0 || (t->ndim > 0 && !t->shape)) return MP_SPAN_NO_SHAPE;
   if (t->dtype.bits == 0 || t->dtype.lanes == 0) return MP_SPAN_NO_ELEMENT_SIZE;
   const uint64_t limit = (uint64_t)PTRDIFF_MAX;
-  const uint64_t itemsize = ((uint64_t)t->dtype.bits * t->dtype.lanes + 7) / 8;
-  out->itemsize = itemsize;
-  uint64_t bytes = itemsize; /* the non-zero extents times the element size */
+  const uint64_t bits = (uint64_t)t->dtype.bits * t->dtype.lanes;
+  out->bits = (uint32_t)bits;
+  if (bits > 8 && bits % 8 != 0) return MP_SPAN_BAD_PACKING;
+  out->itemsize = bits % 8 == 0 ? bits / 8 : 0;
+  uint64_t count = 1, bytes = 0; /* the non-zero extents, and their elements' bytes */
   int empty = 0;
   for (int32_t d = 0; d < t->ndim; ++d) {
     const int64_t extent = t->shape[d];
@@ -80,14 +108,16 @@ static inline mp_span_status_t mp_tensor_layout(const DLTensor* t, mp_tensor_spa
     }
     if (extent == 0) {
       empty = 1;
-    } else if (__builtin_mul_overflow(bytes, (uint64_t)extent, &bytes) || bytes > limit) {
+    } else if (__builtin_mul_overflow(count, (uint64_t)extent, &count) || count > limit ||
+               !mp_span__bytes(count, bits, &bytes) || bytes > limit) {
       out->dim = d;
       return MP_SPAN_TOO_LARGE;
     }
   }
   if (empty) return MP_SPAN_OK; /* it reaches no byte, whatever its strides */
+  if (!mp_span__bytes(count, bits, &bytes)) return MP_SPAN_TOO_LARGE; /* (ndim 0: one) */
   out->nbytes = bytes;
-  out->elements = bytes / itemsize;
+  out->elements = count;
   if (!t->strides) {
     out->above = bytes;
     return MP_SPAN_OK;
@@ -106,11 +136,12 @@ static inline mp_span_status_t mp_tensor_layout(const DLTensor* t, mp_tensor_spa
       return MP_SPAN_STRIDES_TOO_LARGE;
     }
   }
+  /* Below: the lowest element starts below * bits bits under the first one; above: the
+   * highest one ends (above + 1) * bits bits past its start. */
   uint64_t total;
-  if (__builtin_mul_overflow(below, itemsize, &below) ||
-      __builtin_mul_overflow(above, itemsize, &above) ||
-      __builtin_add_overflow(above, itemsize, &above) ||
-      __builtin_add_overflow(below, above, &total) || total > limit)
+  if (!mp_span__bytes(below, bits, &below) || __builtin_add_overflow(above, 1, &above) ||
+      !mp_span__bytes(above, bits, &above) || __builtin_add_overflow(below, above, &total) ||
+      total > limit)
     return MP_SPAN_STRIDES_TOO_LARGE;
   out->below = below;
   out->above = above;
@@ -172,8 +203,12 @@ static inline const char* mp_tensor_span_describe(const DLTensor* t, mp_span_sta
                                                   const mp_tensor_span_t* span, char* buffer,
                                                   size_t capacity) {
   char shape[120], strides[120]; /* with the text around them, within 400 bytes */
+  char element[32];              /* "4-byte", "4-bit packed" */
   const long long limit = (long long)PTRDIFF_MAX;
-  const unsigned long long itemsize = span->itemsize;
+  if (span->itemsize)
+    snprintf(element, sizeof element, "%llu-byte", (unsigned long long)span->itemsize);
+  else
+    snprintf(element, sizeof element, "%u-bit packed", (unsigned)span->bits);
   const unsigned long long data = (unsigned long long)(uintptr_t)t->data;
   const unsigned long long offset = t->byte_offset;
   if (capacity == 0) return buffer;
@@ -195,16 +230,24 @@ static inline const char* mp_tensor_span_describe(const DLTensor* t, mp_span_sta
       break;
     case MP_SPAN_TOO_LARGE:
       snprintf(buffer, capacity,
-               "its shape %s of %llu-byte elements is more than %lld bytes (PTRDIFF_MAX), more "
-               "than an array can address",
-               mp_span__list(t->shape, t->ndim, shape, sizeof shape), itemsize, limit);
+               "its shape %s of %s elements is more than %lld %s (PTRDIFF_MAX), more than an "
+               "array can address",
+               mp_span__list(t->shape, t->ndim, shape, sizeof shape), element, limit,
+               span->itemsize ? "bytes" : "elements or bytes");
       break;
     case MP_SPAN_STRIDES_TOO_LARGE:
       snprintf(buffer, capacity,
-               "its strides %s over shape %s (of %llu-byte elements) reach more than %lld bytes "
+               "its strides %s over shape %s (of %s elements) reach more than %lld bytes "
                "(PTRDIFF_MAX)",
                mp_span__list(t->strides, t->ndim, strides, sizeof strides),
-               mp_span__list(t->shape, t->ndim, shape, sizeof shape), itemsize, limit);
+               mp_span__list(t->shape, t->ndim, shape, sizeof shape), element, limit);
+      break;
+    case MP_SPAN_BAD_PACKING:
+      snprintf(buffer, capacity,
+               "its elements are %u bits (%u bits x %u lanes), which do not pack: DLPack packs an "
+               "element under a byte into shared bytes (two float4_e2m1fn per byte) and one of a "
+               "byte or more must be whole bytes (float4_e2m1fn_x2: 4 bits x 2 lanes)",
+               (unsigned)span->bits, (unsigned)t->dtype.bits, (unsigned)t->dtype.lanes);
       break;
     case MP_SPAN_OFFSET_TOO_LARGE:
       if (offset > (unsigned long long)limit)

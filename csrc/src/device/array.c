@@ -153,6 +153,18 @@ mp_status_t mp_array_from_dlpack_versioned(DLManagedTensorVersioned* managed,
                      "a DLPack %u.%u tensor: this runtime reads DLPack %d.x",
                      (unsigned)managed->version.major, (unsigned)managed->version.minor,
                      DLPACK_MAJOR_VERSION);
+  /* A DLTensor cannot say that its sub-byte elements are padded, so an array of them could
+   * not tell whoever it is passed to: they are taken packed only (modpack/tensor_span.h). */
+  DLDataType dtype = managed->dl_tensor.dtype;
+  if ((managed->flags & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED) &&
+      (unsigned)dtype.bits * dtype.lanes < 8) {
+    char name[64];
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "a DLPack tensor of %s its producer marks padded (one value per byte, "
+                     "DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED): the runtime takes sub-byte "
+                     "types packed, DLPack's default (two 4-bit values per byte)",
+                     mp_dtype_string(dtype, name, sizeof name));
+  }
   uint32_t flags = (managed->flags & DLPACK_FLAG_BITMASK_READ_ONLY) ? MP_ARRAY_READ_ONLY : 0;
   return adopt(&managed->dl_tensor, managed, 1, flags, out_array);
 }

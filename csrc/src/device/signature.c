@@ -90,28 +90,47 @@ static mp_status_t parse_name(checker_t* c, char* out, const char* what) {
 }
 
 /* Every dtype a signature may name, as mp_dtype_string spells it (checked against it by the
- * tests), in a table: parsing runs on every call, so no formatting here. */
+ * tests), in a table: parsing runs on every call, so no formatting here. The float6 and float4
+ * formats are DLPack 1.1's packed ones (modpack/tensor_span.h): float4_e2m1fn[n] is n 4-bit
+ * values, two a byte; float4_e2m1fn_x2[n] is n bytes of two values each (PyTorch's). */
 static bool parse_dtype_name(const char* name, DLDataType* out) {
   static const struct {
     const char* name;
     uint8_t code, bits;
+    uint16_t lanes;
   } dtypes[] = {
-      {"float32", kDLFloat, 32},     {"float16", kDLFloat, 16},
-      {"float64", kDLFloat, 64},     {"bfloat16", kDLBfloat, 16},
-      {"int8", kDLInt, 8},           {"int16", kDLInt, 16},
-      {"int32", kDLInt, 32},         {"int64", kDLInt, 64},
-      {"uint8", kDLUInt, 8},         {"uint16", kDLUInt, 16},
-      {"uint32", kDLUInt, 32},       {"uint64", kDLUInt, 64},
-      {"bool", kDLBool, 8},          {"bool8", kDLBool, 8},
-      {"complex64", kDLComplex, 64}, {"complex128", kDLComplex, 128},
-      {"float8_e3m4", 7, 8},         {"float8_e4m3", 8, 8},
-      {"float8_e4m3b11fnuz", 9, 8},  {"float8_e4m3fn", 10, 8},
-      {"float8_e4m3fnuz", 11, 8},    {"float8_e5m2", 12, 8},
-      {"float8_e5m2fnuz", 13, 8},    {"float8_e8m0fnu", 14, 8},
+      {"float32", kDLFloat, 32, 1},
+      {"float16", kDLFloat, 16, 1},
+      {"float64", kDLFloat, 64, 1},
+      {"bfloat16", kDLBfloat, 16, 1},
+      {"int8", kDLInt, 8, 1},
+      {"int16", kDLInt, 16, 1},
+      {"int32", kDLInt, 32, 1},
+      {"int64", kDLInt, 64, 1},
+      {"uint8", kDLUInt, 8, 1},
+      {"uint16", kDLUInt, 16, 1},
+      {"uint32", kDLUInt, 32, 1},
+      {"uint64", kDLUInt, 64, 1},
+      {"bool", kDLBool, 8, 1},
+      {"bool8", kDLBool, 8, 1},
+      {"complex64", kDLComplex, 64, 1},
+      {"complex128", kDLComplex, 128, 1},
+      {"float8_e3m4", kDLFloat8_e3m4, 8, 1},
+      {"float8_e4m3", kDLFloat8_e4m3, 8, 1},
+      {"float8_e4m3b11fnuz", kDLFloat8_e4m3b11fnuz, 8, 1},
+      {"float8_e4m3fn", kDLFloat8_e4m3fn, 8, 1},
+      {"float8_e4m3fnuz", kDLFloat8_e4m3fnuz, 8, 1},
+      {"float8_e5m2", kDLFloat8_e5m2, 8, 1},
+      {"float8_e5m2fnuz", kDLFloat8_e5m2fnuz, 8, 1},
+      {"float8_e8m0fnu", kDLFloat8_e8m0fnu, 8, 1},
+      {"float6_e2m3fn", kDLFloat6_e2m3fn, 6, 1},
+      {"float6_e3m2fn", kDLFloat6_e3m2fn, 6, 1},
+      {"float4_e2m1fn", kDLFloat4_e2m1fn, 4, 1},
+      {"float4_e2m1fn_x2", kDLFloat4_e2m1fn, 4, 2},
   };
   for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; ++i) {
     if (strcmp(dtypes[i].name, name) == 0) {
-      *out = (DLDataType){dtypes[i].code, dtypes[i].bits, 1};
+      *out = (DLDataType){dtypes[i].code, dtypes[i].bits, dtypes[i].lanes};
       return true;
     }
   }
@@ -221,7 +240,7 @@ static mp_status_t parse_array(checker_t* c, array_spec_t* spec) {
     c->pos -= strlen(word);
     return malformed(c,
                      "unknown dtype (bool, int8..int64, uint8..uint64, float16/32/64, "
-                     "bfloat16, complex64/128, float8 names, any)");
+                     "bfloat16, complex64/128, float8/float6/float4 names, any)");
   }
   skip_spaces(c);
   if (c->text[c->pos] == '[')
@@ -307,8 +326,16 @@ static mp_status_t check_array(checker_t* c, const array_spec_t* spec, int32_t a
   const DLTensor* t = value->v_tensor;
   char got[128];
   if (!spec->any_dtype && (t->dtype.code != spec->dtype.code || t->dtype.bits != spec->dtype.bits ||
-                           t->dtype.lanes != spec->dtype.lanes))
-    return ARG_ERROR("its dtype is %s", mp_dtype_string(t->dtype, got, sizeof got));
+                           t->dtype.lanes != spec->dtype.lanes)) {
+    /* The same 4- or 6-bit format in another packing: say what each counts. */
+    bool repacked = t->dtype.code == spec->dtype.code && t->dtype.bits == spec->dtype.bits &&
+                    t->dtype.bits < 8;
+    return ARG_ERROR("its dtype is %s%s", mp_dtype_string(t->dtype, got, sizeof got),
+                     repacked ? ", the same format packed otherwise (a lanes-1 dtype counts "
+                                "values, packed several to a byte; a _x2 dtype counts bytes of "
+                                "two values each, as torch.float4_e2m1fn_x2)"
+                              : "");
+  }
   if (spec->devices) {
     int32_t type = t->device.device_type;
     if (type < 0 || type >= 64 || !(spec->devices & (UINT64_C(1) << type)))

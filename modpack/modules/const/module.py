@@ -22,9 +22,10 @@ import numpy as np
 from ...compat import zip_strict
 from ...errors import ArgumentError, ModpackError
 from ...format.layout import check_struct
+from ...runtime.array import numpy_of
 from ...runtime.binding import lib
 from ...runtime.digests import array_digest, plain_array_digest
-from ...runtime.dtypes import dtype_to_dl
+from ...runtime.dtypes import array_dtype_to_dl, dtype_to_dl
 from ..base import BinaryModule
 from ..weights import WeightsModule
 
@@ -60,7 +61,7 @@ class ConstModule(BinaryModule):
             # in one call; anything else is made one first.
             digest = plain_array_digest(value)
             if digest is None:
-                value = _as_const_array(value)
+                value = _as_const_array(name, value)
                 digest = array_digest(value)
             if value.ndim > _MAX_NDIM:
                 raise ArgumentError(f"array {name!r} has {value.ndim} dimensions; the runtime "
@@ -146,13 +147,14 @@ class ConstModule(BinaryModule):
             cursor = offset + array.nbytes
 
 
-def _as_const_array(value: Any) -> np.ndarray:
-    """|value| as a C-contiguous array of a dtype DLPack describes (raising for one it does
-    not)."""
-    array = value if type(value) is np.ndarray else np.asarray(value)
+def _as_const_array(name: str, value: Any) -> np.ndarray:
+    """|value| (an array, or a DLPack producer such as a PyTorch float8 or float4_e2m1fn_x2
+    tensor) as a C-contiguous array of a dtype DLPack describes (raising for one it does
+    not, and for a numpy float6/float4 array of ml_dtypes, which is not packed as DLPack's)."""
+    array = value if type(value) is np.ndarray else numpy_of(value)
     if not array.flags.c_contiguous:  # (ascontiguousarray would turn 0-d into 1-d)
         array = array.copy(order="C")
-    dtype_to_dl(array.dtype)  # raises for dtypes DLPack cannot describe
+    array_dtype_to_dl(array.dtype, f"const array {name!r}")  # raises for what DLPack lacks
     return array
 
 
