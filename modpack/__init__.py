@@ -55,10 +55,10 @@ from .preflight import preflight
 from .runtime.array import Array, array, empty, from_dlpack
 from .runtime.binding import lib as _lib
 from .runtime.devices import device_count, device_name, get_stream, set_stream, synchronize
+from .runtime.float4 import pack_float4, unpack_float4
 from .runtime.function import Function
 from .runtime.module import LoadedModule
 from .runtime.subbyte import FLOAT4_E2M1FN_X2 as float4_e2m1fn_x2
-from .runtime.subbyte import pack_float4, unpack_float4
 from .runtime.values import local_memory
 from .runtime.warmup import warm_up as _warm_up
 from .runtime.weight_files import WeightFile, load_weights

@@ -135,8 +135,9 @@ def dltensor_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_dltensor_seeds_are_checked_as_expected(dltensor_fuzzer: Path, dltensor_corpus: Path):
     """Every seed runs without a finding; the well-formed calls are accepted (and so read whole
-    under ASan) and each audit case is refused, saying why (MODPACK_FUZZ_VERBOSE prints each
-    check's outcome)."""
+    under ASan: packed float4/float6 values with odd counts and negative strides among them)
+    and each audit case is refused, saying why (MODPACK_FUZZ_VERBOSE prints each check's
+    outcome)."""
     outcomes = {}
     for seed in sorted(dltensor_corpus.iterdir()):
         proc = subprocess.run([dltensor_fuzzer, seed], capture_output=True, text=True, timeout=60,
@@ -151,8 +152,15 @@ def test_the_dltensor_seeds_are_checked_as_expected(dltensor_fuzzer: Path, dlten
     accepted = {name for name, outcome in outcomes.items() if outcome == "accepted"}
     assert accepted == {"affine", "affine-empty", "column-negative-strides", "column-transposed",
                         "shapes", "matmul", "vectors", "empty-rows", "device", "text-signature",
-                        "copy"}, outcomes
+                        "copy", "fp4-pairs-fp8", "fp4-packed-odd", "fp4-packed-negative-strides",
+                        "fp6-packed-strided", "fp4-packed-2^62"}, outcomes
     assert "its byte_offset 9223372036854775808 is more than" in outcomes["byte-offset-2^63"]
+    assert "of 4-bit packed elements is more than 9223372036854775807 elements or bytes" in \
+        outcomes["fp4-packed-2^63"]
+    assert "its elements are 12 bits (4 bits x 3 lanes), which do not pack" in \
+        outcomes["fp4-lanes-3"]
+    assert "over shape [5] (of 4-bit packed elements) reach more than" in \
+        outcomes["fp4-packed-strides-overflow"]
     assert "wraps around the address space" in outcomes["data-plus-offset-wraps"]
     assert "below address 0" in outcomes["strides-below-zero"]
 

@@ -6,6 +6,7 @@ import io
 import os
 import struct
 import subprocess
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -480,6 +481,50 @@ def test_ml_dtypes_round_trip(host, tmp):
 
     (const,) = [m for m in inspect_library(path)["modules"] if m["type_key"] == "const"]
     assert [a["dtype"] for a in const["contents"]["arrays"]] == names
+
+
+def test_low_precision_arrays_round_trip_and_inspect_names_them(host, tmp):
+    """Const arrays of packed float4 pairs (float4_e2m1fn_x2) and float8, from numpy and from a
+    PyTorch tensor (through DLPack), load back typed and byte for byte, and inspect, in its
+    report and its text, names each dtype as DLPack 1.1 and PyTorch do; numpy float4 values of
+    ml_dtypes (one a byte, not DLPack's packing) are refused, naming the way to pack them."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="float4/float8 need ml_dtypes")
+    values = np.array([[0.5, -6.0, 1.5, 3.0], [0.0, 4.0, -1.0, 2.0]], ml_dtypes.float4_e2m1fn)
+    arrays: dict[str, object] = {
+        "fp4": modpack.pack_float4(values),
+        "f8": np.array([0.5, -448.0, 3.0], ml_dtypes.float8_e4m3fn),
+    }
+    torch = None
+    try:
+        import torch
+    except ImportError:
+        pass
+    if torch is not None and hasattr(torch, "float8_e5m2"):
+        arrays["t8"] = torch.tensor([1.0, -2.0, 0.5]).to(torch.float8_e5m2)
+    host.import_module(modpack.const_module(arrays))
+    path = host.export_library(tmp / "lowp.so")
+    loaded = modpack.load_module(path).imported_modules[0].arrays
+    assert loaded["fp4"].dtype == modpack.float4_e2m1fn_x2
+    assert np.array_equal(modpack.unpack_float4(loaded["fp4"]), values)
+    assert loaded["f8"].tobytes() == arrays["f8"].tobytes()
+    if "t8" in arrays:
+        assert loaded["t8"].dtype == np.dtype(ml_dtypes.float8_e5m2)
+        assert loaded["t8"].astype(np.float32).tolist() == [1.0, -2.0, 0.5]
+    from modpack.inspection import inspect_library
+
+    (const,) = [m for m in inspect_library(path)["modules"] if m["type_key"] == "const"]
+    shown = {a["name"]: (a["dtype"], a["shape"]) for a in const["contents"]["arrays"]}
+    assert shown["fp4"] == ("float4_e2m1fn_x2", [2, 2])
+    assert shown["f8"] == ("float8_e4m3fn", [3])
+    if "t8" in arrays:
+        assert shown["t8"] == ("float8_e5m2", [3])
+    text = subprocess.run([sys.executable, "-m", "modpack", "inspect", str(path)],
+                          capture_output=True, text=True, check=True).stdout
+    assert "array fp4: float4_e2m1fn_x2[2, 2]" in text and "array f8: float8_e4m3fn[3]" in text
+    with pytest.raises(modpack.ArgumentError,
+                       match=r"const array 'v' is a numpy float4_e2m1fn array, .*"
+                             r"modpack.pack_float4\(x\)"):
+        modpack.const_module({"v": values})
 
 
 def test_large_payloads_are_checked_through_the_sequential_path(tmp):

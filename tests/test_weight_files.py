@@ -29,6 +29,7 @@ from test_golden import xxd
 from modpack.errors import ArgumentError, ModpackError
 from modpack.runtime.binding import ffi, lib
 from modpack.runtime.dtypes import dtype_from_dl
+from modpack.runtime.subbyte import FLOAT4_E2M1FN_X2
 from modpack.weights import (
     WrittenWeights,
     chunked_sha256,
@@ -161,7 +162,8 @@ def check_file(path: Path, items: list[tuple[str, Any]], alignment: int = 64,
         raw = np.ascontiguousarray(array).tobytes()
         assert r["name"] == name
         assert dtype_from_dl(r["dtype_code"], r["dtype_bits"], r["dtype_lanes"]) == array.dtype
-        assert r["dtype_lanes"] == 1 and r["flags"] == 0 and r["reserved"] == 0
+        lanes = 2 if array.dtype == FLOAT4_E2M1FN_X2 else 1  # two float4 values a byte
+        assert r["dtype_lanes"] == lanes and r["flags"] == 0 and r["reserved"] == 0
         assert r["shape"] == array.shape and r["ndim"] == array.ndim
         assert r["data_offset"] % alignment == 0
         assert r["data_size"] == len(raw) and r["bytes"] == raw
@@ -349,6 +351,49 @@ def test_bfloat16_and_float8_arrays(tmp_path):
     assert p.array(0).tolist() == items[0][1].tolist()
 
 
+def test_float4_pairs_and_float8_arrays(tmp_path):
+    """Packed float4 pairs (float4_e2m1fn_x2: code 17, 4 bits, 2 lanes, one byte each) and float8
+    are stored as they are, named so by inspect, and read back by the runtime typed, byte for
+    byte; from numpy and from PyTorch tensors alike (taken through DLPack, numpy having no such
+    dtype)."""
+    import modpack
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    values = np.array([[0.5, -6.0, 1.5, 3.0, 0.0, 4.0], [1.0, -1.0, 2.0, 6.0, -0.5, 0.0]],
+                      ml_dtypes.float4_e2m1fn)
+    pairs = modpack.pack_float4(values)
+    items = [("fp4", pairs), ("f8", np.array([0.5, -448.0, 3.0], ml_dtypes.float8_e4m3fn)),
+             ("e5m2", np.array([1.0, -57344.0], ml_dtypes.float8_e5m2))]
+    path = tmp_path / "w.mpw"
+    p = check_file(path, items, 64, write_weight_file(items, path, 64))
+    assert [(r["dtype_code"], r["dtype_bits"], r["dtype_lanes"], r["data_size"])
+            for r in p.records] == [(17, 4, 2, 6), (10, 8, 1, 3), (12, 8, 1, 2)]
+    from modpack.weight_reports import inspect_weight_file
+
+    assert [(a["name"], a["dtype"], a["shape"]) for a in inspect_weight_file(path)["arrays"]] == \
+        [("fp4", "float4_e2m1fn_x2", [2, 3]), ("f8", "float8_e4m3fn", [3]),
+         ("e5m2", "float8_e5m2", [2])]
+    loaded = modpack.load_weights(path)
+    assert loaded["fp4"].dtype == modpack.float4_e2m1fn_x2 and loaded["fp4"].shape == (2, 3)
+    assert np.array_equal(modpack.unpack_float4(loaded["fp4"]), values)
+    assert loaded["f8"].dtype == items[1][1].dtype
+    assert loaded["f8"].tobytes() == items[1][1].tobytes()
+    assert loaded["e5m2"].tobytes() == items[2][1].tobytes()
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install "
+                                "torch==2.13.0")
+    if not hasattr(torch, "float4_e2m1fn_x2"):
+        pytest.skip(f"torch {torch.__version__} has no float4_e2m1fn_x2")
+    tensors = {"fp4": torch.from_numpy(pairs.view(np.uint8)).view(torch.float4_e2m1fn_x2),
+               "f8": torch.tensor([0.5, -448.0, 3.0]).to(torch.float8_e4m3fn)}
+    from_torch = tmp_path / "torch.mpw"
+    save_weights(tensors, from_torch)
+    again = modpack.load_weights(from_torch)
+    assert again["fp4"].dtype == modpack.float4_e2m1fn_x2
+    assert again["fp4"].tobytes() == pairs.tobytes()
+    assert again["f8"].tobytes() == items[1][1].tobytes()
+    assert torch.from_dlpack(modpack.from_dlpack(again["fp4"])).dtype == torch.float4_e2m1fn_x2
+
+
 BAD_ARRAYS = [
     ({"": np.zeros(1)}, "array name '' must be a str of 1 to 4096 bytes"),
     ({"a\0b": np.zeros(1)}, "without NUL: rename it"),
@@ -362,6 +407,18 @@ BAD_ARRAYS = [
     ({"deep": np.zeros((1,) * 33)}, "array 'deep' has 33 dimensions; .* up to 32: reshape it"),
     ({"ragged": [[1, 2], [3]]}, "array 'ragged' cannot be saved: numpy cannot make an array"),
 ]
+try:
+    import ml_dtypes
+
+    BAD_ARRAYS += [  # one value per byte: not DLPack's packed float4/float6
+        ({"fp4": np.zeros(4, ml_dtypes.float4_e2m1fn)},
+         r"array 'fp4' cannot be saved: it is a numpy float4_e2m1fn array, which ml_dtypes holds "
+         r"one value per byte, .*modpack.pack_float4\(x\)"),
+        ({"fp6": np.zeros(4, ml_dtypes.float6_e3m2fn)},
+         r"array 'fp6' cannot be saved: it is a numpy float6_e3m2fn array"),
+    ]
+except ImportError:
+    pass
 
 
 @pytest.mark.parametrize(("arrays", "message"), BAD_ARRAYS,

@@ -132,7 +132,7 @@ SEEDS = {
     "fp4-packed-2^62": call("x: any[...] strided", array([1 << 62], "float4_e2m1fn")),
     "fp4-packed-2^63": call("x: any[...] strided", array([1 << 62, 2], "float4_e2m1fn")),
     "fp4-packed-strides-overflow": call("x: any[...] strided",
-                                        array([4], "float4_e2m1fn", strides=[1 << 62])),
+                                        array([5], "float4_e2m1fn", strides=[1 << 62])),
     # 4 bits x 3 lanes: neither packed nor whole bytes.
     "fp4-lanes-3": call("x: any[...] strided", array([4], "float4_e2m1fnx3")),
 }

@@ -86,6 +86,26 @@ static void zero_lanes(buf_t* b) {
 static void bool_width(buf_t* b) {
   b->data[FIELD(1, dtype_code)] = kDLBool; /* bool is 8 bits, not 64 */
 }
+/* "b" (8 bytes) as DLPack 1.1's float4/float6: stored arrays hold whole bytes per element,
+ * so packed lanes-1 values and widths that do not fill bytes are refused. */
+static void set_dtype(buf_t* b, uint8_t code, uint8_t bits, uint16_t lanes) {
+  b->data[FIELD(1, dtype_code)] = code;
+  b->data[FIELD(1, dtype_bits)] = bits;
+  b->data[FIELD(1, dtype_lanes)] = (uint8_t)lanes;
+  b->data[FIELD(1, dtype_lanes) + 1] = (uint8_t)(lanes >> 8);
+}
+static void fp4_lanes_1(buf_t* b) {
+  set_dtype(b, kDLFloat4_e2m1fn, 4, 1);
+}
+static void fp4_lanes_3(buf_t* b) {
+  set_dtype(b, kDLFloat4_e2m1fn, 4, 3);
+}
+static void fp4_of_8_bits(buf_t* b) {
+  set_dtype(b, kDLFloat4_e2m1fn, 8, 8);
+}
+static void fp6_lanes_2(buf_t* b) {
+  set_dtype(b, kDLFloat6_e3m2fn, 6, 2);
+}
 static void overflowing_shape(buf_t* b) {
   set_u64(b, RECORD(2), (uint64_t)1 << 62);
   set_u64(b, RECORD(2) + 8, (uint64_t)1 << 62);
@@ -137,11 +157,28 @@ int main(void) {
       {"0 lanes", zero_lanes, MP_ERR_FORMAT, "invalid dtype"},
       {"64-bit bool", bool_width, MP_ERR_FORMAT, "invalid dtype"},
       {"shape overflowing", overflowing_shape, MP_ERR_FORMAT, "shape overflows"},
+      {"packed float4 values", fp4_lanes_1, MP_ERR_FORMAT, "invalid dtype (code 17, bits 4, "},
+      {"float4 in threes", fp4_lanes_3, MP_ERR_FORMAT, "invalid dtype"},
+      {"an 8-bit float4", fp4_of_8_bits, MP_ERR_FORMAT, "invalid dtype"},
+      {"float6 in twos", fp6_lanes_2, MP_ERR_FORMAT, "invalid dtype"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     valid(&b);
     cases[i].damage(&b);
     expect_refused(cases[i].what, "const", b.data, b.size, cases[i].code, cases[i].needle);
+  }
+  /* 16 float4 values in pairs of pairs (4 bits x 16 lanes: 8 bytes) and 8 float8: stored. */
+  const DLDataType stored[] = {{kDLFloat4_e2m1fn, 4, 16}, {kDLFloat8_e4m3fn, 8, 8}};
+  for (size_t i = 0; i < 2; ++i) {
+    valid(&b);
+    set_dtype(&b, stored[i].code, stored[i].bits, stored[i].lanes);
+    m = load("const", b.data, b.size);
+    const char* name;
+    const DLTensor* t;
+    CHECK(m && mp_module_array_at(m, 1, &name, &t) == MP_OK && t->dtype.code == stored[i].code &&
+              t->dtype.lanes == stored[i].lanes,
+          "stored dtype %zu", i);
+    mp_module_release(m);
   }
   valid(&b);
   every_prefix_refused("const", &b);

@@ -14,12 +14,11 @@ other, so this module keeps them apart and converts between them where a copy is
 - :data:`FLOAT4_E2M1FN_X2` is numpy's stand-in for DLPack's float4_e2m1fn_x2 (code 17, 4 bits,
   2 lanes: one byte holding a pair, PyTorch's ``torch.float4_e2m1fn_x2``), a one-byte dtype of
   its own, so packed pairs stay zero-copy through numpy, calls, const modules and weight files;
-  :func:`pack_float4` and :func:`unpack_float4` convert values to pairs and back.
+  ``modpack.pack_float4`` and ``modpack.unpack_float4`` (:mod:`.float4`) convert values to pairs
+  and back.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
@@ -30,10 +29,8 @@ __all__ = [
     "SUBBYTE",
     "is_packed",
     "pack_bits",
-    "pack_float4",
     "padded_error",
     "unpack_bits",
-    "unpack_float4",
 ]
 
 # A structured dtype of one byte: a dtype of its own (it equals no other), which numpy keeps
@@ -74,45 +71,3 @@ def unpack_bits(packed: np.ndarray, count: int, bits: int) -> np.ndarray:
     planes = np.unpackbits(np.ascontiguousarray(packed).reshape(-1).view(np.uint8),
                            bitorder="little")[: count * bits]
     return np.packbits(planes.reshape(count, bits), axis=1, bitorder="little").reshape(count)
-
-
-def pack_float4(values: Any) -> np.ndarray:
-    """float4 values (an ml_dtypes ``float4_e2m1fn`` array, or numbers, rounded to it) as
-    packed pairs: a :data:`FLOAT4_E2M1FN_X2` array whose last dimension is half as long, value
-    2i in the low nibble of byte i (DLPack's rule, and torch.float4_e2m1fn_x2's). The last
-    dimension must be even (pad it)."""
-    import ml_dtypes
-
-    array = np.asarray(values)
-    if array.dtype != np.dtype(ml_dtypes.float4_e2m1fn):
-        try:
-            array = array.astype(ml_dtypes.float4_e2m1fn)
-        except (TypeError, ValueError) as exc:
-            raise ArgumentError(f"pack_float4 takes float4 values (ml_dtypes.float4_e2m1fn) "
-                                f"or numbers, not a {array.dtype} array: {exc}") from None
-    if array.ndim == 0 or array.shape[-1] % 2:
-        raise ArgumentError(
-            f"pack_float4: float4_e2m1fn_x2 holds values in pairs along the last dimension, and "
-            f"the shape {array.shape} has {'none' if array.ndim == 0 else 'an odd one'}: pad it "
-            "to an even length")
-    pairs = pack_bits(np.ascontiguousarray(array).view(np.uint8), 4).view(FLOAT4_E2M1FN_X2)
-    return pairs.reshape(*array.shape[:-1], array.shape[-1] // 2)
-
-
-def unpack_float4(pairs: Any) -> np.ndarray:
-    """The values of packed pairs (a :data:`FLOAT4_E2M1FN_X2` array, or a DLPack producer of
-    float4_e2m1fn_x2 such as a torch tensor) as an ml_dtypes ``float4_e2m1fn`` array whose
-    last dimension is twice as long."""
-    import ml_dtypes
-
-    if not isinstance(pairs, np.ndarray) and hasattr(pairs, "__dlpack__"):
-        from .array import from_dlpack  # (array imports this module)
-
-        pairs = from_dlpack(pairs).numpy()
-    array = np.asarray(pairs)
-    if array.dtype != FLOAT4_E2M1FN_X2 or array.ndim == 0:
-        raise ArgumentError(f"unpack_float4 takes float4_e2m1fn_x2 pairs of at least one "
-                            f"dimension, not {array.dtype} of shape {array.shape}")
-    codes = unpack_bits(np.ascontiguousarray(array).view(np.uint8), array.size * 2, 4)
-    shape = (*array.shape[:-1], array.shape[-1] * 2)
-    return codes.view(ml_dtypes.float4_e2m1fn).reshape(shape)

@@ -95,8 +95,11 @@ def save_weights(arrays: Mapping[str, Any], path: str | os.PathLike[str], *,
     map them once, and a new set of weights ships without rebuilding code.
 
     |arrays| maps names (str, 1 to 4096 bytes of UTF-8 without NUL) to numpy arrays or anything
-    ``np.asarray`` takes, of any dtype DLPack describes (bfloat16 and float8 from ml_dtypes
-    too) and up to 32 dimensions; the file keeps the mapping's order. Each array's data starts
+    ``np.asarray`` takes, or DLPack producers numpy cannot convert (a PyTorch float8 or
+    float4_e2m1fn_x2 tensor), of any dtype DLPack describes (bfloat16 and float8 from
+    ml_dtypes too, float4 packed in pairs: :data:`modpack.float4_e2m1fn_x2`, made by
+    :func:`modpack.pack_float4`; ml_dtypes' float4/float6 arrays, one value per byte, are
+    refused) and up to 32 dimensions; the file keeps the mapping's order. Each array's data starts
     at a multiple of |alignment| (a power of two from 64 to 2 MiB; 4096 lets a loader map
     arrays page by page). Identical arrays are stored once. Bad input raises
     :class:`~modpack.errors.ArgumentError` before any file is touched; an array changed during
@@ -234,7 +237,7 @@ def _as_array(name: str, encoded: bytes, value: Any) -> _Array:
     if not array.flags.c_contiguous:  # (ascontiguousarray would turn 0-d into 1-d)
         array = array.copy(order="C")
     try:
-        dl = array_dtype_to_dl(array.dtype, f"array {name!r}")
+        dl = array_dtype_to_dl(array.dtype, "it")
     except TypeError as exc:
         raise ArgumentError(f"array {name!r} cannot be saved: {exc}") from None
     if array.ndim > MAX_NDIM:

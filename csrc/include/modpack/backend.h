@@ -37,7 +37,9 @@
  *                             const DLTensor*, DLTensor*)
  *
  * One entry per parameter: its name, and for an array `: dtype[dims] flags`. dtype is a name
- * (float32, int64, bfloat16, bool, ...) or `any`; dims are numbers, names (one name is one
+ * (float32, int64, bfloat16, bool, float8_e4m3fn, float4_e2m1fn_x2, ...) or `any`; DLPack 1.1
+ * packs float4_e2m1fn and the float6 types (modpack/tensor_span.h), their dims counting values,
+ * while float4_e2m1fn_x2's count bytes of two values; dims are numbers, names (one name is one
  * extent wherever it appears: "same length as x") or `*`, `[]` a scalar array and `[...]` any
  * shape; flags are device types the array may be on (cpu, cuda, opencl, vulkan; any when none is
  * given) and `strided` (otherwise the array must be compact row-major). Arrays must also be

@@ -8,7 +8,9 @@
  *
  * An entry is the parameter's name, and for an array `: dtype[dims] flags...`:
  *   dtype   bool, int8..int64, uint8..uint64, float16/32/64, bfloat16, complex64/128, the
- *           float8 names of mp_dtype_string, or `any`;
+ *           float8, float6 and float4 names of mp_dtype_string (float8_e4m3fn, float6_e2m3fn,
+ *           float4_e2m1fn: packed, two values a byte, dims counting values;
+ *           float4_e2m1fn_x2: pairs, dims counting bytes), or `any`;
  *   dims    comma-separated: a number (that extent), a name (an extent shared by every place
  *           the name appears, in this and later parameters), `*` (any extent); `[]` is rank 0,
  *           `[...]` or no brackets any rank and shape;
