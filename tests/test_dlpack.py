@@ -410,6 +410,22 @@ def test_packed_float4_values_cross_to_numpy_by_copy_only():
     assert b.data_ptr == a.data_ptr and b.packed and b.nbytes == 3
 
 
+def test_packed_float4_arrays_on_a_device():
+    """Packed float4 values and pairs go to a device as their packed bytes and come back
+    unpacked (numpy) or as they are (an array on the CPU)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if modpack.device_count("opencl") == 0:
+        pytest.skip("no OpenCL device (scripts/dev.sh installs PoCL)")
+    values = np.array([0.5, -6.0, 1.5, 3.0, 4.0], ml_dtypes.float4_e2m1fn)
+    a = modpack.array(values, device="opencl:0")
+    assert a.packed and a.nbytes == 3 and np.array_equal(a.numpy(), values)
+    host = modpack.from_dlpack(a, device="cpu")
+    assert host.packed and np.array_equal(host.numpy(copy=True), values)
+    pairs = modpack.pack_float4(np.ones((2, 4), np.float32))
+    b = modpack.array(pairs, device="opencl:0")
+    assert b.dtype == modpack.float4_e2m1fn_x2 and b.numpy().tobytes() == pairs.tobytes()
+
+
 def test_padded_sub_byte_tensors_are_refused_and_numpy_float4_is_not_dlpack():
     """A producer's padded float4 (one value per byte: DLPack 1.1's IS_SUBBYTE_TYPE_PADDED) is
     refused by calls and from_dlpack, since a DLTensor cannot carry the flag on; the flag on

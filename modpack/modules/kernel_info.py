@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from ..runtime.binding import ffi, lib
-from ..runtime.dtypes import ML_DTYPE_NAMES, as_dtype, dtype_to_dl
+from ..runtime.dtypes import ML_DTYPE_NAMES, as_dtype, display_name, dtype_to_dl
 
 __all__ = ["BUFFER", "LOCAL", "NULL", "SCALAR", "UNTYPED_POINTER", "KernelArg", "KernelInfo",
            "builtin_kinds", "kernel_infos", "launch_tags"]
@@ -106,7 +106,7 @@ class KernelArg:
         return cls(kind, dtype, lanes)
 
     def __str__(self) -> str:
-        name = "void" if self.dtype is None else str(self.dtype)
+        name = "void" if self.dtype is None else display_name(self.dtype)
         if self.kind in (LOCAL, NULL):
             return f"{self.kind} {name}*"
         if self.kind == BUFFER:

@@ -97,8 +97,12 @@ static inline mp_span_status_t mp_tensor_layout(const DLTensor* t, mp_tensor_spa
   const uint64_t bits = (uint64_t)t->dtype.bits * t->dtype.lanes;
   out->bits = (uint32_t)bits;
   if (bits > 8 && bits % 8 != 0) return MP_SPAN_BAD_PACKING;
-  out->itemsize = bits % 8 == 0 ? bits / 8 : 0;
-  uint64_t count = 1, bytes = 0; /* the non-zero extents, and their elements' bytes */
+  const uint64_t itemsize = bits % 8 == 0 ? bits / 8 : 0;
+  out->itemsize = itemsize;
+  /* Whole bytes: the non-zero extents times the element size, as bytes (PTRDIFF_MAX at most);
+   * packed: the non-zero extents, as elements (PTRDIFF_MAX at most, so their fewer bytes are
+   * too). One multiplication per dimension either way: this runs on every call. */
+  uint64_t size = itemsize ? itemsize : 1;
   int empty = 0;
   for (int32_t d = 0; d < t->ndim; ++d) {
     const int64_t extent = t->shape[d];
@@ -108,16 +112,16 @@ static inline mp_span_status_t mp_tensor_layout(const DLTensor* t, mp_tensor_spa
     }
     if (extent == 0) {
       empty = 1;
-    } else if (__builtin_mul_overflow(count, (uint64_t)extent, &count) || count > limit ||
-               !mp_span__bytes(count, bits, &bytes) || bytes > limit) {
+    } else if (__builtin_mul_overflow(size, (uint64_t)extent, &size) || size > limit) {
       out->dim = d;
       return MP_SPAN_TOO_LARGE;
     }
   }
   if (empty) return MP_SPAN_OK; /* it reaches no byte, whatever its strides */
-  if (!mp_span__bytes(count, bits, &bytes)) return MP_SPAN_TOO_LARGE; /* (ndim 0: one) */
+  uint64_t bytes = size;
+  if (!itemsize && !mp_span__bytes(size, bits, &bytes)) return MP_SPAN_TOO_LARGE; /* (never) */
   out->nbytes = bytes;
-  out->elements = count;
+  out->elements = itemsize ? bytes / itemsize : size;
   if (!t->strides) {
     out->above = bytes;
     return MP_SPAN_OK;
@@ -139,9 +143,13 @@ static inline mp_span_status_t mp_tensor_layout(const DLTensor* t, mp_tensor_spa
   /* Below: the lowest element starts below * bits bits under the first one; above: the
    * highest one ends (above + 1) * bits bits past its start. */
   uint64_t total;
-  if (!mp_span__bytes(below, bits, &below) || __builtin_add_overflow(above, 1, &above) ||
-      !mp_span__bytes(above, bits, &above) || __builtin_add_overflow(below, above, &total) ||
-      total > limit)
+  if (itemsize ? __builtin_mul_overflow(below, itemsize, &below) ||
+                     __builtin_mul_overflow(above, itemsize, &above) ||
+                     __builtin_add_overflow(above, itemsize, &above)
+               : !mp_span__bytes(below, bits, &below) || __builtin_add_overflow(above, 1, &above) ||
+                     !mp_span__bytes(above, bits, &above))
+    return MP_SPAN_STRIDES_TOO_LARGE;
+  if (__builtin_add_overflow(below, above, &total) || total > limit)
     return MP_SPAN_STRIDES_TOO_LARGE;
   out->below = below;
   out->above = above;
