@@ -381,6 +381,23 @@ def test_float4_values_from_numpy_to_torch_pairs(torch):
     assert np.array_equal(modpack.unpack_float4(t), values)
 
 
+def test_pack_float4_pairs_values_along_the_last_dimension():
+    """pack_float4 rounds numbers to float4 and pairs them along the last dimension (value 2i
+    in the low nibble of byte i), refusing an odd length or a scalar; unpack_float4 is its
+    inverse and refuses what is not pairs."""
+    pytest.importorskip("ml_dtypes")
+    pairs = modpack.pack_float4([[1.0, 2.0, 3.1, -4.0]])  # 3.1 rounds to 3
+    assert pairs.dtype == modpack.float4_e2m1fn_x2 and pairs.shape == (1, 2)
+    assert pairs.view(np.uint8).tolist() == [[0x2 | 0x4 << 4, 0x5 | 0xE << 4]]
+    assert modpack.unpack_float4(pairs).astype(np.float32).tolist() == [[1.0, 2.0, 3.0, -4.0]]
+    with pytest.raises(modpack.ArgumentError, match=r"the shape \(2, 3\) has an odd one: pad "):
+        modpack.pack_float4(np.zeros((2, 3), np.float32))
+    with pytest.raises(modpack.ArgumentError, match="a scalar has none"):
+        modpack.pack_float4(1.0)
+    with pytest.raises(modpack.ArgumentError, match="takes float4_e2m1fn_x2 pairs .* not uint8"):
+        modpack.unpack_float4(np.zeros(2, np.uint8))
+
+
 def test_packed_float4_values_cross_to_numpy_by_copy_only():
     """An array of DLPack's float4_e2m1fn (lanes 1: two values a byte) is made from ml_dtypes
     values by a copy that packs them, has no numpy view (saying so), unpacks on request, and

@@ -369,3 +369,43 @@ def test_a_tar_export_refers_to_its_weight_file(tmp_path):
     host.import_module(modpack.const_module({"w": W[:64], "b": B}))
     archive = host.export_library(tmp_path / "model.tar", weights=tmp_path / "model.mpw")
     assert modpack.load_module(archive)["weight_at"](63) == 63.0  # found beside the .tar
+
+
+LOW_PRECISION_HOST = r"""
+#include "modpack/backend.h"
+/* The 4-bit code of value i of the weights "fp4" (float4_e2m1fn_x2: pairs, low nibble first),
+ * and byte i of "f8" (float8_e4m3fn); -1 when an array is missing or not of that dtype. */
+static int64_t fp4_code(int64_t i) {
+  const DLTensor* w;
+  if (mp_backend_get_array("fp4", &w) != MP_OK || w->dtype.code != kDLFloat4_e2m1fn ||
+      w->dtype.bits != 4 || w->dtype.lanes != 2)
+    return -1;
+  return (((const uint8_t*)w->data)[i / 2] >> (4 * (i % 2))) & 15;
+}
+MP_EXPORT_FUNC(fp4_code, int64_t, int64_t)
+static int64_t f8_byte(int64_t i) {
+  const DLTensor* w;
+  if (mp_backend_get_array("f8", &w) != MP_OK || w->dtype.code != kDLFloat8_e4m3fn) return -1;
+  return ((const uint8_t*)w->data)[i];
+}
+MP_EXPORT_FUNC(f8_byte, int64_t, int64_t)
+"""
+
+
+@pytest.mark.parametrize("outside", [False, True], ids=["const", "weight_file"])
+def test_host_code_reads_float4_pairs_and_float8_weights(tmp_path, outside):
+    """float4 pairs and float8 weights reach host code with DLPack 1.1's dtypes, from a const
+    module and from a weight file the library refers to alike, the first value of a pair in the
+    low nibble."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    values = np.array([[0.5, -6.0, 1.5, 3.0], [0.0, 4.0, -1.0, 2.0]], ml_dtypes.float4_e2m1fn)
+    f8 = np.array([0.5, -448.0, 3.0], ml_dtypes.float8_e4m3fn)
+    host = modpack.csource_module(LOW_PRECISION_HOST)
+    host.import_module(modpack.const_module({"fp4": modpack.pack_float4(values), "f8": f8}))
+    weights = tmp_path / "lowp.mpw" if outside else None
+    library = host.export_library(tmp_path / "lowp.so", weights=weights)
+    root = modpack.load_module(library)
+    assert [root["fp4_code"](i) for i in range(8)] == values.view(np.uint8).reshape(-1).tolist()
+    assert [root["f8_byte"](i) for i in range(3)] == f8.view(np.uint8).tolist()
+    if outside:
+        assert modpack.load_weights(weights)["fp4"].dtype == modpack.float4_e2m1fn_x2

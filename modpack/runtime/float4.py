@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ArgumentError
 from .array import numpy_of
+from .dtypes import as_dtype
 from .subbyte import FLOAT4_E2M1FN_X2, pack_bits, unpack_bits
 
 __all__ = ["pack_float4", "unpack_float4"]
@@ -21,38 +22,38 @@ __all__ = ["pack_float4", "unpack_float4"]
 
 def pack_float4(values: Any) -> np.ndarray:
     """float4 values (an ml_dtypes ``float4_e2m1fn`` array, or numbers, rounded to it) as
-    packed pairs: a :data:`FLOAT4_E2M1FN_X2` array whose last dimension is half as long, value
-    2i in the low nibble of byte i (DLPack's rule, and torch.float4_e2m1fn_x2's). The last
-    dimension must be even (pad it)."""
-    import ml_dtypes
-
+    packed pairs: a ``modpack.float4_e2m1fn_x2`` array whose last dimension is half as long,
+    value 2i in the low nibble of byte i (DLPack's rule, and torch.float4_e2m1fn_x2's). The
+    last dimension must be even (pad it)."""
+    fp4 = as_dtype("float4_e2m1fn")  # (ArgumentError saying how to install ml_dtypes)
     array = np.asarray(values)
-    if array.dtype != np.dtype(ml_dtypes.float4_e2m1fn):
+    if array.dtype != fp4:
         try:
-            array = array.astype(ml_dtypes.float4_e2m1fn)
+            array = array.astype(fp4)
         except (TypeError, ValueError) as exc:
             raise ArgumentError(f"pack_float4 takes float4 values (ml_dtypes.float4_e2m1fn) "
                                 f"or numbers, not a {array.dtype} array: {exc}") from None
-    if array.ndim == 0 or array.shape[-1] % 2:
+    if array.ndim == 0:
+        raise ArgumentError("pack_float4: float4_e2m1fn_x2 holds values in pairs along the last "
+                            "dimension, and a scalar has none: pass an array of an even length")
+    if array.shape[-1] % 2:
         raise ArgumentError(
             f"pack_float4: float4_e2m1fn_x2 holds values in pairs along the last dimension, and "
-            f"the shape {array.shape} has {'none' if array.ndim == 0 else 'an odd one'}: pad it "
-            "to an even length")
+            f"the shape {array.shape} has an odd one: pad it to an even length")
     pairs = pack_bits(np.ascontiguousarray(array).view(np.uint8), 4).view(FLOAT4_E2M1FN_X2)
     return pairs.reshape(*array.shape[:-1], array.shape[-1] // 2)
 
 
 def unpack_float4(pairs: Any) -> np.ndarray:
-    """The values of packed pairs (a :data:`FLOAT4_E2M1FN_X2` array, or a DLPack producer of
-    float4_e2m1fn_x2 such as a torch tensor) as an ml_dtypes ``float4_e2m1fn`` array whose
+    """The values of packed pairs (a ``modpack.float4_e2m1fn_x2`` array, or a DLPack producer
+    of float4_e2m1fn_x2 such as a torch tensor) as an ml_dtypes ``float4_e2m1fn`` array whose
     last dimension is twice as long."""
-    import ml_dtypes
-
+    fp4 = as_dtype("float4_e2m1fn")
     array = numpy_of(pairs)
     if array.dtype != FLOAT4_E2M1FN_X2 or array.ndim == 0:
         raise ArgumentError(f"unpack_float4 takes float4_e2m1fn_x2 pairs of at least one "
                             f"dimension, not {array.dtype} of shape {array.shape}")
     codes = unpack_bits(np.ascontiguousarray(array).view(np.uint8), array.size * 2, 4)
     shape = (*array.shape[:-1], array.shape[-1] * 2)
-    values: np.ndarray = codes.view(ml_dtypes.float4_e2m1fn).reshape(shape)
+    values: np.ndarray = codes.view(fp4).reshape(shape)
     return values
