@@ -394,7 +394,7 @@ def test_pack_float4_pairs_values_along_the_last_dimension():
         modpack.pack_float4(np.zeros((2, 3), np.float32))
     with pytest.raises(modpack.ArgumentError, match="a scalar has none"):
         modpack.pack_float4(1.0)
-    with pytest.raises(modpack.ArgumentError, match="takes float4_e2m1fn_x2 pairs .* not uint8"):
+    with pytest.raises(modpack.ArgumentError, match=r"takes float4_e2m1fn_x2 pairs .* not uint8"):
         modpack.unpack_float4(np.zeros(2, np.uint8))
 
 
