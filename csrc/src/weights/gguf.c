@@ -288,14 +288,14 @@ static mp_status_t take(parser_t* p, uint64_t n, const char* field, const uint8_
 }
 
 static mp_status_t read_u32(parser_t* p, const char* field, uint32_t* out) {
-  const uint8_t* b;
+  const uint8_t* b = NULL;
   MP_RETURN_IF_ERROR(take(p, 4, field, &b));
   *out = mp_load_le32(b);
   return MP_OK;
 }
 
 static mp_status_t read_u64(parser_t* p, const char* field, uint64_t* out) {
-  const uint8_t* b;
+  const uint8_t* b = NULL;
   MP_RETURN_IF_ERROR(take(p, 8, field, &b));
   *out = mp_load_le64(b);
   return MP_OK;
@@ -305,11 +305,11 @@ static mp_status_t read_u64(parser_t* p, const char* field, uint64_t* out) {
  * name) is also 1..|max| bytes without NUL. */
 static mp_status_t read_string(parser_t* p, const char* field, bool name, uint64_t max,
                                const uint8_t** out, uint64_t* out_size) {
-  uint64_t size;
+  uint64_t size = 0;
   MP_RETURN_IF_ERROR(read_u64(p, field, &size));
   if (name && (size == 0 || size > max))
     return refuse(p, "its %s is %" PRIu64 " bytes long, not 1 to %" PRIu64, field, size, max);
-  const uint8_t* bytes;
+  const uint8_t* bytes = NULL;
   MP_RETURN_IF_ERROR(take(p, size, field, &bytes));
   if (name && memchr(bytes, 0, (size_t)size))
     return refuse(p, "its %s holds a NUL byte", field);
@@ -345,13 +345,13 @@ static void put_number(text_t* t, const char* fmt, ...) {
 /* A value of |type|, written to the JSON when |emit|. */
 static mp_status_t read_value(parser_t* p, uint32_t type, int depth, bool emit) {
   text_t* t = &p->json;
-  const uint8_t* b;
+  const uint8_t* b = NULL;
   uint64_t size = value_least_size(type);
   if (size == 0)
     return refuse(p, "its value type is %u, which GGUF does not define (0 to %d)", type,
                   VALUE_TYPES - 1);
   if (type == VALUE_STRING) {
-    uint64_t n;
+    uint64_t n = 0;
     MP_RETURN_IF_ERROR(read_string(p, "string", false, 0, &b, &n));
     if (emit) put_string(t, b, n);
     return MP_OK;
@@ -359,8 +359,8 @@ static mp_status_t read_value(parser_t* p, uint32_t type, int depth, bool emit) 
   if (type == VALUE_ARRAY) {
     if (depth >= MAX_NESTING)
       return refuse(p, "its arrays are nested more than %d deep", MAX_NESTING);
-    uint32_t element;
-    uint64_t count;
+    uint32_t element = 0;
+    uint64_t count = 0;
     MP_RETURN_IF_ERROR(read_u32(p, "array's element type", &element));
     MP_RETURN_IF_ERROR(read_u64(p, "array's count", &count));
     uint64_t least = value_least_size(element);
@@ -434,8 +434,8 @@ static mp_status_t read_metadata(parser_t* p, uint64_t kv_count) {
   put_text(t, "{");
   for (uint64_t i = 0; i < kv_count; ++i) {
     snprintf(p->where, sizeof p->where, "metadata key %" PRIu64, i);
-    const uint8_t* key;
-    uint64_t key_size;
+    const uint8_t* key = NULL;
+    uint64_t key_size = 0;
     MP_RETURN_IF_ERROR(read_string(p, "name", true, MAX_KEY, &key, &key_size));
     snprintf(p->where, sizeof p->where, "metadata key '%.*s'", key_size > 256 ? 256 : (int)key_size,
              (const char*)key);
@@ -447,7 +447,7 @@ static mp_status_t read_metadata(parser_t* p, uint64_t kv_count) {
       p->key_capacity = capacity;
     }
     p->keys[p->key_count++] = (gguf_key_t){key, key_size};
-    uint32_t type;
+    uint32_t type = 0;
     MP_RETURN_IF_ERROR(read_u32(p, "value type", &type));
     if (i > 0) put_text(t, ", ");
     put_string(t, key, key_size);
@@ -542,13 +542,13 @@ static mp_status_t describe_tensor(parser_t* p, mp_foreign_array_t* a, uint32_t 
 
 static mp_status_t read_tensor_info(parser_t* p, mp_foreign_index_t* x, uint64_t i) {
   snprintf(p->where, sizeof p->where, "tensor %" PRIu64, i);
-  const uint8_t* name;
-  uint64_t name_size;
+  const uint8_t* name = NULL;
+  uint64_t name_size = 0;
   MP_RETURN_IF_ERROR(read_string(p, "name", true, MP_WEIGHTS_MAX_NAME, &name, &name_size));
   snprintf(p->where, sizeof p->where, "tensor '%.*s'", name_size > 256 ? 256 : (int)name_size,
            (const char*)name);
-  uint32_t n_dims, type_id;
-  uint64_t ne[MP_WEIGHTS_MAX_NDIM], offset;
+  uint32_t n_dims = 0, type_id = 0;
+  uint64_t ne[MP_WEIGHTS_MAX_NDIM] = {0}, offset = 0;
   MP_RETURN_IF_ERROR(read_u32(p, "dimension count", &n_dims));
   if (n_dims > MP_WEIGHTS_MAX_NDIM)
     return refuse(p, "it has %" PRIu32 " dimensions, more than %d (ggml's tensors have 4)",
@@ -624,7 +624,7 @@ static mp_status_t place_tensors(parser_t* p, mp_foreign_index_t* x) {
 }
 
 static mp_status_t parse(parser_t* p, mp_foreign_index_t* x) {
-  const uint8_t* b;
+  const uint8_t* b = NULL;
   if (p->have < 4 || memcmp(p->data, "GGUF", 4) != 0)
     return mp_errorf(MP_ERR_FORMAT,
                      "'%s' is not a GGUF file (it does not start with \"GGUF\"): give a .gguf "
@@ -648,7 +648,7 @@ static mp_status_t parse(parser_t* p, mp_foreign_index_t* x) {
                      "and %d: upgrade modpack",
                      p->path, x->version, GGUF_FIRST_VERSION, GGUF_LAST_VERSION);
   if (x->version < GGUF_FIRST_VERSION) return refuse(p, "its version is 0");
-  uint64_t tensor_count, kv_count;
+  uint64_t tensor_count = 0, kv_count = 0;
   MP_RETURN_IF_ERROR(read_u64(p, "tensor count", &tensor_count));
   MP_RETURN_IF_ERROR(read_u64(p, "metadata key-value count", &kv_count));
   MP_RETURN_IF_ERROR(check_count(p, kv_count, MIN_KV_SIZE, "metadata key-value pairs"));
