@@ -4,7 +4,7 @@ the blob reader and each built-in kind's payload loader), the one over the array
 receives (csrc/tests/fuzz_dltensor.c: crafted DLTensors against the signature checker, the
 untyped wrappers and copies), and the one over what the read-only tools parse
 (csrc/tests/fuzz_tools.c: seals and seal notes, preflight's index and each device kind's
-preflight head, the loader's checks short of running a library). A longer run:
+preflight head, the loader's checks short of running a library, the GGUF reader). A longer run:
 csrc/tests/README.md."""
 
 from __future__ import annotations
@@ -196,8 +196,21 @@ def tools_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     seeds = {p.name for p in folder.iterdir()}
     assert {"file-library", "file-library-compressed", "file-signed", "file-weightfile",
             "file-tvm", "blob-0", "blob-19", "head-opencl", "head-cuda", "head-vulkan",
-            "head-rocm"} <= seeds, sorted(seeds)
+            "head-rocm", "gguf-metadata", "gguf-tensors", "gguf-aligned"} <= seeds, sorted(seeds)
     return folder
+
+
+def test_the_gguf_seeds_are_read(tools_fuzzer: Path, tools_corpus: Path):
+    """The GGUF seeds (files gguf-py wrote) reach the reader through their selector and are
+    read whole, their index checked against the file by the target, so the fuzzer starts from
+    inputs that pass every check (MODPACK_FUZZ_VERBOSE prints each verdict)."""
+    seeds = sorted(tools_corpus.glob("gguf-*"))
+    proc = subprocess.run([tools_fuzzer, "-runs=0", *seeds], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "MODPACK_FUZZ_VERBOSE": "1"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    verdicts = [line for line in proc.stderr.splitlines() if line.startswith("gguf: ")]
+    assert sorted(set(verdicts)) == ["gguf: read (0 arrays)", "gguf: read (2 arrays)",
+                                     "gguf: read (3 arrays)"], proc.stderr[-2000:]
 
 
 def test_the_tools_seeds_run(tools_fuzzer: Path, tools_corpus: Path):

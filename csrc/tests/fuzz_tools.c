@@ -10,12 +10,20 @@
  *         loader's checks made;
  *   BLOB  a blob in a file of its own, as preflight reads a .tar export's (mp_preflight_blob),
  *         for each device form;
+ *   SAFETENSORS  (2) a safetensors file, for its reader;
+ *   GGUF  a GGUF file (mp_gguf_read_index): its index read, checked against the file (every
+ *         array inside the data section, in order, disjoint, its bytes its dtype and shape
+ *         say; the header the file's bytes) and freed;
  *   then one selector per built-in kind, in mp_builtin_kind's order (so a new kind is fuzzed
  *   without an edit here): the bytes are a payload of that kind, answered for each device the
  *   kind names, through the kind's own head parser and an in-memory reader (nothing for a kind
  *   without devices, such as const).
  * The preflight heads are reached through the runtime's internal registry (core/registry.h),
- * as fuzz_dltensor.c reaches the signature checker; see README.md in this folder. */
+ * as fuzz_dltensor.c reaches the signature checker, and the weight formats' readers through
+ * their internal header (weights/foreign_index.h); see README.md in this folder.
+ * MODPACK_FUZZ_VERBOSE=1 prints each GGUF input's verdict. */
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,8 +36,16 @@
 #include "core/registry.h"
 #include "modpack/kind.h"
 #include "modpack/modpack.h"
+#include "weights/foreign_index.h"
 
-enum { FILE_INPUT = 0, BLOB_INPUT = 1, FIRST_KIND = 2, MAX_KINDS = 16 };
+enum {
+  FILE_INPUT = 0,
+  BLOB_INPUT = 1,
+  SAFETENSORS_INPUT = 2,
+  GGUF_INPUT = 3,
+  FIRST_KIND = 4,
+  MAX_KINDS = 16
+};
 
 /* The device forms every file and blob is asked about (modpack preflight --device ...). */
 static const char* const DEVICES[] = {"cuda:sm_90", "cuda:sm_75", "rocm:gfx90a:xnack-",
@@ -97,6 +113,80 @@ static void fuzz_blob(const uint8_t* data, size_t size) {
   unlink(scratch_path());
 }
 
+/* A finding: an index the reader accepted that says what the file cannot hold. */
+#define REQUIRE(cond, ...)                         \
+  do {                                             \
+    if (!(cond)) {                                 \
+      fprintf(stderr, "fuzz_tools: %s: ", #cond);  \
+      fprintf(stderr, __VA_ARGS__);                \
+      fputc('\n', stderr);                         \
+      abort();                                     \
+    }                                              \
+  } while (0)
+
+/* An accepted index against the file it came from: the header is the file's first bytes, the
+ * data section follows it to the end, and every array lies inside the data section, after
+ * the one before it, with exactly the bytes its dtype and shape (and blocks) say. */
+static void check_index(const mp_foreign_index_t* x, const uint8_t* data, uint64_t size) {
+  REQUIRE(x->header_size == x->data_offset && x->data_offset <= size &&
+              x->data_size == size - x->data_offset,
+          "header %" PRIu64 ", data [%" PRIu64 ", +%" PRIu64 ") of %" PRIu64, x->header_size,
+          x->data_offset, x->data_size, size);
+  REQUIRE(memcmp(x->header, data, x->header_size) == 0, "the header is not the file's");
+  REQUIRE(x->alignment && (x->alignment & (x->alignment - 1)) == 0, "alignment %u", x->alignment);
+  REQUIRE(x->metadata_json && x->metadata_json[0] == '{' &&
+              x->metadata_json[strlen(x->metadata_json) - 1] == '}',
+          "metadata %s", x->metadata_json);
+  uint64_t end = x->data_offset;
+  for (uint64_t i = 0; i < x->count; ++i) {
+    const mp_foreign_array_t* a = &x->arrays[i];
+    REQUIRE(a->name && a->name[0] && strlen(a->name) <= MP_WEIGHTS_MAX_NAME, "array %" PRIu64,
+            i);
+    REQUIRE(a->offset >= x->data_offset && a->size <= size - a->offset &&
+                (a->offset - x->data_offset) % x->alignment == 0,
+            "'%s' at [%" PRIu64 ", +%" PRIu64 ")", a->name, a->offset, a->size);
+    REQUIRE(a->size == 0 || a->offset >= end, "'%s' overlaps the array before it", a->name);
+    if (a->size) end = a->offset + a->size;
+    unsigned __int128 bytes = (a->dtype.bits * a->dtype.lanes + 7) / 8, elements = 1;
+    REQUIRE(a->ndim >= 0 && a->ndim <= MP_WEIGHTS_MAX_NDIM, "'%s': ndim %d", a->name, a->ndim);
+    for (int32_t d = 0; d < a->ndim; ++d) {
+      REQUIRE(a->shape[d] >= 0, "'%s': shape[%d] %" PRId64, a->name, (int)d, a->shape[d]);
+      bytes *= (uint64_t)a->shape[d];
+    }
+    REQUIRE(bytes == a->size, "'%s': %" PRIu64 " bytes, not what its shape holds", a->name,
+            a->size);
+    REQUIRE(a->logical_ndim >= 0 && a->logical_ndim <= MP_WEIGHTS_MAX_NDIM && a->block_elements &&
+                a->block_bytes,
+            "'%s': logical ndim %d, block %u, %u", a->name, a->logical_ndim, a->block_elements,
+            a->block_bytes);
+    for (int32_t d = 0; d < a->logical_ndim; ++d) elements *= (uint64_t)a->logical_shape[d];
+    REQUIRE(elements % a->block_elements == 0 &&
+                elements / a->block_elements * a->block_bytes == a->size,
+            "'%s': %" PRIu64 " bytes, not what its blocks hold", a->name, a->size);
+  }
+}
+
+static void fuzz_gguf(const uint8_t* data, size_t size) {
+  if (!write_scratch(data, size)) return;
+  int fd = open(scratch_path(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    mp_foreign_index_t index;
+    mp_status_t status = mp_gguf_read_index(fd, size, scratch_path(), &index);
+    static int verbose = -1;
+    if (verbose < 0) verbose = getenv("MODPACK_FUZZ_VERBOSE") != NULL;
+    if (verbose)
+      fprintf(stderr, "gguf: %s (%" PRIu64 " arrays)\n", status ? mp_error_message() : "read",
+              status ? 0 : index.count);
+    if (status == MP_OK) {
+      check_index(&index, data, size);
+      mp_foreign_index_free(&index);
+    }
+    mp_error_clear();
+    close(fd);
+  }
+  unlink(scratch_path());
+}
+
 /* A payload in memory, read as preflight reads one from a file. */
 typedef struct {
   const uint8_t* data;
@@ -148,7 +238,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_file(data + 1, size - 1);
   else if (selector == BLOB_INPUT)
     fuzz_blob(data + 1, size - 1);
-  else
+  else if (selector == GGUF_INPUT)
+    fuzz_gguf(data + 1, size - 1);
+  else if (selector >= FIRST_KIND)
     fuzz_head(kinds[selector - FIRST_KIND], data + 1, size - 1);
   return 0;
 }

@@ -178,7 +178,8 @@ def weight_seeds(scratch: Path) -> dict[str, bytes]:
 
 # Its selectors: 0 a whole file, 1 a blob, then one per built-in kind (a payload for its
 # preflight head parser).
-TOOLS_SELECTOR = {"file": 0, "blob": 1, **{kind: 2 + i for i, kind in enumerate(builtin_kinds())}}
+TOOLS_SELECTOR = {"file": 0, "blob": 1, "safetensors": 2, "gguf": 3,
+                  **{kind: 4 + i for i, kind in enumerate(builtin_kinds())}}
 
 
 def tools_seeds(scratch: Path) -> dict[str, bytes]:
@@ -221,7 +222,63 @@ def tools_seeds(scratch: Path) -> dict[str, bytes]:
         if module.type_key in ("cuda", "opencl", "vulkan", "rocm"):
             seeds[f"head-{name}"] = (bytes([TOOLS_SELECTOR[module.type_key]]) +
                                      module.save_to_binary())
+    for name, data in gguf_files(scratch).items():
+        seeds[f"gguf-{name}"] = bytes([TOOLS_SELECTOR["gguf"]]) + data
     return seeds
+
+
+def gguf_files(scratch: Path) -> dict[str, bytes]:
+    """Small GGUF files written by the format's own package (none without it): metadata of
+    every value type (a summarized array, arrays of arrays), tensors unblocked and
+    block-quantized, and one with its own alignment and an empty tensor."""
+    try:
+        import gguf
+    except ImportError:
+        return {}
+    rng = np.random.default_rng(0)
+
+    def write(name: str, fill) -> bytes:
+        path = scratch / f"{name}.gguf"
+        writer = gguf.GGUFWriter(str(path), "llama")
+        fill(writer)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        return path.read_bytes()
+
+    def metadata(writer) -> None:
+        writer.add_uint8("a.u8", 7)
+        writer.add_int8("a.i8", -7)
+        writer.add_uint16("a.u16", 700)
+        writer.add_int16("a.i16", -700)
+        writer.add_uint32("llama.context_length", 2048)
+        writer.add_int32("a.i32", -70000)
+        writer.add_float32("a.f32", 1e-5)
+        writer.add_bool("a.bool", True)
+        writer.add_string("general.name", 'tiny "model"\n')
+        writer.add_uint64("a.u64", 2**40)
+        writer.add_int64("a.i64", -2**40)
+        writer.add_float64("a.f64", 0.1)
+        writer.add_array("a.ints", list(range(70)))
+        writer.add_array("a.words", ["a", "bc", "é"])
+        writer.add_key_value("a.nested", [[1, 2], [3]], gguf.GGUFValueType.ARRAY)
+
+    def tensors(writer) -> None:
+        metadata(writer)
+        q8 = gguf.GGMLQuantizationType.Q8_0
+        writer.add_tensor("f32", rng.standard_normal((2, 3)).astype(np.float32))
+        writer.add_tensor("f16", np.arange(5, dtype=np.float16))
+        writer.add_tensor("q8_0", rng.integers(0, 256, (2, 34), dtype=np.uint8), raw_dtype=q8)
+
+    def aligned(writer) -> None:
+        writer.add_custom_alignment(64)
+        q4k = gguf.GGMLQuantizationType.Q4_K
+        writer.add_tensor("q4_k", rng.integers(0, 256, (1, 144), dtype=np.uint8), raw_dtype=q4k)
+        writer.add_tensor("i32", np.arange(3, dtype=np.int32))
+
+    return {"metadata": write("metadata", metadata), "tensors": write("tensors", tensors),
+            "aligned": write("aligned", aligned)}
 
 
 def _private_pem() -> bytes:
