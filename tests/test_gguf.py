@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 import subprocess
 from pathlib import Path
@@ -376,6 +377,29 @@ def test_every_type_the_package_knows(dump: Path, tmp_path: Path):
                 "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "IQ1_M",
                 "TQ1_0", "TQ2_0", "MXFP4"}
     assert expected & {q.name for q in gguf.GGML_QUANT_SIZES} <= known
+
+
+def test_the_documented_type_table_is_ggmls():
+    """docs/format.md's table of ggml types gives each type's number and block as the installed
+    package does, and lists every type the runtime reads."""
+    text = (ROOT / "docs" / "format.md").read_text()
+    section = text[text.index("## GGUF files, as modpack reads them"):]
+    section = section[:section.index("\n## ", 1)]
+    documented = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) != 3 or not re.fullmatch(r"\d+, [\d /]+", cells[1]):
+            continue
+        elements, sizes = cells[1].split(", ")
+        named = re.findall(r"(\w+) \((\d+)\)", cells[0])
+        sizes = [int(b) for b in sizes.split(" / ")]
+        assert len(named) == len(sizes), line
+        for (name, number), size in zip(named, sizes):
+            documented[name] = (int(number), int(elements), size)
+    assert len(documented) == 34, sorted(documented)
+    for qtype, (block_elements, block_bytes) in gguf.GGML_QUANT_SIZES.items():
+        if qtype.name in documented:
+            assert documented[qtype.name] == (int(qtype), block_elements, block_bytes), qtype.name
 
 
 # ---- refusals ----------------------------------------------------------------------------------
