@@ -511,12 +511,109 @@ def test_nvrtc_says_host_code_needs_nvcc(tmp):
                             name_expressions=["doubler<128>"])
 
 
+# llm.c's style: the element type is a typedef chosen by a macro, and kernels are written over it
+# (templates and plain C++ kernels alike); and an overloaded kernel pair.
+FLOATX = r"""
+#include <cuda_bf16.h>
+#if defined(ENABLE_FP32)
+typedef float floatX;
+#else
+using floatX = __nv_bfloat16;
+#endif
+template <typename T>
+__global__ void copy(T* out, const T* in, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i];
+}
+__global__ void residual(floatX* out, const floatX* a, const floatX* b, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = (floatX)((float)a[i] + (float)b[i]);
+}
+__global__ void scale(float* x, float s) { x[threadIdx.x] *= s; }
+__global__ void scale(double* x, double s) { x[threadIdx.x] *= s; }
+"""
+FLOATX_EXPRESSIONS = ["copy<floatX>", "residual", "scale(double*, double)", "scale(float *, float)"]
+
+
+@pytest.mark.parametrize("compiler", [
+    pytest.param("nvrtc", marks=needs_nvrtc), pytest.param("nvcc", marks=needs_nvcc)])
+def test_name_expressions_go_through_typedefs_and_pick_overloads(compiler):
+    """An expression is resolved by the compiler, as written: ``copy<floatX>`` is the
+    __nv_bfloat16 instantiation (or the float one when a macro makes floatX float), a C++
+    kernel over floatX needs no dtype spelled in the source, and an overload is named by its
+    signature. nvcc, with no lowering API, answers through modpack's probe compile."""
+    module = modpack.cuda_module(FLOATX, targets=["sm_80"], compiler=compiler,
+                                 name_expressions=FLOATX_EXPRESSIONS)
+    assert [(f.name, f.symbol, f.signature()) for f in module.functions] == [
+        ("copy<floatX>", "_Z4copyI13__nv_bfloat16EvPT_PKS1_i",
+         "copy<floatX>(bfloat16*, bfloat16*, int32)"),
+        ("residual", "_Z8residualP13__nv_bfloat16PKS_S2_i",
+         "residual(bfloat16*, bfloat16*, bfloat16*, int32)"),
+        ("scale(double*, double)", "_Z5scalePdd", "scale(double*, double)(float64*, float64)"),
+        ("scale(float *, float)", "_Z5scalePff", "scale(float *, float)(float32*, float32)"),
+    ]
+    fp32 = modpack.cuda_module(FLOATX, targets=["sm_80"], compiler=compiler,
+                               options=["-DENABLE_FP32"], name_expressions=["copy<floatX>"])
+    assert [(f.symbol, f.signature()) for f in fp32.functions] == [
+        ("_Z4copyIfEvPT_PKS0_i", "copy<floatX>(float32*, float32*, int32)")]
+
+
 @needs_nvcc
-def test_name_expressions_nvcc_cannot_match_say_so():
-    with pytest.raises(modpack.ModpackError, match=r"'ops::scale<float, 128u>' matches no kernel "
-                                                   r"nvcc compiled .*ops::scale<float, 128>"):
+def test_nvcc_resolves_any_spelling_of_an_expression():
+    """``128u`` and ``128`` name the same instantiation: nvcc says so (it once matched the text
+    against demangled names, where only ``128`` matched)."""
+    module = modpack.cuda_module(TEMPLATES, targets=["sm_80"], compiler="nvcc",
+                                 name_expressions=["ops::scale<float, 128>",
+                                                   "ops::scale<float, 128u>", "ops::zero"])
+    assert [f.symbol for f in module.functions] == [
+        "_ZN3ops5scaleIfLi128EEEvPT_PKS1_S1_j", "_ZN3ops5scaleIfLi128EEEvPT_PKS1_S1_j",
+        "_ZN3ops4zeroEPfx", None]
+
+
+@needs_nvcc
+def test_nvcc_refuses_an_expression_naming_nothing():
+    with pytest.raises(modpack.CompileError, match="no_such_kernel"):
         modpack.cuda_module(TEMPLATES, targets=["sm_80"], compiler="nvcc",
-                            name_expressions=["ops::scale<float, 128>", "ops::scale<float, 128u>"])
+                            name_expressions=["no_such_kernel<1>"])
+    with pytest.raises(modpack.CompileError, match=r"(?s)overloaded function \"scale\".*must "
+                                                   r"pick one by its signature"):
+        modpack.cuda_module(FLOATX, targets=["sm_80"], compiler="nvcc",
+                            name_expressions=["scale"])
+
+
+@needs_nvcc
+def test_binaries_name_expressions_match_demangled_names():
+    """Binaries have no compiler to ask: an expression is matched by the demangled name as the
+    demangler spells it (a typedef is no such name), and one of several overloads by its
+    signature; the refusals say which."""
+    from modpack.modules.cuda.compile import nvcc_compile
+    from modpack.modules.cxx_names import instantiation_source
+
+    ptx = nvcc_compile(instantiation_source(FLOATX, ["copy<floatX>"]), "compute_80", [])
+    module = modpack.cuda_module(binaries={"ptx": ptx}, name_expressions=[
+        "copy<__nv_bfloat16>", "scale(double*, double)", "residual"])
+    assert [(f.name, f.symbol) for f in module.functions] == [
+        ("copy<__nv_bfloat16>", "_Z4copyI13__nv_bfloat16EvPT_PKS1_i"),
+        ("scale(double*, double)", "_Z5scalePdd"),
+        ("residual", "_Z8residualP13__nv_bfloat16PKS_S2_i")]
+    with pytest.raises(modpack.ModpackError, match=r"'copy<floatX>' matches no kernel in the PTX "
+                                                   r".*copy<__nv_bfloat16>\(__nv_bfloat16\*"):
+        modpack.cuda_module(binaries={"ptx": ptx}, name_expressions=["copy<floatX>"])
+    with pytest.raises(modpack.ModpackError, match=r"'scale' matches 2 kernels in the PTX "
+                                                   r".*name one by its signature"):
+        modpack.cuda_module(binaries={"ptx": ptx}, name_expressions=["scale"])
+
+
+def test_empty_or_misshapen_binaries_are_refused_saying_so():
+    """binaries={} is not "no binaries" (binaries replace the source): the refusal says what to
+    give, and not that a dict is not a mapping."""
+    with pytest.raises(modpack.ArgumentError, match=r"binaries is empty: give at least one "
+                                                    r"cubin, PTX or fatbin.* or leave binaries "
+                                                    r"out and pass source"):
+        modpack.cuda_module(binaries={})
+    with pytest.raises(modpack.ArgumentError, match=r"binaries must map keys .* to bytes, not "
+                                                    r"list"):
+        modpack.cuda_module(binaries=[b"ptx"])
 
 
 def test_name_expressions_are_checked(bins):
@@ -532,6 +629,9 @@ def test_name_expressions_are_checked(bins):
 def test_nvrtc_refuses_an_expression_naming_nothing():
     with pytest.raises(modpack.CompileError, match="no_such_kernel"):
         modpack.cuda_module(TEMPLATES, targets=["sm_80"], name_expressions=["no_such_kernel<1>"])
+    with pytest.raises(modpack.CompileError, match=r"(?s)overloaded function \"scale\".*must "
+                                                   r"pick one by its signature"):
+        modpack.cuda_module(FLOATX, targets=["sm_80"], name_expressions=["scale"])
 
 
 def test_missing_nvrtc_names_the_extra():

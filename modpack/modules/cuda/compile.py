@@ -14,6 +14,7 @@ from typing import Any
 
 from ...errors import CompileError, ModpackError
 from ...toolchain.cc import run_tool
+from ..cxx_names import nvrtc_expression, overload_hint
 
 __all__ = ["INSTALL_HINT", "find_nvcc", "nvcc_compile", "nvrtc_compile"]
 
@@ -94,7 +95,7 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str],
                     "nvrtcCreateProgram")
     try:
         for expr in name_expressions:
-            check(nvrtc.nvrtcAddNameExpression(program, expr.encode()),
+            check(nvrtc.nvrtcAddNameExpression(program, nvrtc_expression(expr).encode()),
                   f"nvrtcAddNameExpression({expr!r})")
         # The user's include paths first, then the CUDA headers.
         includes = [f"--include-path={d}" for d in cuda_include_dirs()]
@@ -112,7 +113,7 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str],
                 hint = (f"\n({where} holds host code, which NVRTC does not compile: pass "
                         "compiler='nvcc', or keep only the kernels)")
             else:
-                hint = standard_header_hint(text)
+                hint = standard_header_hint(text) + overload_hint(text, name_expressions)
             raise CompileError(f"NVRTC failed to compile the CUDA source for {target} "
                                f"({err.name}):\n{text}{hint}")
         size = check(nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize")
@@ -125,7 +126,8 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str],
             check(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")
         lowered = {}
         for expr in name_expressions:
-            symbol = check(nvrtc.nvrtcGetLoweredName(program, expr.encode()),
+            # Asked with the very text that was added: NVRTC matches it byte for byte.
+            symbol = check(nvrtc.nvrtcGetLoweredName(program, nvrtc_expression(expr).encode()),
                            f"nvrtcGetLoweredName({expr!r})")
             lowered[expr] = symbol.decode()
         return (ptx if ptx.endswith(b"\0") else ptx + b"\0"), cubin, lowered

@@ -15,9 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...errors import ArgumentError, MissingFileError, ModpackError
+from ...errors import ArgumentError, CompileError, MissingFileError, ModpackError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
+from ..cxx_names import hinted, lower_from_probe, probe_source
 from ..device import CodeWriter, DeviceModule, check_compiler_options, code_as_is
 from ..kernel_info import KernelInfo
 from .arch import DEFAULT_TARGETS, check_arch
@@ -214,6 +215,14 @@ def cuda_module(
 
 def _from_source(source: str, targets: list[str], functions: Any, compiler: str,
                  options: list[str], name: str | None, expressions: list[str]) -> CUDAModule:
+    try:
+        return _compiled(source, targets, functions, compiler, options, name, expressions)
+    except CompileError as exc:
+        raise hinted(exc, expressions) from None
+
+
+def _compiled(source: str, targets: list[str], functions: Any, compiler: str,
+              options: list[str], name: str | None, expressions: list[str]) -> CUDAModule:
     variants, checks = [], []
     lowered: dict[str, str] = {}
     # nvcc has no name-expression API: taking the addresses instantiates the kernels.
@@ -238,7 +247,10 @@ def _from_source(source: str, targets: list[str], functions: Any, compiler: str,
     entries = ptx_entries(checks[0][1] if checks else
                           next(v.data for v in variants if v.kind == "ptx"))
     if compiler == "nvcc" and expressions:
-        lowered = lower_from_ptx(expressions, entries)
+        # nvcc has no lowering API: a probe compile names each expression's kernel.
+        probe = nvcc_compile(probe_source(source, expressions), targets[0], options,
+                             ptx_only=True)
+        lowered = lower_from_probe(expressions, ptx_entries(probe), entries, "nvcc")
     infos = _source_records(source, functions, lowered, entries)
     return CUDAModule(variants, infos, checks, source=source, compiler=compiler, name=name)
 
@@ -250,12 +262,14 @@ def _source_records(source: str, functions: Any, lowered: Mapping[str, str],
     named by an expression get its symbol."""
     if functions is not None:
         return _with_symbols(records(functions), lowered)
+    # With expressions, the extern "C" kernels beside them: only their signatures are read,
+    # so that a listed kernel's parameters need not be spelled as dtypes in the source
+    # (``floatX*``: its record reads the type the compiler resolved).
+    wanted = {e for e in entries if e not in lowered} if lowered else None
     try:
-        parsed = parse_cuda_signatures(source)
+        parsed = parse_cuda_signatures(source, wanted)
     except ValueError as exc:
         raise ModpackError(f"cuda_module: {exc}") from None
-    if lowered:  # the listed expressions, and the extern "C" kernels beside them
-        parsed = [i for i in parsed if i.name in entries and i.name not in lowered]
     infos = records_from_symbols(lowered) + parsed
     if not infos:
         raise ModpackError("no __global__ kernels found in the CUDA source (template kernels "
@@ -272,8 +286,13 @@ def _with_symbols(infos: list[KernelInfo], lowered: Mapping[str, str]) -> list[K
 
 def _from_binaries(binaries: Mapping[str, Any], functions: Any, name: str | None,
                    expressions: list[str]) -> CUDAModule:
-    if not isinstance(binaries, Mapping) or not binaries:
-        raise ArgumentError("binaries must map keys ('sm_80', 'ptx', 'fatbin', ...) to bytes")
+    if not isinstance(binaries, Mapping):
+        raise ArgumentError("binaries must map keys ('sm_80', 'ptx', 'fatbin', ...) to bytes, "
+                            f"not {type(binaries).__name__}")
+    if not binaries:
+        raise ArgumentError("binaries is empty: give at least one cubin, PTX or fatbin, keyed "
+                            "by its architecture ({'sm_80': cubin, 'ptx': text}), or leave "
+                            "binaries out and pass source")
     variants = [variant_from_bytes(str(key), data) for key, data in binaries.items()]
     ptx = [v for v in variants if v.kind == "ptx"]
     if expressions and not ptx:

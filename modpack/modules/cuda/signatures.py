@@ -4,6 +4,7 @@ mapped to dtypes."""
 from __future__ import annotations
 
 import re
+from collections.abc import Container
 
 from ...errors import ArgumentError
 from ...runtime.dtypes import ML_DTYPES_HINT, as_dtype
@@ -24,6 +25,9 @@ _CUDA_TYPES = {
     "int32_t": "int32", "uint32_t": "uint32", "int64_t": "int64", "uint64_t": "uint64",
     "size_t": "uint64", "ptrdiff_t": "int64", "__nv_bfloat16": "bfloat16",
     "nv_bfloat16": "bfloat16",
+    # HIP's, and clang's own as demangled symbols spell them.
+    "_Float16": "float16", "__fp16": "float16", "__hip_bfloat16": "bfloat16",
+    "hip_bfloat16": "bfloat16", "__bf16": "bfloat16",
 }
 _CUDA_QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict",
                     "__grid_constant__"}
@@ -32,15 +36,18 @@ _GLOBAL = re.compile(
     r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(?P<name>\w+)\s*\((?P<params>[^)]*)\)", re.S)
 
 
-def parse_cuda_signatures(source: str) -> list[KernelInfo]:
+def parse_cuda_signatures(source: str, names: Container[str] | None = None
+                          ) -> list[KernelInfo]:
     """Records from the ``__global__`` kernels in CUDA C++ |source| (template kernels are
-    skipped: they have no single signature)."""
+    skipped: they have no single signature); only those in |names| when given."""
     code = re.sub(r"/\*.*?\*/|//[^\n]*", " ", source, flags=re.S)
     infos: list[KernelInfo] = []
     for m in _GLOBAL.finditer(code):
         before = code[:m.start()]
         cut = max(before.rfind(";"), before.rfind("}"), before.rfind("{"))
         if re.search(r"\btemplate\s*<", before[cut + 1:]):
+            continue
+        if names is not None and m["name"] not in names:
             continue
         params = [p.strip() for p in m["params"].split(",")]
         params = [p for p in params if p and p != "void"]
