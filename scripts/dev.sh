@@ -18,7 +18,11 @@ DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config lld mold libxxhash-dev ocl-icd-li
   pocl-opencl-icd clang libclang-rt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user debootstrap
   libvulkan1 libvulkan-dev mesa-vulkan-drivers glslang-tools spirv-tools spirv-cross
   libzstd1  # compressed device code: libzstd is loaded with dlopen when needed, not linked
-  elfutils)  # eu-strip, one of the strippers tests/test_strip.py runs on exported libraries
+  elfutils  # eu-strip, one of the strippers tests/test_strip.py runs on exported libraries
+  # HIP as written (rocm_module): HIP's headers, ROCm's device libraries (LLVM 15 bitcode) and
+  # the clang and lld of that LLVM, which can read them (clang 14, the default, cannot). The
+  # headers bring Debian's HIP runtime (libamdhip64.so), which without an AMD GPU fails hipInit.
+  libamdhip64-dev rocm-device-libs clang-15 lld-15)
 
 setup() {
   local missing=()

@@ -1,12 +1,15 @@
-"""ROCm device modules: real AMD GPU code objects built here by clang (OpenCL C and HIP, no ROCm
-install), their records and argument layouts read from the metadata notes, exported and loaded
-back byte for byte; inspect, extract and verify; the selection rule by target ID (xnack,
+"""ROCm device modules: real AMD GPU code objects built here by clang (OpenCL C, HIP with only
+clang's builtins, and HIP as written: HIP's headers, ROCm's device libraries, C++ kernels by
+name expression), their records and argument layouts read from the metadata notes, exported and
+loaded back byte for byte; inspect, extract and verify; the selection rule by target ID (xnack,
 sramecc, generic targets); the errors a machine without ROCm gives, for real; and, through a
-stub HIP runtime (tests/data/stub_libamdhip64.c), which code object a launch loads and the
-argument buffer it passes, bit for bit. No launch here runs on a GPU (none is on this machine)."""
+stub HIP runtime (tests/data/stub_libamdhip64.c), which code object a launch loads, the kernel
+symbol it asks for and the argument buffer it passes, bit for bit. No launch here runs on a GPU
+(none is on this machine); the one test that would skips saying so."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -23,6 +26,7 @@ import modpack
 from modpack.extraction import extract_library
 from modpack.inspection import inspect_library
 from modpack.modules.rocm import read_code_object
+from modpack.modules.rocm.toolchain import find_hip_toolchain
 from modpack.runtime.binding import error_from_status, ffi, lib
 from modpack.verification import verify_library
 
@@ -273,11 +277,32 @@ def test_no_runtime_names_what_is_missing(library):
         assert "install ROCm's HIP runtime" in line and "libhsa-runtime64.so" in line
 
 
+def installed_runtime() -> str | None:
+    """The first of the names the runtime loads HIP by that this machine has (Debian's
+    libamdhip64-dev, which scripts/dev.sh installs for its headers, brings libamdhip64.so)."""
+    for name in ("libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"):
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return name
+    return None
+
+
 def test_default_runtime_name_is_libamdhip64(library):
-    if "MODPACK_ROCM_LIBRARY" in os.environ or Path("/opt/rocm").exists():
-        pytest.skip("this machine may have ROCm")
+    """Without MODPACK_ROCM_LIBRARY the runtime loads libamdhip64.so (or .so.7, .6, .5); with
+    none installed it says so, and a HIP runtime installed on a machine without an AMD GPU
+    (Debian's, here) fails its hipInit, which the message names."""
+    if "MODPACK_ROCM_LIBRARY" in os.environ or Path("/dev/kfd").exists():
+        pytest.skip("this machine may have an AMD GPU")
     proc = child(NO_GPU_PROGRAM, str(library))
-    assert "kernel -> no ROCm runtime: libamdhip64.so not found" in proc.stdout, proc.stdout
+    installed = installed_runtime()
+    if installed is None:
+        assert "kernel -> no ROCm runtime: libamdhip64.so not found" in proc.stdout, proc.stdout
+    else:
+        assert (f"kernel -> the ROCm runtime ({installed}) failed to initialise: hipInit "
+                "returned") in proc.stdout, proc.stdout
+    assert proc.stdout.endswith("count 0\n")
 
 
 def test_runtime_without_a_device(library, stub_hip):
@@ -389,7 +414,8 @@ def test_example_exports_inspects_and_preflights(tmp):
     assert "variant gfx90a:xnack-: hsaco" in proc.stdout
     assert "NO CODE: no code object runs on gfx1100" in proc.stdout
     if proc.returncode == 77:  # no ROCm runtime or no AMD GPU: the launch says why
-        assert "rocm_vadd: cannot launch here: no ROCm runtime" in proc.stdout, proc.stdout
+        assert ("rocm_vadd: cannot launch here: no ROCm runtime" in proc.stdout
+                or "rocm_vadd: cannot launch here: the ROCm runtime" in proc.stdout), proc.stdout
     else:
         assert proc.returncode == 0 and "rocm_vadd: OK" in proc.stdout, proc.stdout
     report = json.loads((tmp / "preflight.json").read_text())
@@ -419,3 +445,338 @@ def test_example_preflight_from_c(tmp, runtime_prefix):
     bad = subprocess.run([build / "rocm_vadd_preflight", tmp / "deploy.so", "rocm:gfx90a:xnack"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown feature 'xnack'" in bad.stderr
+
+
+# ---- HIP as written: HIP's headers, ROCm's device libraries, C++ kernels ----------------------
+
+# Kernels in the style of the HIP samples (written for these tests): C++ linkage throughout, a
+# template over the tile size, HIP's own index names beside CUDA's, LDS, a barrier, a math
+# function from the device libraries, an overloaded pair and one extern "C" kernel.
+HIP_SAMPLE = r"""
+#include <hip/hip_runtime.h>
+
+namespace {
+constexpr float kSqrt2OverPi = 0.7978845608f;
+}
+
+// Each block stages a TILE x TILE tile in LDS (one column of padding against bank conflicts)
+// and writes it back transposed.
+template <unsigned TILE>
+__global__ void transpose(const float* in, float* out, unsigned width) {
+  __shared__ float tile[TILE][TILE + 1];
+  unsigned x = hipBlockIdx_x * TILE + hipThreadIdx_x;
+  unsigned y = hipBlockIdx_y * TILE + hipThreadIdx_y;
+  if (x < width && y < width) tile[threadIdx.y][threadIdx.x] = in[y * width + x];
+  __syncthreads();
+  x = blockIdx.y * TILE + threadIdx.x;
+  y = blockIdx.x * TILE + threadIdx.y;
+  if (x < width && y < width) out[y * width + x] = tile[threadIdx.x][threadIdx.y];
+}
+
+__global__ void bias_gelu(float* x, const float* bias, int cols, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float v = x[i] + bias[i % cols];
+  x[i] = 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+}
+
+__global__ void fill(float* x, float value, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = value;
+}
+
+__global__ void fill(double* x, double value, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = value;
+}
+
+__device__ float twice(float v) { return v + v; }
+
+extern "C" __global__ void histogram(const unsigned char* data, unsigned* bins, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) atomicAdd(&bins[data[i]], 1u);
+}
+"""
+HIP_TARGETS = ["gfx90a", "gfx908"]
+TRANSPOSE = "_Z9transposeILj16EEvPKfPfj"
+
+
+def hip_toolchain_reason() -> str | None:
+    """Why HIP as written cannot be compiled here, or None."""
+    found = find_hip_toolchain()
+    if found.rocm_path is None or found.device_libs is None:
+        return (f"HIP's headers or device libraries are not usable here ({found.note}): "
+                "scripts/dev.sh installs them (apt-get install libamdhip64-dev "
+                "rocm-device-libs clang-15 lld-15)")
+    return None
+
+
+needs_hip = pytest.mark.skipif(hip_toolchain_reason() is not None,
+                               reason=hip_toolchain_reason() or "")
+
+
+@pytest.fixture(scope="module")
+def hip_module() -> modpack.Module:
+    reason = hip_toolchain_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    return modpack.rocm_module(HIP_SAMPLE, targets=HIP_TARGETS,
+                               name_expressions=["transpose<16>"], name="samples")
+
+
+def records(module: modpack.Module) -> list[tuple[str, str | None, str, int, tuple[int, ...]]]:
+    return [(f.name, f.symbol, f.signature(), lay.explicit_size, lay.offsets)
+            for f, lay in zip(module.functions, module.layouts)]
+
+
+def test_hip_source_as_written_is_packaged_with_its_c_plus_plus_kernels(hip_module):
+    """A HIP file with C++ kernels compiles as written (HIP's headers and device libraries
+    found; tanhf comes from ocml): the template by its expression, the plain C++ kernel by its
+    name, the overloads by their signatures, the extern "C" kernel as before; each record's
+    arguments come from the compiled signature and its layout from the metadata."""
+    assert records(hip_module) == [
+        ("transpose<16>", TRANSPOSE, "transpose<16>(float32*, float32*, uint32)", 20,
+         (0, 8, 16)),
+        ("bias_gelu", "_Z9bias_geluPfPKfii", "bias_gelu(float32*, float32*, int32, int32)", 24,
+         (0, 8, 16, 20)),
+        ("fill(float*, float, unsigned int)", "_Z4fillPffj",
+         "fill(float*, float, unsigned int)(float32*, float32, uint32)", 16, (0, 8, 12)),
+        ("fill(double*, double, unsigned int)", "_Z4fillPddj",
+         "fill(double*, double, unsigned int)(float64*, float64, uint32)", 20, (0, 8, 16)),
+        ("histogram", None, "histogram(uint8*, uint32*, int64)", 24, (0, 8, 16)),
+    ]
+    assert hip_module.targets == HIP_TARGETS
+    for code in hip_module.code_objects:
+        kernels = {k.name: k for k in code.kernels}
+        assert set(kernels) == {TRANSPOSE, "_Z9bias_geluPfPKfii", "_Z4fillPffj", "_Z4fillPddj",
+                                "histogram"}
+        assert kernels[TRANSPOSE].facts[1] == 16 * 17 * 4  # the LDS tile, in bytes
+        # The device function was inlined, and the probe compile added nothing.
+        assert b"twice" not in code.data and b"modpack_name_expression" not in code.data
+
+
+@needs_hip
+def test_name_expressions_pick_instantiations_and_overloads():
+    """Expressions are resolved by clang as written, through a typedef (``half_t`` is
+    ``_Float16``, whose record says float16) and any spelling of a template argument; an
+    overload is named by its signature; listing one leaves its sibling named by its own
+    signature."""
+    source = HIP_SAMPLE + """
+typedef unsigned tile_t;
+constexpr tile_t kTile = 32;
+using half_t = _Float16;
+template <typename T>
+__global__ void axpby(T* y, const T* x, T a) { y[threadIdx.x] = a * x[threadIdx.x]; }
+"""
+    module = modpack.rocm_module(source, targets=["gfx90a"], name_expressions=[
+        "transpose<kTile>", "transpose<8u>", "fill(double*, double, unsigned)", "axpby<half_t>"])
+    named = {f.name: f.symbol for f in module.functions}
+    axpby = module.functions[3]
+    assert (axpby.signature(), module.layouts[3].offsets) == (
+        "axpby<half_t>(float16*, float16*, float16)", (0, 8, 16))
+    assert named == {
+        "transpose<kTile>": "_Z9transposeILj32EEvPKfPfj",
+        "transpose<8u>": "_Z9transposeILj8EEvPKfPfj",
+        "fill(double*, double, unsigned)": "_Z4fillPddj",
+        "axpby<half_t>": "_Z5axpbyIDF16_EvPT_PKS0_S0_",
+        "bias_gelu": "_Z9bias_geluPfPKfii",
+        "fill(float*, float, unsigned int)": "_Z4fillPffj",
+        "histogram": None,
+    }
+
+
+@needs_hip
+def test_name_expressions_that_name_no_kernel_are_refused():
+    with pytest.raises(modpack.CompileError, match="no_such_kernel"):
+        modpack.rocm_module(HIP_SAMPLE, targets=["gfx90a"], name_expressions=["no_such_kernel"])
+    with pytest.raises(modpack.CompileError, match=r"(?s)overloaded function 'fill'.*must pick "
+                                                   r"one by its signature"):
+        modpack.rocm_module(HIP_SAMPLE, targets=["gfx90a"], name_expressions=["fill"])
+    with pytest.raises(modpack.ModpackError, match=r"'twice' names twice\(float\), which is not "
+                                                   r"a kernel clang compiled"):
+        modpack.rocm_module(HIP_SAMPLE, targets=["gfx90a"], name_expressions=["twice"])
+    with pytest.raises(modpack.ArgumentError, match="name_expressions= are for HIP"):
+        modpack.rocm_module(OPENCL, targets=["gfx90a"], name_expressions=["vadd"])
+    with pytest.raises(modpack.ArgumentError, match="duplicates"):
+        modpack.rocm_module(HIP_SAMPLE, targets=["gfx90a"], name_expressions=["a<1>", " a<1>"])
+
+
+# A HIP sample's whole file: a local header, the host program that launches the kernels, and a
+# template instantiated only by that launch.
+SAMPLE_HEADER = """#pragma once
+#include <hip/hip_runtime.h>
+#define HIP_CHECK(call) do { if ((call) != hipSuccess) std::exit(1); } while (0)
+"""
+SAMPLE_PROGRAM = r"""
+#include <cstdlib>
+#include <vector>
+#include "check.h"
+
+template <unsigned WIDTH>
+__global__ void reverse_rows(float* out, const float* in) {
+  __shared__ float row[WIDTH];
+  row[threadIdx.x] = in[blockIdx.x * WIDTH + threadIdx.x];
+  __syncthreads();
+  out[blockIdx.x * WIDTH + threadIdx.x] = row[WIDTH - 1 - threadIdx.x];
+}
+
+int main() {
+  std::vector<float> host(64 * 32, 1.0f);
+  float *in = nullptr, *out = nullptr;
+  HIP_CHECK(hipMalloc(&in, host.size() * sizeof(float)));
+  HIP_CHECK(hipMalloc(&out, host.size() * sizeof(float)));
+  reverse_rows<64><<<dim3(32), dim3(64)>>>(out, in);
+  HIP_CHECK(hipDeviceSynchronize());
+  return 0;
+}
+"""
+
+
+@needs_hip
+def test_a_hip_sample_file_with_its_host_program_is_taken_as_it_is(tmp):
+    """The file is given by path (its folder searched for "check.h"); the device build parses
+    the host program (HIP's headers declare its API) and builds only the kernels, and the
+    instantiation its launch makes is recorded as the demangler spells it, or by an
+    expression."""
+    (tmp / "check.h").write_text(SAMPLE_HEADER)
+    (tmp / "reverse.hip").write_text(SAMPLE_PROGRAM)
+    module = modpack.rocm_module(tmp / "reverse.hip", targets=["gfx90a"])
+    assert records(module) == [("reverse_rows<64u>", "_Z12reverse_rowsILj64EEvPfPKf",
+                                "reverse_rows<64u>(float32*, float32*)", 16, (0, 8))]
+    named = modpack.rocm_module(tmp / "reverse.hip", targets=["gfx90a"],
+                                name_expressions=["reverse_rows<64>"])
+    assert [f.name for f in named.functions] == ["reverse_rows<64>"]
+
+
+def test_hip_code_objects_with_c_plus_plus_kernels_need_no_functions(hip_module):
+    """A code object built elsewhere: its C++ kernels' symbols carry their types, so only the
+    extern "C" kernel needs functions=; expressions match the demangled names as they are
+    spelled (``16u``), and a hand-written record finds its C++ kernel by its short name."""
+    code = hip_module.code_objects[0].data
+    module = modpack.rocm_module(binaries={"gfx90a": code}, name_expressions=["transpose<16u>"],
+                                 functions={"transpose<16u>": ["float32*", "float32*", "uint32"],
+                                            "bias_gelu": ["float32*", "float32*", "int32",
+                                                          "int32"]})
+    assert [(f.name, f.symbol) for f in module.functions] == [
+        ("transpose<16u>", TRANSPOSE), ("bias_gelu", "_Z9bias_geluPfPKfii")]
+    with pytest.raises(modpack.ModpackError, match=r"histogram argument 2.*do not record scalar "
+                                                   r"types: pass functions="):
+        modpack.rocm_module(binaries={"gfx90a": code})
+    with pytest.raises(modpack.ModpackError, match=r"'transpose<16>' matches no kernel in the "
+                                                   r"code objects .*transpose<16u>\(float const\*"):
+        modpack.rocm_module(binaries={"gfx90a": code}, name_expressions=["transpose<16>"])
+    with pytest.raises(modpack.ModpackError, match=r"'fill' matches 2 kernels .*name one by its "
+                                                   r"signature"):
+        modpack.rocm_module(binaries={"gfx90a": code}, name_expressions=["fill"])
+
+
+def test_empty_or_misshapen_binaries_are_refused_saying_so():
+    with pytest.raises(modpack.ArgumentError, match=r"binaries is empty: give at least one code "
+                                                    r"object.* or leave binaries out"):
+        modpack.rocm_module(binaries={})
+    with pytest.raises(modpack.ArgumentError, match=r"binaries must map target IDs .* not list"):
+        modpack.rocm_module(binaries=[b"\x7fELF"])
+
+
+HIP_LAUNCH_PROGRAM = r"""
+import sys, numpy as np, modpack
+mod = modpack.load_module(sys.argv[1])
+def k(name):
+    return mod.get_function(name, query_imports=True)
+a = modpack.array(np.arange(256, dtype=np.float32), device="rocm:0")
+out = modpack.empty(256, "float32", device="rocm:0")
+k("transpose<16>")(a, out, 16, 1, 1, 1, 16, 16, 1)
+k("samples/fill(double*, double, unsigned int)")(
+    modpack.empty(8, "float64", device="rocm:0"), -1.5, 8, 1, 1, 1, 64, 1, 1)
+k("bias_gelu")(out, a, 16, 256, 4, 1, 1, 64, 1, 1)
+k("histogram")(modpack.empty(9, "uint8", device="rocm:0"), modpack.empty(256, "uint32",
+               device="rocm:0"), -9, 1, 1, 1, 64, 1, 1)
+print("launched")
+"""
+
+
+def test_c_plus_plus_kernels_launch_by_their_symbols_with_their_layouts(hip_module, stub_hip,
+                                                                        tmp):
+    """Exported and loaded back, each kernel is found by the name its record has (and as
+    "samples/name"), HIP is asked for its mangled symbol, and the argument buffer is laid out
+    as the metadata says, bit for bit."""
+    library = export(tmp, hip_module)
+    log = tmp / "hip.log"
+    proc = child(HIP_LAUNCH_PROGRAM, str(library), MODPACK_ROCM_LIBRARY=str(stub_hip),
+                 STUB_HIPINIT_RESULT="0", STUB_LOG=str(log), STUB_TARGETS="gfx90a:sramecc+:xnack-")
+    assert proc.returncode == 0 and proc.stdout == "launched\n", proc.stderr
+    lines = log.read_text().splitlines()
+    a, out, d, data, bins = [int(line.split()[1], 16) for line in lines
+                             if line.startswith("malloc")]
+    rest = [line for line in lines if not line.startswith("malloc")]
+    assert rest == [
+        "load gfx90a",
+        f"function {TRANSPOSE}",
+        "launch grid 1 1 1 block 16 16 1 shared 0 stream (nil) params none buffer 20 "
+        + struct.pack("<QQI", a, out, 16).hex(),
+        "function _Z4fillPddj",
+        "launch grid 1 1 1 block 64 1 1 shared 0 stream (nil) params none buffer 20 "
+        + struct.pack("<QdI", d, -1.5, 8).hex(),
+        "function _Z9bias_geluPfPKfii",
+        "launch grid 4 1 1 block 64 1 1 shared 0 stream (nil) params none buffer 24 "
+        + struct.pack("<QQii", out, a, 16, 256).hex(),
+        "function histogram",
+        "launch grid 1 1 1 block 64 1 1 shared 0 stream (nil) params none buffer 24 "
+        + struct.pack("<QQq", data, bins, -9).hex(),
+    ]
+    contents = next(m["contents"] for m in inspect_library(library)["modules"]
+                    if m["type_key"] == "rocm")
+    assert contents["kernels"][0]["symbol"] == TRANSPOSE
+    assert contents["kernels"][0]["demangled"] == (
+        "void transpose<16u>(float const*, float*, unsigned int)")
+    assert verify_library(library)["ok"]
+
+
+def test_hip_without_headers_falls_back_and_says_what_to_install(monkeypatch):
+    """Where HIP's headers are not installed (ROCM_PATH names a folder without them), HIP
+    source made of clang's builtins still compiles (-nogpuinc -nogpulib), and a source that
+    includes hip/hip_runtime.h is refused with the packages to install."""
+    if shutil.which("clang") is None:
+        pytest.skip("clang is not installed (apt-get install clang lld)")
+    monkeypatch.setenv("ROCM_PATH", "/nonexistent/rocm")
+    assert find_hip_toolchain().rocm_path is None
+    module = modpack.rocm_module(HIP, targets=["gfx90a"])
+    assert module.functions[0].signature() == "axpy(float32, float32*, float32*, int32)"
+    with pytest.raises(modpack.CompileError, match=r"includes HIP's headers \(#include <hip/\.\.\.>"
+                                                   r"\), and no HIP headers \(hip/hip_runtime.h\) "
+                                                   r"in /nonexistent/rocm/include: install them "
+                                                   r"\(Debian 12: apt-get install libamdhip64-dev "
+                                                   r"rocm-device-libs clang-15 lld-15"):
+        modpack.rocm_module(HIP_SAMPLE, targets=["gfx90a"])
+
+
+@needs_hip
+def test_a_clang_older_than_the_device_libraries_is_named(monkeypatch):
+    """The device libraries are bitcode of one LLVM release: a $CLANG older than it cannot read
+    them, so they are left out, and a kernel that needs them fails saying which clang to
+    install."""
+    found = find_hip_toolchain()
+    older = shutil.which(f"clang-{(found.libs_major or 0) - 1}")
+    if older is None:
+        pytest.skip(f"no clang-{(found.libs_major or 0) - 1} here to be the older clang")
+    monkeypatch.setenv("CLANG", older)
+    assert find_hip_toolchain().device_libs is None
+    with pytest.raises(modpack.CompileError, match=rf"(?s)__ocml_tanh_f32.*built by LLVM "
+                                                   rf"{found.libs_major}, which {older} .*install "
+                                                   rf"clang-{found.libs_major}"):
+        modpack.rocm_module(HIP_SAMPLE, targets=["gfx90a"])
+
+
+def test_a_real_amd_gpu_transposes(hip_module, tmp):
+    """On a machine with an AMD GPU and ROCm, the packaged template kernel runs and transposes
+    a 48 x 48 matrix (3 x 3 blocks of 16 x 16)."""
+    if not Path("/dev/kfd").exists() or installed_runtime() is None:
+        pytest.skip("no AMD GPU with ROCm here (/dev/kfd and libamdhip64.so are needed)")
+    library = export(tmp, hip_module)
+    transpose = modpack.load_module(library).get_function("transpose<16>", query_imports=True)
+    host = np.arange(48 * 48, dtype=np.float32).reshape(48, 48)
+    a = modpack.array(host, device="rocm:0")
+    out = modpack.empty((48, 48), "float32", device="rocm:0")
+    transpose(a, out, 48, 3, 3, 1, 16, 16, 1)
+    modpack.synchronize("rocm:0")
+    assert np.array_equal(out.numpy(), host.T)

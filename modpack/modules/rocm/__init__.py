@@ -1,6 +1,6 @@
 """The ``rocm`` kind, by job: code objects and their metadata (:mod:`.code_object`), compiling
-OpenCL C or HIP with clang (:mod:`.compile`) and the module with its payload writer
-(:mod:`.module`).
+OpenCL C or HIP with clang (:mod:`.compile`), HIP's headers, ROCm's device libraries and the clang
+that reads them (:mod:`.toolchain`), and the module with its payload writer (:mod:`.module`).
 
 Kernel functions take their arguments — arrays on a ROCm device for pointer parameters, numbers
 for scalars — followed by six integers: grid x, y, z (in blocks) and block x, y, z, and, when

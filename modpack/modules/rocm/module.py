@@ -10,6 +10,7 @@ runtime binding.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,13 +18,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import ArgumentError, MissingFileError, ModpackError
+from ...errors import ArgumentError, CompileError, MissingFileError, ModpackError
 from ...format.layout import check_struct
 from ...runtime.binding import error_from_status, ffi, lib
+from ...toolchain.demangle import is_mangled
+from ..cuda.names import records_from_symbols
+from ..cuda.signatures import parse_cuda_signatures
+from ..cxx_names import (
+    check_name_expressions,
+    hinted,
+    instantiation_source,
+    lower_by_demangled,
+    lower_from_probe,
+    probe_source,
+    record_names,
+)
 from ..device import CodeWriter, DeviceModule, check_compiler_options, code_as_is
 from ..kernel_info import NULL, SCALAR, KernelArg, KernelInfo, kernel_infos, launch_tags
 from .code_object import CodeObject, KernelMetadata, read_code_object
-from .compile import compile_source
+from .compile import compile_source, hip_ir_functions
 
 __all__ = ["KIND_LAUNCH_TAGS", "LAUNCH_TAGS", "ROCmModule", "check_target", "rocm_module"]
 
@@ -139,6 +152,7 @@ def rocm_module(
     language: str | None = None,
     options: Sequence[str] = (),
     name: str | None = None,
+    name_expressions: Sequence[str] = (),
 ) -> ROCmModule:
     """A ROCm module, from AMD GPU code objects or from source compiled here by clang.
 
@@ -147,19 +161,41 @@ def rocm_module(
     metadata names (``amdhsa.target``).
 
     ``rocm_module(source, targets=["gfx90a", "gfx908:xnack-"])`` compiles |source| (the text, or
-    the path of a file) once per target ID with clang (``$CLANG``, else ``clang`` on PATH):
-    |language| ``"opencl"`` (OpenCL C) or ``"hip"``, guessed from the source when omitted
-    (``__kernel`` or ``__global__``). Without ROCm's device libraries (clang is given
-    ``-nogpulib``; pass ``--rocm-path=...`` in |options| to use them), kernels use the
-    ``__builtin_amdgcn_*`` builtins; HIP source then gets ``__global__``, ``__device__`` and
-    ``__shared__`` defined. |options| are extra clang flags.
+    the path of a file, whose folder is then searched for its ``#include "..."`` files) once per
+    target ID with clang: |language| ``"opencl"`` (OpenCL C) or ``"hip"``, guessed from the
+    source when omitted (``__kernel`` or ``__global__``). |options| are extra clang flags.
+
+    HIP is compiled as written (``#include <hip/hip_runtime.h>``, ``threadIdx`` and
+    ``hipBlockIdx_x``, ``__shared__``, ``__syncthreads()``, ``tanhf``) where HIP's headers and
+    ROCm's device libraries are installed: ``$ROCM_PATH``, ``/opt/rocm``, or the system's
+    (Debian 12: ``apt-get install libamdhip64-dev rocm-device-libs clang-15 lld-15``), found
+    by :mod:`modpack.modules.rocm.toolchain`, with the clang whose LLVM built those libraries
+    (``clang-15`` for Debian's, ROCm's own for ROCm; ``$CLANG`` overrides) and C++17 unless
+    |options| give ``-std=``. Without them, clang (``$CLANG``, else ``clang``) is given
+    ``-nogpuinc -nogpulib``: kernels use the ``__builtin_amdgcn_*`` builtins, get
+    ``__global__``, ``__device__`` and ``__shared__`` defined, and a source that includes
+    HIP's headers is refused naming the packages to install. ``--rocm-path=``,
+    ``--rocm-device-lib-path=``, ``-nogpuinc`` or ``-nogpulib`` in |options| choose instead.
+
+    C++ kernels (HIP's own style: no ``extern "C"``) are found by name. |name_expressions|
+    (``["transpose<16>", "ops::scale<float>", "fill(double*, double, unsigned)"]``) are
+    instantiated (their addresses taken in host code, which adds no device code) and each
+    record is named by its expression, as written; clang says which symbol it names, through a
+    probe compile (:mod:`modpack.modules.cxx_names` tells how), so typedefs and any spelling of
+    a template argument resolve as in C++; one of several overloads is named by its signature.
+    Every other kernel in the code objects is recorded too: a plain C++ kernel by its qualified
+    name (``"bias_gelu"``), an instantiation the source makes itself as the demangler spells it
+    (``"transpose<16u>"``), each of several overloads by its signature, an ``extern "C"`` one
+    by its name. For code objects built elsewhere, |name_expressions| match those demangled
+    names (spelled as the demangler spells them).
 
     Each kernel's record comes from the code objects' metadata (the NT_AMDGPU_METADATA note):
-    its arguments' kinds, offsets and sizes, and for OpenCL C their types; HIP code objects do
-    not record scalar types, so HIP source's ``__global__`` signatures give them, and HIP
-    binaries need |functions| (``{"axpy": ["float32", "float32*", "float32*", "int32"]}``),
-    which are checked against the metadata. Every code object must define the same kernels with
-    the same argument layout.
+    its arguments' kinds, offsets and sizes, and for OpenCL C their types. HIP code objects do
+    not record scalar types: a C++ kernel's come from its mangled symbol, an ``extern "C"``
+    kernel's from the source's ``__global__`` signature, and for binaries from |functions|
+    (``{"axpy": ["float32", "float32*", "float32*", "int32"]}``; a C++ kernel is named there by
+    its expression or short name), which are checked against the metadata. Every code object
+    must define the same kernels with the same argument layout.
 
     name : the module's name; its kernels are then also found as ``"name/kernel"``.
 
@@ -169,6 +205,7 @@ def rocm_module(
     processor, or a generic target covering it; xnack and sramecc settings honoured; the rule
     is in modpack/kinds/rocm.h).
     """
+    expressions = check_name_expressions(name_expressions)
     options = check_compiler_options(options, "rocm_module")
     if (source is None) == (binaries is None):
         raise ArgumentError("rocm_module takes source or binaries=, exactly one of them")
@@ -176,24 +213,10 @@ def rocm_module(
         if targets is not None or language is not None:
             raise ArgumentError("targets= and language= are for compiling source; binaries are "
                                 "used as given")
-        if not isinstance(binaries, Mapping) or not binaries:
-            raise ArgumentError("binaries must map target IDs ('gfx90a', 'gfx942:xnack-') to "
-                                "code objects' bytes")
-        objects = []
-        for key, data in binaries.items():
-            where = f"binaries[{key!r}]"
-            check_target(key, where)
-            try:
-                data = bytes(memoryview(data).cast("B"))
-            except TypeError:
-                raise ArgumentError(f"{where} must be a code object's bytes, not "
-                                    f"{type(data).__name__}") from None
-            obj = read_code_object(data, where)
-            if obj.target != key:
-                raise ArgumentError(f"{where} is a code object for {obj.target}, not {key}; key "
-                                    f"it {obj.target!r}")
-            objects.append(obj)
-        return _module(objects, functions, None, None, name)
+        objects = _code_objects(binaries)
+        matched = (lower_by_demangled(expressions, [k.name for k in objects[0].kernels],
+                                      "the code objects") if expressions else {})
+        return _module(objects, functions, None, None, name, matched)
     source_path = None
     if isinstance(source, os.PathLike):
         source_path = Path(source)
@@ -214,13 +237,55 @@ def rocm_module(
         language = "hip" if "__global__" in source else "opencl"
     if language not in ("opencl", "hip"):
         raise ArgumentError(f"language must be 'opencl' or 'hip', not {language!r}")
-    objects = [read_code_object(compile_source(source, t, language, list(options), source_path),
-                                f"the {t} build") for t in targets]
-    return _module(objects, functions, source, language, name)
+    if expressions and language != "hip":
+        raise ArgumentError("name_expressions= are for HIP (C++) kernels; OpenCL C kernels are "
+                            "found by their names")
+    # The expressions' addresses taken in host code instantiate their kernels, and add no
+    # device code; a probe compile then says which symbol each names (modules/cxx_names.py).
+    compiled = instantiation_source(source, expressions) if expressions else source
+    try:
+        objects = [read_code_object(compile_source(compiled, t, language, list(options),
+                                                   source_path), f"the {t} build")
+                   for t in targets]
+        lowered: dict[str, str] = {}
+        if expressions:
+            probe = compile_source(probe_source(source, expressions), targets[0], language,
+                                   list(options), source_path, ir=True)
+            lowered = lower_from_probe(expressions, hip_ir_functions(probe),
+                                       [k.name for k in objects[0].kernels], "clang")
+    except CompileError as exc:
+        raise hinted(exc, expressions) from None
+    return _module(objects, functions, source, language, name, lowered)
+
+
+def _code_objects(binaries: Mapping[str, Any]) -> list[CodeObject]:
+    """|binaries|' code objects, each checked against its key."""
+    if not isinstance(binaries, Mapping):
+        raise ArgumentError("binaries must map target IDs ('gfx90a', 'gfx942:xnack-') to "
+                            f"code objects' bytes, not {type(binaries).__name__}")
+    if not binaries:
+        raise ArgumentError("binaries is empty: give at least one code object, keyed by its "
+                            "target ID ({'gfx90a': code_object}), or leave binaries out and "
+                            "pass source")
+    objects = []
+    for key, data in binaries.items():
+        where = f"binaries[{key!r}]"
+        check_target(key, where)
+        try:
+            data = bytes(memoryview(data).cast("B"))
+        except TypeError:
+            raise ArgumentError(f"{where} must be a code object's bytes, not "
+                                f"{type(data).__name__}") from None
+        obj = read_code_object(data, where)
+        if obj.target != key:
+            raise ArgumentError(f"{where} is a code object for {obj.target}, not {key}; key "
+                                f"it {obj.target!r}")
+        objects.append(obj)
+    return objects
 
 
 def _module(objects: list[CodeObject], functions: Any, source: str | None,
-            language: str | None, name: str | None) -> ROCmModule:
+            language: str | None, name: str | None, lowered: Mapping[str, str]) -> ROCmModule:
     first = objects[0]
     names = [k.name for k in first.kernels]
     if not names:
@@ -231,18 +296,20 @@ def _module(objects: list[CodeObject], functions: Any, source: str | None,
                                f"{sorted(names)}, {other.target} "
                                f"{sorted(k.name for k in other.kernels)}")
     metadata = {k.name: k for k in first.kernels}
+    called = record_names(names)
     if functions is not None:
-        infos = kernel_infos(functions, LAUNCH_TAGS)
-    elif language == "hip" and source is not None:
-        infos = _hip_records(source, metadata)
+        infos = [_with_symbol(i, lowered, called) for i in kernel_infos(functions, LAUNCH_TAGS)]
     else:
-        infos = [_record_from_metadata(k, first.target) for k in first.kernels]
+        infos = _records(first, source if language == "hip" else None, lowered, called)
+    twice = sorted({i.name for i in infos if [j.name for j in infos].count(i.name) > 1})
+    if twice:
+        raise ModpackError(f"kernels named more than once: {twice}")
     layouts = []
     for info in infos:
         symbol = info.symbol or info.name
         if symbol not in metadata:
             raise ModpackError(f"kernel {info.name} is not in the code objects (they define "
-                               f"{sorted(metadata)})")
+                               f"{sorted(called.values())})")
         layout = _layout(info, metadata[symbol], first.target)
         for other in objects[1:]:
             theirs = {k.name: k for k in other.kernels}[symbol]
@@ -251,6 +318,49 @@ def _module(objects: list[CodeObject], functions: Any, source: str | None,
                                    "code objects lay its arguments out differently")
         layouts.append(layout)
     return ROCmModule(objects, infos, layouts, source=source, name=name)
+
+
+def _with_symbol(info: KernelInfo, lowered: Mapping[str, str], called: Mapping[str, str]
+                 ) -> KernelInfo:
+    """A record given by hand, with the symbol its name stands for: a name expression's, or
+    the C++ kernel it is the short name of (``"vadd"`` for ``_Z4vaddPKfS0_Pfi``)."""
+    if info.symbol is not None or info.name in called:
+        return info
+    symbol = lowered.get(info.name) or next((s for s, n in called.items() if n == info.name),
+                                            None)
+    return info if symbol is None else dataclasses.replace(info, symbol=symbol)
+
+
+def _records(code: CodeObject, hip_source: str | None, lowered: Mapping[str, str],
+             called: Mapping[str, str]) -> list[KernelInfo]:
+    """A record per name expression, then per other kernel of |code|: a C++ kernel by the
+    name |called| gives it, its arguments from its demangled signature; an extern "C" one by
+    its symbol, its arguments from the |hip_source|'s signature, else (OpenCL C) from the
+    metadata."""
+    listed = set(lowered.values())
+    rest = [k for k in code.kernels if k.name not in listed]
+    cxx = {called[k.name]: k.name for k in rest if is_mangled(k.name)}
+    by_symbol = {r.symbol: r for r in records_from_symbols(cxx, LAUNCH_TAGS, "rocm_module")}
+    plain = {k.name for k in rest if not is_mangled(k.name)}
+    parsed = {}
+    if hip_source is not None and plain:
+        try:
+            parsed = {i.name: i for i in parse_cuda_signatures(hip_source, plain)}
+        except ValueError as exc:
+            raise ModpackError(f"rocm_module: {exc}") from None
+    infos = records_from_symbols(lowered, LAUNCH_TAGS, "rocm_module")
+    for kernel in rest:
+        if kernel.name in by_symbol:
+            infos.append(by_symbol[kernel.name])
+        elif hip_source is None:
+            infos.append(_record_from_metadata(kernel, code.target))
+        elif kernel.name in parsed:
+            infos.append(KernelInfo(kernel.name, parsed[kernel.name].args, LAUNCH_TAGS))
+        else:
+            raise ModpackError(f"kernel {kernel.name} is in the code objects but its signature "
+                               "is not in the HIP source (is it made by a macro?): pass "
+                               "functions=")
+    return infos
 
 
 def _record_from_metadata(kernel: KernelMetadata, target: str) -> KernelInfo:
@@ -273,23 +383,6 @@ def _record_from_metadata(kernel: KernelMetadata, target: str) -> KernelInfo:
             raise ModpackError(f"{where} is {arg.value_kind}, which modpack cannot pass (buffers "
                                "and scalars only; dynamic LDS through dyn_shared_memory)")
     return KernelInfo(kernel.name, tuple(args), LAUNCH_TAGS)
-
-
-def _hip_records(source: str, metadata: Mapping[str, KernelMetadata]) -> list[KernelInfo]:
-    from ..cuda.signatures import parse_cuda_signatures
-
-    try:
-        parsed = {i.name: i for i in parse_cuda_signatures(source)}
-    except ValueError as exc:
-        raise ModpackError(f"rocm_module: {exc}") from None
-    infos = []
-    for name in metadata:
-        if name not in parsed:
-            raise ModpackError(f"kernel {name} is in the code objects but its signature is not "
-                               "in the HIP source (declare it extern \"C\" __global__, or pass "
-                               "functions=)")
-        infos.append(KernelInfo(name, parsed[name].args, LAUNCH_TAGS))
-    return infos
 
 
 def _layout(info: KernelInfo, kernel: KernelMetadata, target: str) -> Layout:
