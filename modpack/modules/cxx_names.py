@@ -17,10 +17,12 @@ The compiler must resolve ``&EXPR`` to one function to instantiate it (an expres
 nothing, or an ambiguous overload, is its compile error), and the probe kernel's mangled name
 then holds that function's own mangled name as a template argument. Demangled, it reads
 ``void modpack_name_expression_probe<0, void (*)(float*), &(void k<16u>(float*))>()``: the
-kernel's signature exactly as the demangler prints the kernel's own symbol, which finds it among
-the real build's kernels. The probe kernels live only in the probe's output (PTX or LLVM IR); the
-build that is shipped gets the expressions' addresses taken in host code instead
-(:func:`instantiation_source`), which instantiates the kernels and adds no device code.
+function's qualified name as the demangler prints the kernel's own symbol, and its parameters
+in the pointer type (the nested signature itself is sometimes abbreviated: ``&ops::zero``),
+which together find it among the real build's kernels. The probe kernels live only in the
+probe's output (PTX or LLVM IR); the build that is shipped gets the expressions' addresses taken
+in host code instead (:func:`instantiation_source`), which instantiates the kernels and adds no
+device code.
 
 Code compiled elsewhere (binaries) has no compiler to ask: there an expression is matched by
 the demangled names (:func:`lower_by_demangled`), spelled as the demangler spells them.
