@@ -27,3 +27,25 @@ void mp_json_string(mp_json_t* j, const char* s) {
   }
   mp_json_printf(j, "\"");
 }
+
+void mp_json_string_n(mp_json_t* j, const char* s, uint64_t size) {
+  mp_json_printf(j, "\"");
+  uint64_t run = 0; /* bytes that need no escape, written together */
+  for (uint64_t i = 0; i <= size; ++i) {
+    unsigned char c = i < size ? (unsigned char)s[i] : 0;
+    if (i < size && c != '"' && c != '\\' && c >= 0x20 && run < INT32_MAX) {
+      ++run;
+      continue;
+    }
+    if (run) mp_json_printf(j, "%.*s", (int)run, s + i - run);
+    run = 0;
+    if (i == size) break;
+    if (c == '"' || c == '\\')
+      mp_json_printf(j, "\\%c", c);
+    else if (c < 0x20)
+      mp_json_printf(j, "\\u%04x", c);
+    else
+      run = 1; /* a run cut at INT32_MAX bytes goes on from here */
+  }
+  mp_json_printf(j, "\"");
+}
