@@ -111,8 +111,8 @@ static void refusals(void) {
   /* Not JSON, or not the format's JSON. */
   refused("no JSON", "", 0, MP_ERR_FORMAT, "expected '{' (an object of tensors), found the end",
           NULL);
-  refused("a cut object", "{\"a\":", 0, MP_ERR_FORMAT, "expected '{' (a tensor's fields)",
-          "found the end of the text");
+  refused("a cut object", "{\"a\":", 0, MP_ERR_FORMAT,
+          "(the fields of tensor 'a'): expected '{', found the end of the text", NULL);
   refused("an array at the top", "[]", 0, MP_ERR_FORMAT, "expected '{'", "found an array");
   refused("garbage after the object", "{} x", 0, MP_ERR_FORMAT, "only spaces may follow",
           "found 'x'");
@@ -135,7 +135,7 @@ static void refusals(void) {
           MP_ERR_FORMAT, "(a tensor's name): expected a string, found '}'", NULL);
   snprintf(json, sizeof json, "{%s}", tensor("a", "U8", "[-1]", 0, 0));
   refused("a negative extent", json, 0, MP_ERR_FORMAT, "found a negative number",
-          "tensor 'a', shape");
+          "(the shape of tensor 'a')");
   snprintf(json, sizeof json, "{%s}", tensor("a", "U8", "[1.0]", 0, 1));
   refused("a fractional extent", json, 1, MP_ERR_FORMAT, "a fraction or an exponent", NULL);
   snprintf(json, sizeof json, "{%s}", tensor("a", "U8", "[1e0]", 0, 1));
@@ -149,7 +149,7 @@ static void refusals(void) {
   refused("an extent that is a string", json, 1, MP_ERR_FORMAT, "expected a whole number",
           "found a string");
   refused("three offsets", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", 1,
-          MP_ERR_FORMAT, "data_offsets has two numbers", NULL);
+          MP_ERR_FORMAT, "(the data_offsets of tensor 'a'): expected ']' (two numbers", NULL);
   refused("a missing field", "{\"a\":{\"dtype\":\"U8\",\"data_offsets\":[0,1]}}", 1, MP_ERR_FORMAT,
           "tensor 'a' has no 'shape'", NULL);
   refused("an unknown field",
@@ -160,7 +160,7 @@ static void refusals(void) {
           MP_ERR_FORMAT, "tensor 'a' has 'dtype' twice", NULL);
   refused("a dtype that is no string",
           "{\"a\":{\"dtype\":8,\"shape\":[1],\"data_offsets\":[0,1]}}", 1, MP_ERR_FORMAT,
-          "(tensor 'a', dtype): expected a string, found a number", NULL);
+          "(the dtype of tensor 'a'): expected a string, found a number", NULL);
 
   /* Deep nesting is refused where it starts, in one pass. */
   size_t n = 0;
@@ -207,15 +207,15 @@ static void refusals(void) {
   refused("33 dimensions", json, 1, MP_ERR_INCOMPATIBLE, "more than 32 dimensions", NULL);
   snprintf(json, sizeof json, "{%s}", tensor("w", "F32", "[2,3]", 0, 20));
   refused("a shape whose bytes disagree with its range", json, 20, MP_ERR_FORMAT,
-          "tensor 'w' of dtype F32 and shape [2, 3] is 24 bytes, but its data_offsets [0, 20] "
-          "hold 20",
+          "tensor 'w' (F32 [2, 3], data_offsets [0, 20]): its shape is 24 bytes, its range 20",
           NULL);
   snprintf(json, sizeof json, "{%s}", tensor("w", "U8", "[9223372036854775808]", 0, 1));
   refused("an extent over 2^63 - 1", json, 1, MP_ERR_FORMAT, "extent of 9223372036854775808",
           NULL);
   snprintf(json, sizeof json, "{%s}", tensor("w", "U8", "[4294967296,4294967296]", 0, 1));
   refused("extents whose product overflows", json, 1, MP_ERR_FORMAT,
-          "more than 2^63 - 1 values", NULL);
+          "(U8 [4294967296, 4294967296], data_offsets [0, 1]): its shape holds more than 2^63 - 1 "
+          "values", NULL);
   snprintf(json, sizeof json, "{%s}", tensor("w", "U8", "[4294967296,4294967296,0]", 0, 0));
   refused("an empty tensor whose other extents overflow", json, 0, MP_ERR_FORMAT,
           "more than 2^63 - 1 values", NULL);
@@ -224,10 +224,11 @@ static void refusals(void) {
           NULL);
   snprintf(json, sizeof json, "{%s}", tensor("w", "F4", "[3]", 0, 2));
   refused("F4 values that do not fill whole bytes", json, 2, MP_ERR_FORMAT,
-          "3 values of 4 bits, which do not fill whole bytes", NULL);
+          "3 values of 4 bits do not fill whole bytes", NULL);
   snprintf(json, sizeof json, "{%s}", tensor("w", "F4", "[2,3]", 0, 3));
   refused("F4 rows that share a byte", json, 3, MP_ERR_INCOMPATIBLE,
-          "last dimension is not a multiple of 2", "float4_e2m1fn_x2");
+          "(F4 [2, 3], data_offsets [0, 3]): its last dimension is not a multiple of 2",
+          "float4_e2m1fn_x2");
   snprintf(json, sizeof json, "{%s}", tensor("w", "F6_E2M3", "[2,2]", 0, 3));
   refused("F6 rows that share bytes", json, 3, MP_ERR_INCOMPATIBLE,
           "last dimension is not a multiple of 4", NULL);
@@ -235,10 +236,10 @@ static void refusals(void) {
   /* Ranges. */
   snprintf(json, sizeof json, "{%s}", tensor("w", "U8", "[0]", 4, 2));
   refused("a range that ends before it begins", json, 4, MP_ERR_FORMAT,
-          "data_offsets [4, 2], which end before they begin", NULL);
+          "data_offsets [4, 2]): its range ends before it begins", NULL);
   snprintf(json, sizeof json, "{%s}", tensor("w", "U8", "[8]", 0, 8));
   refused("a range past the file", json, 4, MP_ERR_FORMAT,
-          "past the end of the file's 4 bytes of data", NULL);
+          "its range ends past the file's 4 bytes of data", NULL);
   snprintf(json, sizeof json, "{%s,%s}", tensor("a", "U8", "[8]", 0, 8),
            tensor("b", "U8", "[8]", 4, 12));
   refused("overlapping ranges", json, 12, MP_ERR_FORMAT,

@@ -17,16 +17,27 @@ static bool is_digit(int c) {
   return c >= '0' && c <= '9';
 }
 
+enum { SHOWN_SUBJECT = 200 };
+
 static mp_status_t refuse_at(const mp_json_reader_t* r, uint64_t pos, const char* context,
                              const char* expected, const char* found) {
+  if (!r->subject)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "%s is not the JSON expected at byte %" PRIu64 " (%s): expected %s, found %s",
+                     r->what, pos, context, expected, found);
+  size_t n = strlen(r->subject);
+  bool cut = n > SHOWN_SUBJECT;
+  if (cut)
+    for (n = SHOWN_SUBJECT; n > 0 && ((uint8_t)r->subject[n] & 0xC0) == 0x80;) --n;
   return mp_errorf(MP_ERR_FORMAT,
-                   "%s is not the JSON expected at byte %" PRIu64 " (%s): expected %s, found %s",
-                   r->what, pos, context, expected, found);
+                   "%s is not the JSON expected at byte %" PRIu64 " (%s '%.*s%s'): expected %s, "
+                   "found %s",
+                   r->what, pos, context, (int)n, r->subject, cut ? "..." : "", expected, found);
 }
 
 mp_status_t mp_json_reader_init(mp_json_reader_t* r, const uint8_t* data, uint64_t size,
                                 const char* what) {
-  *r = (mp_json_reader_t){data, size, 0, what};
+  *r = (mp_json_reader_t){data, size, 0, what, NULL};
   uint64_t bad = mp_utf8_invalid_at(data, size);
   if (bad < size)
     return mp_errorf(MP_ERR_FORMAT, "%s is not UTF-8: byte %" PRIu64 " (0x%02x) begins no UTF-8 "

@@ -28,8 +28,12 @@ typedef struct {
   uint64_t size;
   uint64_t pos;
   /* For messages: what the text is, e.g. "'model.safetensors': its JSON header". A refusal
-   * reads "<what> is not the JSON expected at byte <pos> (<context>): expected <x>, found <y>". */
+   * reads "<what> is not the JSON expected at byte <pos> (<context>): expected <x>, found <y>",
+   * or with a subject "(<context> '<subject>')". */
   const char* what;
+  /* The name of the item being read, which the caller sets and clears (NULL: none), so that
+   * nothing is formatted unless a refusal needs it; shown cut to its first 200 bytes. */
+  const char* subject;
 } mp_json_reader_t;
 
 /* A reader over |size| bytes at |data| (not copied: they must outlive it); MP_ERR_FORMAT,

@@ -176,10 +176,10 @@ static mp_status_t grow(void** items, uint64_t* capacity, uint64_t count, size_t
 
 /* The dtype, filling |a|'s dtype (as handed out), type_name and block (the values in one
  * handed-out element, and their bytes). */
-static mp_status_t read_dtype(parse_t* p, const char* context, mp_foreign_array_t* a) {
+static mp_status_t read_dtype(parse_t* p, mp_foreign_array_t* a) {
   char* text;
   uint64_t size;
-  MP_RETURN_IF_ERROR(mp_json_read_string(&p->json, context, &text, &size));
+  MP_RETURN_IF_ERROR(mp_json_read_string(&p->json, "the dtype of tensor", &text, &size));
   const dtype_info_t* type = NULL;
   for (int i = 0; i < DTYPE_COUNT && !type; ++i)
     if (strlen(DTYPES[i].name) == size && memcmp(DTYPES[i].name, text, size) == 0)
@@ -197,50 +197,49 @@ static mp_status_t read_dtype(parse_t* p, const char* context, mp_foreign_array_
   }
   free(text);
   a->dtype = type->dtype;
-  snprintf(a->type_name, sizeof a->type_name, "%s", type->name);
+  memcpy(a->type_name, type->name, strlen(type->name) + 1);
   a->block_elements = type->values;
   a->block_bytes = type->values * type->bits / 8;
   return MP_OK;
 }
 
-static mp_status_t read_shape(parse_t* p, const char* context, const char* name,
-                              mp_foreign_array_t* a) {
-  MP_RETURN_IF_ERROR(mp_json_expect(&p->json, '[', context, "the shape's '['"));
+static mp_status_t read_shape(parse_t* p, mp_foreign_array_t* a) {
+  const char* context = "the shape of tensor";
+  MP_RETURN_IF_ERROR(mp_json_expect(&p->json, '[', context, "'['"));
   if (mp_json_accept(&p->json, ']')) return MP_OK;
   do {
-    if (a->logical_ndim == MP_WEIGHTS_MAX_NDIM) {
-      char shown_name[SHOWN_NAME + 4];
+    char shown_name[SHOWN_NAME + 4];
+    if (a->logical_ndim == MP_WEIGHTS_MAX_NDIM)
       return mp_errorf(MP_ERR_INCOMPATIBLE,
                        "'%s': tensor '%s' has more than %d dimensions, more than modpack "
                        "handles",
-                       p->path, shown(name, shown_name, sizeof shown_name), MP_WEIGHTS_MAX_NDIM);
-    }
+                       p->path, shown(a->name, shown_name, sizeof shown_name),
+                       MP_WEIGHTS_MAX_NDIM);
     uint64_t extent;
     MP_RETURN_IF_ERROR(mp_json_read_u64(&p->json, context, &extent));
-    if (extent > (uint64_t)INT64_MAX) {
-      char shown_name[SHOWN_NAME + 4];
+    if (extent > (uint64_t)INT64_MAX)
       return invalid(p, "tensor '%s' has an extent of %" PRIu64 ", over 2^63 - 1",
-                     shown(name, shown_name, sizeof shown_name), extent);
-    }
+                     shown(a->name, shown_name, sizeof shown_name), extent);
     a->logical_shape[a->logical_ndim++] = (int64_t)extent;
   } while (mp_json_accept(&p->json, ','));
-  return mp_json_expect(&p->json, ']', context, "',' or the shape's ']'");
+  return mp_json_expect(&p->json, ']', context, "',' or ']'");
 }
 
-static mp_status_t read_offsets(parse_t* p, const char* context, mp_foreign_array_t* a) {
-  MP_RETURN_IF_ERROR(mp_json_expect(&p->json, '[', context, "'[' (data_offsets: [begin, end])"));
+static mp_status_t read_offsets(parse_t* p, mp_foreign_array_t* a) {
+  const char* context = "the data_offsets of tensor";
+  MP_RETURN_IF_ERROR(mp_json_expect(&p->json, '[', context, "'[' ([begin, end])"));
   MP_RETURN_IF_ERROR(mp_json_read_u64(&p->json, context, &a->offset));
   MP_RETURN_IF_ERROR(mp_json_expect(&p->json, ',', context, "',' and the end offset"));
   MP_RETURN_IF_ERROR(mp_json_read_u64(&p->json, context, &a->END));
-  return mp_json_expect(&p->json, ']', context, "']' (data_offsets has two numbers)");
+  return mp_json_expect(&p->json, ']', context, "']' (two numbers: begin, end)");
 }
 
-/* The object of tensor |a| (its name set), fields in any order, each once. */
+/* The object of tensor |a| (its name set), fields in any order, each once. Messages are
+ * formatted only when one is needed: this runs for every tensor. */
 static mp_status_t read_tensor(parse_t* p, mp_foreign_array_t* a) {
-  char shown_name[SHOWN_NAME + 4], context[SHOWN_NAME + 16];
-  shown(a->name, shown_name, sizeof shown_name);
-  snprintf(context, sizeof context, "tensor '%s'", shown_name);
-  MP_RETURN_IF_ERROR(mp_json_expect(&p->json, '{', context, "'{' (a tensor's fields)"));
+  const char* context = "the fields of tensor";
+  char shown_name[SHOWN_NAME + 4], shown_field[40];
+  MP_RETURN_IF_ERROR(mp_json_expect(&p->json, '{', context, "'{'"));
   enum { DTYPE = 1, SHAPE = 2, OFFSETS = 4 };
   unsigned seen = 0;
   if (!mp_json_accept(&p->json, '}')) {
@@ -252,26 +251,26 @@ static mp_status_t read_tensor(parse_t* p, mp_foreign_array_t* a) {
                        : size == 5 && memcmp(field, "shape", 5) == 0          ? SHAPE
                        : size == 12 && memcmp(field, "data_offsets", 12) == 0 ? OFFSETS
                                                                                : 0;
-      char shown_field[40];
-      shown(memchr(field, 0, size) ? "(with a NUL)" : field, shown_field, sizeof shown_field);
-      free(field);
-      if (!which)
-        return invalid(p, "tensor '%s' has a field '%s': safetensors defines only dtype, shape "
-                       "and data_offsets", shown_name, shown_field);
-      if (seen & which)
+      if (!which || (seen & which)) {
+        shown(memchr(field, 0, size) ? "(with a NUL)" : field, shown_field, sizeof shown_field);
+        free(field);
+        shown(a->name, shown_name, sizeof shown_name);
+        if (!which)
+          return invalid(p, "tensor '%s' has a field '%s': safetensors defines only dtype, "
+                         "shape and data_offsets", shown_name, shown_field);
         return invalid(p, "tensor '%s' has '%s' twice", shown_name, shown_field);
+      }
+      free(field);
       seen |= which;
-      char field_context[SHOWN_NAME + 128];
-      snprintf(field_context, sizeof field_context, "%s, %s", context, shown_field);
-      MP_RETURN_IF_ERROR(mp_json_expect(&p->json, ':', field_context, "':'"));
-      if (which == DTYPE) MP_RETURN_IF_ERROR(read_dtype(p, field_context, a));
-      if (which == SHAPE) MP_RETURN_IF_ERROR(read_shape(p, field_context, a->name, a));
-      if (which == OFFSETS) MP_RETURN_IF_ERROR(read_offsets(p, field_context, a));
+      MP_RETURN_IF_ERROR(mp_json_expect(&p->json, ':', context, "':'"));
+      if (which == DTYPE) MP_RETURN_IF_ERROR(read_dtype(p, a));
+      if (which == SHAPE) MP_RETURN_IF_ERROR(read_shape(p, a));
+      if (which == OFFSETS) MP_RETURN_IF_ERROR(read_offsets(p, a));
     } while (mp_json_accept(&p->json, ','));
     MP_RETURN_IF_ERROR(mp_json_expect(&p->json, '}', context, "',' or '}'"));
   }
   if (seen != (DTYPE | SHAPE | OFFSETS))
-    return invalid(p, "tensor '%s' has no '%s'", shown_name,
+    return invalid(p, "tensor '%s' has no '%s'", shown(a->name, shown_name, sizeof shown_name),
                    !(seen & DTYPE) ? "dtype" : !(seen & SHAPE) ? "shape" : "data_offsets");
   return MP_OK;
 }
@@ -386,8 +385,10 @@ static mp_status_t read_json(parse_t* p) {
       mp_foreign_array_t* a = &out->arrays[out->count++];
       memset(a, 0, sizeof *a);
       a->name = name; /* freed with the index from here on */
-      MP_RETURN_IF_ERROR(mp_json_expect(&p->json, ':', "after a tensor's name", "':'"));
+      p->json.subject = name; /* in the reader's messages */
+      MP_RETURN_IF_ERROR(mp_json_expect(&p->json, ':', "after the name of tensor", "':'"));
       MP_RETURN_IF_ERROR(read_tensor(p, a));
+      p->json.subject = NULL;
     } while (mp_json_accept(&p->json, ','));
     MP_RETURN_IF_ERROR(mp_json_expect(&p->json, '}', context, "',' or '}'"));
   }
@@ -406,19 +407,34 @@ static const char* shape_text(const int64_t* shape, int32_t ndim, char* buffer, 
   return buffer;
 }
 
+/* A refusal of tensor |a| after it was read: "tensor 'w' (F32 [2, 3], data_offsets [0, 20]):
+ * <what is wrong>", as MP_ERR_FORMAT ("'<path>' is not a valid safetensors file: ...") or
+ * MP_ERR_INCOMPATIBLE ("'<path>': ..."). Formatted only here: checks run for every tensor. */
+static mp_status_t tensor_refused(const parse_t* p, const mp_foreign_array_t* a,
+                                  mp_status_t code, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static mp_status_t tensor_refused(const parse_t* p, const mp_foreign_array_t* a,
+                                  mp_status_t code, const char* fmt, ...) {
+  char shown_name[SHOWN_NAME + 4], shape[160], what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return mp_errorf(code, "'%s'%s: tensor '%s' (%s %s, data_offsets [%" PRIu64 ", %" PRIu64
+                   "]): %s", p->path, code == MP_ERR_FORMAT ? " is not a valid safetensors file"
+                   : "", shown(a->name, shown_name, sizeof shown_name), a->type_name,
+                   shape_text(a->logical_shape, a->logical_ndim, shape, sizeof shape),
+                   a->offset, a->END, what);
+}
+
 /* Tensor |a|'s range against the data and its shape, then what is handed out of it. */
 static mp_status_t check_tensor(parse_t* p, mp_foreign_array_t* a) {
-  char shown_name[SHOWN_NAME + 4], shape[160];
   const uint64_t begin = a->offset, end = a->END;
-  shown(a->name, shown_name, sizeof shown_name);
-  shape_text(a->logical_shape, a->logical_ndim, shape, sizeof shape);
-  if (end < begin)
-    return invalid(p, "tensor '%s' has data_offsets [%" PRIu64 ", %" PRIu64 "], which end "
-                   "before they begin", shown_name, begin, end);
+  if (end < begin) return tensor_refused(p, a, MP_ERR_FORMAT, "its range ends before it begins");
   if (end > p->data_size)
-    return invalid(p, "tensor '%s' has data_offsets [%" PRIu64 ", %" PRIu64 "], past the end "
-                   "of the file's %" PRIu64 " bytes of data (the file is truncated, or its "
-                   "header damaged)", shown_name, begin, end, p->data_size);
+    return tensor_refused(p, a, MP_ERR_FORMAT, "its range ends past the file's %" PRIu64
+                          " bytes of data (the file is truncated, or its header damaged)",
+                          p->data_size);
   /* Its values and their bytes, counting only the non-zero extents (an empty tensor's other
    * extents still size the rows code computes). */
   const uint64_t bits_per_value = a->block_bytes * 8u / a->block_elements;
@@ -428,34 +444,30 @@ static mp_status_t check_tensor(parse_t* p, mp_foreign_array_t* a) {
     if (a->logical_shape[d] == 0) empty = true;
     else if (!mp_mul_u64(values, (uint64_t)a->logical_shape[d], &values) ||
              values > (uint64_t)INT64_MAX)
-      return invalid(p, "tensor '%s' has shape %s, more than 2^63 - 1 values", shown_name, shape);
+      return tensor_refused(p, a, MP_ERR_FORMAT, "its shape holds more than 2^63 - 1 values");
   }
   if (!mp_mul_u64(values, bits_per_value, &bits) || bits / 8 > (uint64_t)INT64_MAX)
-    return invalid(p, "tensor '%s' of dtype %s has shape %s, more than 2^63 - 1 bytes",
-                   shown_name, a->type_name, shape);
+    return tensor_refused(p, a, MP_ERR_FORMAT, "its shape holds more than 2^63 - 1 bytes");
   if (!empty && bits % 8 != 0)
-    return invalid(p, "tensor '%s' of dtype %s has shape %s: %" PRIu64 " values of %" PRIu64
-                   " bits, which do not fill whole bytes", shown_name, a->type_name, shape,
-                   values, bits_per_value);
+    return tensor_refused(p, a, MP_ERR_FORMAT, "%" PRIu64 " values of %" PRIu64 " bits do not "
+                          "fill whole bytes", values, bits_per_value);
   const uint64_t bytes = empty ? 0 : bits / 8;
   if (bytes != end - begin)
-    return invalid(p, "tensor '%s' of dtype %s and shape %s is %" PRIu64 " bytes, but its "
-                   "data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64, shown_name,
-                   a->type_name, shape, bytes, begin, end, end - begin);
+    return tensor_refused(p, a, MP_ERR_FORMAT, "its shape is %" PRIu64 " bytes, its range %"
+                          PRIu64, bytes, end - begin);
   /* As handed out: whole-byte elements, the last dimension grouped for F4 and F6. */
   a->ndim = a->logical_ndim;
   memcpy(a->shape, a->logical_shape, sizeof a->shape);
   if (a->block_elements > 1) {
     if (a->ndim == 0 || a->shape[a->ndim - 1] % a->block_elements != 0)
-      return mp_errorf(MP_ERR_INCOMPATIBLE,
-                       "'%s': tensor '%s' of dtype %s has shape %s, whose last dimension is "
-                       "not a multiple of %u: its rows share bytes, and modpack hands %s out in "
-                       "whole bytes, %u values in %u along the last dimension (%s); save it "
-                       "with a last dimension that divides",
-                       p->path, shown_name, a->type_name, shape, a->block_elements,
-                       a->type_name, a->block_elements, a->block_bytes,
-                       a->block_elements == 2 ? "float4_e2m1fn_x2, as PyTorch loads F4"
-                                              : "as modpack stores float6");
+      return tensor_refused(p, a, MP_ERR_INCOMPATIBLE,
+                            "its last dimension is not a multiple of %u, so its rows share "
+                            "bytes; modpack hands %s out in whole bytes, %u values in %u along "
+                            "the last dimension (%s): save it with a last dimension that "
+                            "divides", a->block_elements, a->type_name, a->block_elements,
+                            a->block_bytes,
+                            a->block_elements == 2 ? "float4_e2m1fn_x2, as PyTorch loads F4"
+                                                   : "as modpack stores float6");
     a->shape[a->ndim - 1] /= a->block_elements;
   }
   return MP_OK;
