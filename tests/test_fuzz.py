@@ -4,8 +4,8 @@ the blob reader and each built-in kind's payload loader), the one over the array
 receives (csrc/tests/fuzz_dltensor.c: crafted DLTensors against the signature checker, the
 untyped wrappers and copies), and the one over what the read-only tools parse
 (csrc/tests/fuzz_tools.c: seals and seal notes, preflight's index and each device kind's
-preflight head, the loader's checks short of running a library, the GGUF reader). A longer run:
-csrc/tests/README.md."""
+preflight head, the loader's checks short of running a library, the safetensors and GGUF
+readers). A longer run: csrc/tests/README.md."""
 
 from __future__ import annotations
 
@@ -196,7 +196,8 @@ def tools_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     seeds = {p.name for p in folder.iterdir()}
     assert {"file-library", "file-library-compressed", "file-signed", "file-weightfile",
             "file-tvm", "blob-0", "blob-19", "head-opencl", "head-cuda", "head-vulkan",
-            "head-rocm", "gguf-metadata", "gguf-tensors", "gguf-aligned"} <= seeds, sorted(seeds)
+            "head-rocm", "safetensors-every", "safetensors-fp4", "safetensors-crafted",
+            "gguf-metadata", "gguf-tensors", "gguf-aligned"} <= seeds, sorted(seeds)
     return folder
 
 

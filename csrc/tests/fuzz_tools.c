@@ -10,10 +10,10 @@
  *         loader's checks made;
  *   BLOB  a blob in a file of its own, as preflight reads a .tar export's (mp_preflight_blob),
  *         for each device form;
- *   SAFETENSORS  (2) a safetensors file, for its reader;
- *   GGUF  a GGUF file (mp_gguf_read_index): its index read, checked against the file (every
- *         array inside the data section, in order, disjoint, its bytes its dtype and shape
- *         say; the header the file's bytes) and freed;
+ *   SAFETENSORS, GGUF  a file of that format (mp_safetensors_read_index, mp_gguf_read_index):
+ *         its index read, checked against the file (every array inside the data section, in
+ *         order, disjoint, its bytes its dtype and shape say, GGUF's aligned; the header the
+ *         file's bytes) and freed;
  *   then one selector per built-in kind, in mp_builtin_kind's order (so a new kind is fuzzed
  *   without an edit here): the bytes are a payload of that kind, answered for each device the
  *   kind names, through the kind's own head parser and an in-memory reader (nothing for a kind
@@ -21,7 +21,7 @@
  * The preflight heads are reached through the runtime's internal registry (core/registry.h),
  * as fuzz_dltensor.c reaches the signature checker, and the weight formats' readers through
  * their internal header (weights/foreign_index.h); see README.md in this folder.
- * MODPACK_FUZZ_VERBOSE=1 prints each GGUF input's verdict. */
+ * MODPACK_FUZZ_VERBOSE=1 prints each weight file input's verdict. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -143,7 +143,8 @@ static void check_index(const mp_foreign_index_t* x, const uint8_t* data, uint64
     REQUIRE(a->name && a->name[0] && strlen(a->name) <= MP_WEIGHTS_MAX_NAME, "array %" PRIu64,
             i);
     REQUIRE(a->offset >= x->data_offset && a->size <= size - a->offset &&
-                (a->offset - x->data_offset) % x->alignment == 0,
+                (x->format != MP_WEIGHTS_FORMAT_GGUF ||
+                 (a->offset - x->data_offset) % x->alignment == 0),
             "'%s' at [%" PRIu64 ", +%" PRIu64 ")", a->name, a->offset, a->size);
     REQUIRE(a->size == 0 || a->offset >= end, "'%s' overlaps the array before it", a->name);
     if (a->size) end = a->offset + a->size;
@@ -166,17 +167,21 @@ static void check_index(const mp_foreign_index_t* x, const uint8_t* data, uint64
   }
 }
 
-static void fuzz_gguf(const uint8_t* data, size_t size) {
+/* The bytes as a weight file of |format| read by its reader, an accepted index checked. */
+static void fuzz_weight_file(mp_weights_format_t format, const uint8_t* data, size_t size) {
   if (!write_scratch(data, size)) return;
   int fd = open(scratch_path(), O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
     mp_foreign_index_t index;
-    mp_status_t status = mp_gguf_read_index(fd, size, scratch_path(), &index);
+    mp_status_t status = format == MP_WEIGHTS_FORMAT_GGUF
+                             ? mp_gguf_read_index(fd, size, scratch_path(), &index)
+                             : mp_safetensors_read_index(fd, size, scratch_path(), &index);
     static int verbose = -1;
     if (verbose < 0) verbose = getenv("MODPACK_FUZZ_VERBOSE") != NULL;
     if (verbose)
-      fprintf(stderr, "gguf: %s (%" PRIu64 " arrays)\n", status ? mp_error_message() : "read",
-              status ? 0 : index.count);
+      fprintf(stderr, "%s: %s (%" PRIu64 " arrays)\n",
+              format == MP_WEIGHTS_FORMAT_GGUF ? "gguf" : "safetensors",
+              status ? mp_error_message() : "read", status ? 0 : index.count);
     if (status == MP_OK) {
       check_index(&index, data, size);
       mp_foreign_index_free(&index);
@@ -238,8 +243,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_file(data + 1, size - 1);
   else if (selector == BLOB_INPUT)
     fuzz_blob(data + 1, size - 1);
+  else if (selector == SAFETENSORS_INPUT)
+    fuzz_weight_file(MP_WEIGHTS_FORMAT_SAFETENSORS, data + 1, size - 1);
   else if (selector == GGUF_INPUT)
-    fuzz_gguf(data + 1, size - 1);
+    fuzz_weight_file(MP_WEIGHTS_FORMAT_GGUF, data + 1, size - 1);
   else if (selector >= FIRST_KIND)
     fuzz_head(kinds[selector - FIRST_KIND], data + 1, size - 1);
   return 0;

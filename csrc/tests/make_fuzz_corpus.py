@@ -11,7 +11,8 @@ checks it.
     python csrc/tests/make_fuzz_corpus.py CORPUS_DIR
 
 ``python csrc/tests/make_fuzz_corpus.py CORPUS_DIR tools`` writes the seeds of fuzz_tools.c
-instead (``tools_seeds``): whole files, blobs and each device kind's payloads.
+instead (``tools_seeds``): whole files, blobs, safetensors files (written by the safetensors
+library, and by hand for what its writers cannot make) and each device kind's payloads.
 """
 
 from __future__ import annotations
@@ -176,8 +177,8 @@ def weight_seeds(scratch: Path) -> dict[str, bytes]:
 
 # ---- the seeds of fuzz_tools.c ------------------------------------------------------------------
 
-# Its selectors: 0 a whole file, 1 a blob, then one per built-in kind (a payload for its
-# preflight head parser).
+# Its selectors: 0 a whole file, 1 a blob, 2 a safetensors file, 3 a GGUF file, then one per
+# built-in kind (a payload for its preflight head parser).
 TOOLS_SELECTOR = {"file": 0, "blob": 1, "safetensors": 2, "gguf": 3,
                   **{kind: 4 + i for i, kind in enumerate(builtin_kinds())}}
 
@@ -222,9 +223,49 @@ def tools_seeds(scratch: Path) -> dict[str, bytes]:
         if module.type_key in ("cuda", "opencl", "vulkan", "rocm"):
             seeds[f"head-{name}"] = (bytes([TOOLS_SELECTOR[module.type_key]]) +
                                      module.save_to_binary())
+    for name, data in safetensors_files(scratch).items():
+        seeds[f"safetensors-{name}"] = bytes([TOOLS_SELECTOR["safetensors"]]) + data
     for name, data in gguf_files(scratch).items():
         seeds[f"gguf-{name}"] = bytes([TOOLS_SELECTOR["gguf"]]) + data
     return seeds
+
+
+def safetensors_files(scratch: Path) -> dict[str, bytes]:
+    """Small safetensors files: written by the safetensors library (every dtype its numpy
+    writer takes, bfloat16 and float8 from ml_dtypes, metadata; packed float4), and by hand
+    what its writers cannot make (float6, tensors out of the order of their offsets, empty
+    tensors sharing an offset, escaped names, null metadata)."""
+    import json
+    import struct
+
+    import ml_dtypes
+    from safetensors import TensorSpec, serialize_file
+    from safetensors.numpy import save_file
+
+    arrays: dict[str, np.ndarray] = {
+        name: np.arange(3).astype(name) for name in
+        ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
+         "float16", "float32", "float64", "complex64")}
+    for name in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                 "float8_e5m2fnuz", "float8_e8m0fnu"):
+        arrays[name] = np.ones((2, 2), dtype=np.float32).astype(getattr(ml_dtypes, name))
+    arrays["scalar"] = np.array(1.5, dtype=np.float32)
+    arrays["empty"] = np.zeros((0, 3), dtype=np.int32)
+    save_file(arrays, scratch / "every.safetensors", metadata={"format": "np", "k\"ey": "v\n"})
+    packed = np.arange(4, dtype=np.uint8).reshape(2, 2)
+    serialize_file({"w": TensorSpec(dtype="float4_e2m1fn_x2", shape=[2, 2],
+                                    data_ptr=packed.ctypes.data, data_len=packed.nbytes)},
+                   scratch / "fp4.safetensors")
+    header = {"z\u00e9\U0001F600": {"dtype": "F6_E3M2", "shape": [1, 4], "data_offsets": [2, 5]},
+              "a": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]},
+              "e": {"dtype": "F4", "shape": [0, 2], "data_offsets": [5, 5]},
+              "f": {"dtype": "U8", "shape": [0], "data_offsets": [5, 5]},
+              "__metadata__": None}
+    text = json.dumps(header).encode()  # ASCII: the names' characters as \u escapes
+    text += b" " * (-len(text) % 8)
+    crafted = struct.pack("<Q", len(text)) + text + bytes(range(5))
+    return {"every": (scratch / "every.safetensors").read_bytes(),
+            "fp4": (scratch / "fp4.safetensors").read_bytes(), "crafted": crafted}
 
 
 def gguf_files(scratch: Path) -> dict[str, bytes]:
