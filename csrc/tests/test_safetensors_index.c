@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/bytes.h"
 #include "weights/foreign_index.h"
 
 static int failures = 0;
@@ -199,6 +200,15 @@ static void refusals(void) {
   snprintf(json, sizeof json, "{%s}", tensor("w", "F3", "[1]", 0, 1));
   refused("an unknown dtype", json, 1, MP_ERR_INCOMPATIBLE, "tensor 'w' is of dtype 'F3'",
           "BF16");
+  /* A long dtype is shown cut between characters: the message stays UTF-8. */
+  char long_type[128] = "";
+  for (int i = 0; i < 30; ++i) strcat(long_type, "\xc3\xa9");
+  snprintf(json, sizeof json, "{%s}", tensor("w", long_type, "[1]", 0, 1));
+  refused("a long dtype of 2-byte characters", json, 1, MP_ERR_INCOMPATIBLE,
+          "dtype '\xc3\xa9\xc3\xa9", "\xc3\xa9...'");
+  CHECK(mp_utf8_invalid_at((const uint8_t*)mp_error_message(), strlen(mp_error_message())) ==
+            strlen(mp_error_message()),
+        "the message is not UTF-8: %s", mp_error_message());
   snprintf(json, sizeof json, "{%s}", tensor("w", "f32", "[1]", 0, 4));
   refused("a dtype in lower case", json, 4, MP_ERR_INCOMPATIBLE, "dtype 'f32'", NULL);
   snprintf(json, sizeof json, "{%s}",

@@ -134,15 +134,15 @@ typedef struct {
   bool meta_seen;
 } parse_t;
 
-/* |name| for a message: as is, or its first SHOWN_NAME bytes (cut between characters) and
- * "...". */
+/* |name| for a message: as is, or cut between characters to what |capacity| holds (at most
+ * SHOWN_NAME bytes) and "...". */
 static const char* shown(const char* name, char* buffer, size_t capacity) {
-  size_t n = strlen(name);
-  if (n <= SHOWN_NAME || capacity < SHOWN_NAME + 4) {
-    snprintf(buffer, capacity, "%s", name);
+  size_t n = strlen(name), room = capacity > SHOWN_NAME + 4 ? SHOWN_NAME : capacity - 4;
+  if (n < capacity && n <= SHOWN_NAME) {
+    memcpy(buffer, name, n + 1);
     return buffer;
   }
-  n = SHOWN_NAME;
+  n = room;
   while (n > 0 && ((uint8_t)name[n] & 0xC0) == 0x80) --n; /* not inside a character */
   snprintf(buffer, capacity, "%.*s...", (int)n, name);
   return buffer;
