@@ -324,8 +324,17 @@ MP_API mp_status_t mp_module_swap_weights(mp_module_t* module, const char* file_
 typedef struct mp_weight_file mp_weight_file_t;
 MP_API mp_status_t mp_weights_current(mp_module_t* module, mp_weight_file_t** out_file);
 MP_API void mp_weight_file_release(mp_weight_file_t* file);
+/* A weights module may read several files (the shards of one model, each array in one of
+ * them): how many (0 for a module that is not a loaded weights module), the file array
+ * |index| is in (UINT64_MAX when there is no such array), and one version of file
+ * |file_index| (mp_weights_current is file 0's). */
+MP_API uint64_t mp_weights_file_count(mp_module_t* module);
+MP_API uint64_t mp_weights_array_file(mp_module_t* module, uint64_t index);
+MP_API mp_status_t mp_weights_current_file(mp_module_t* module, uint64_t file_index,
+                                           mp_weight_file_t** out_file);
 /* Array |index| (< mp_module_array_count) of the weights module |module| as |file| (from
- * mp_weights_current on it) holds it; verified on first use when the tree asked for that. */
+ * mp_weights_current_file on the file it is in) holds it; verified on first use when the tree
+ * asked for that. */
 MP_API mp_status_t mp_weights_array_in(mp_module_t* module, mp_weight_file_t* file, uint64_t index,
                                        const char** out_name, const DLTensor** out_array);
 

@@ -31,6 +31,9 @@ static inline uint32_t mp_load_le32(const uint8_t* p) {
 static inline uint64_t mp_load_le64(const uint8_t* p) {
   return (uint64_t)mp_load_le32(p) | ((uint64_t)mp_load_le32(p + 4) << 32);
 }
+static inline void mp_store_le64(uint8_t* p, uint64_t value) {
+  for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(value >> (8 * i));
+}
 
 /* ---- a bounds-checked cursor over payload bytes ---- */
 typedef struct {

@@ -67,16 +67,21 @@ static mp_status_t check_file(mp_weight_file_t* file, const mp_load_settings_t* 
   return mp_weight_file_check(file, checks);
 }
 
-/* |file| is the file the library at |library_path| recorded as |file_name| with |digest|,
- * handing out |specs|: refused otherwise, naming the first array that differs, else saying the
- * contents do. */
-static mp_status_t check_recorded(mp_weight_file_t* file, const uint8_t digest[32],
-                                  const mp_array_spec_t* specs, uint64_t count,
-                                  const char* file_name, const char* library_path,
-                                  bool signed_load) {
+/* |file| is the file the library at |library_path| recorded as |ref| says, handing out its
+ * specs: refused otherwise, naming the first array that differs, else saying the contents
+ * do. */
+static mp_status_t check_recorded(mp_weight_file_t* file, const mp_weights_reference_t* ref,
+                                  const char* library_path, bool signed_load) {
   char what[600];
   snprintf(what, sizeof what, "'%s' (which was exported with it)", library_path);
-  MP_RETURN_IF_ERROR(mp_weight_file_match(file, specs, count, false, what));
+  MP_RETURN_IF_ERROR(mp_weight_file_match(file, ref->specs, ref->count, false, what));
+  const uint8_t* digest = ref->digest;
+  const char* file_name = ref->file_name;
+  if (!mp_weight_file_records_match(file, ref->records_digest))
+    return mp_errorf(signed_load ? MP_ERR_UNTRUSTED : MP_ERR_MISMATCH,
+                     "'%s' is read by several weights modules of '%s' that recorded different "
+                     "checksums or digests of its arrays: export the tree again",
+                     mp_weight_file_path(file), library_path);
   if (memcmp(mp_weight_file_digest(file), digest, 32) == 0) return MP_OK;
   char have[17], want[17];
   hex8(mp_weight_file_digest(file), have);
@@ -89,18 +94,19 @@ static mp_status_t check_recorded(mp_weight_file_t* file, const uint8_t digest[3
                    mp_weight_file_path(file), library_path, have, file_name, want);
 }
 
-mp_status_t mp_weights_open_checked(const char* path, const char* file_name,
-                                    const uint8_t* digest, const mp_array_spec_t* specs,
-                                    uint64_t count, const char* library_path,
+mp_status_t mp_weights_open_checked(const char* path, const mp_weights_reference_t* ref,
+                                    const char* library_path,
                                     const mp_load_settings_t* settings,
                                     mp_weight_file_t** out_file) {
   *out_file = NULL;
   mp_weight_file_t* file;
-  MP_RETURN_IF_ERROR(mp_weight_file_open(path, &file));
-  mp_status_t status = digest ? check_recorded(file, digest, specs, count, file_name,
-                                               library_path, settings->num_keys > 0)
-                              : MP_OK;
-  if (status == MP_OK) status = check_file(file, settings, digest != NULL);
+  MP_RETURN_IF_ERROR(ref->records_digest
+                         ? mp_weight_file_open_recorded(path, ref->records, ref->record_count,
+                                                        ref->records_digest, &file)
+                         : mp_weight_file_open(path, &file));
+  mp_status_t status =
+      ref->digest ? check_recorded(file, ref, library_path, settings->num_keys > 0) : MP_OK;
+  if (status == MP_OK) status = check_file(file, settings, ref->digest != NULL);
   if (status != MP_OK) {
     mp_weight_file_release(file);
     return status;
@@ -143,12 +149,11 @@ static mp_status_t copy_settings(const mp_load_settings_t* from, mp_load_setting
   return mp_load_settings_copy(&options, 0, to); /* the locations are not needed later */
 }
 
-mp_status_t mp_weights_binding_get(mp_library_t* library, const char* file_name,
-                                   const uint8_t* digest, const mp_array_spec_t* specs,
-                                   uint64_t count, const char* path,
-                                   const mp_load_settings_t* settings,
+mp_status_t mp_weights_binding_get(mp_library_t* library, const mp_weights_reference_t* ref,
+                                   const char* path, const mp_load_settings_t* settings,
                                    mp_weights_binding_t** out_binding) {
   *out_binding = NULL;
+  const char* file_name = ref->file_name;
   if (library) {
     for (mp_weights_binding_t* b = *mp_library_weight_bindings(library); b; b = b->next) {
       if (strcmp(b->file_name, file_name) != 0) continue;
@@ -157,8 +162,8 @@ mp_status_t mp_weights_binding_get(mp_library_t* library, const char* file_name,
       }
       if (count == 0) continue; /* going */
       /* Another module of the tree refers to the same file: it must be the same file. */
-      mp_status_t status = check_recorded(b->current, digest, specs, count, file_name,
-                                          mp_library_path(library), settings->num_keys > 0);
+      mp_status_t status =
+          check_recorded(b->current, ref, mp_library_path(library), settings->num_keys > 0);
       if (status != MP_OK) {
         mp_weights_binding_release(b);
         return status;
@@ -168,9 +173,8 @@ mp_status_t mp_weights_binding_get(mp_library_t* library, const char* file_name,
     }
   }
   mp_weight_file_t* file;
-  MP_RETURN_IF_ERROR(mp_weights_open_checked(path, file_name, digest, specs, count,
-                                             library ? mp_library_path(library) : path, settings,
-                                             &file));
+  MP_RETURN_IF_ERROR(mp_weights_open_checked(path, ref, library ? mp_library_path(library) : path,
+                                             settings, &file));
   mp_status_t status = MP_OK;
   mp_weights_binding_t* b = calloc(1, sizeof *b);
   if (!b || !(b->file_name = strdup(file_name))) status = mp_out_of_memory("a weight binding");

@@ -18,27 +18,38 @@
 
 typedef struct mp_weights_binding mp_weights_binding_t;
 
-/* The binding of |library| for the weight file it records as |file_name| with content digest
- * |digest|, from which a module hands out the |count| arrays |specs| (a new reference): the
+/* What a library records of one weight file it refers to (modpack/kinds/weights.h). */
+typedef struct {
+  const char* file_name;
+  /* Its content digest (modpack's format) or the SHA-256 of its header (another format);
+   * NULL for a weight file loaded on its own, which no library vouches for. */
+  const uint8_t* digest;
+  const mp_array_spec_t* specs; /* the arrays a module reads from it */
+  uint64_t count;
+  /* A file in another format: what was recorded of its arrays, which it does not carry, and
+   * the digest of those records (NULL: none). */
+  const mp_weight_record_t* records;
+  uint64_t record_count;
+  const uint8_t* records_digest;
+} mp_weights_reference_t;
+
+/* The binding of |library| for the weight file |ref| describes (a new reference): the
  * library's existing one, or a new one over the file at |path|, opened and checked as
  * |settings| say. Another file is refused naming the first difference. |library| NULL: a
- * weight file loaded on its own (then |digest| is NULL, and with trusted keys the file's own
- * signature must hold). Caller holds the library lock. */
-mp_status_t mp_weights_binding_get(mp_library_t* library, const char* file_name,
-                                   const uint8_t* digest, const mp_array_spec_t* specs,
-                                   uint64_t count, const char* path,
-                                   const mp_load_settings_t* settings,
+ * weight file loaded on its own (then |ref|'s digest is NULL, and with trusted keys the file's
+ * own signature must hold). Caller holds the library lock. */
+mp_status_t mp_weights_binding_get(mp_library_t* library, const mp_weights_reference_t* ref,
+                                   const char* path, const mp_load_settings_t* settings,
                                    mp_weights_binding_t** out_binding);
 void mp_weights_binding_release(mp_weights_binding_t* binding);
 
-/* The weight file at |path| opened (mp_weight_file_open) and checked as a binding needs it:
- * the file the library at |library_path| recorded as |file_name| with |digest| (NULL: a file
- * on its own) and handing out |specs|, refused otherwise naming the first difference; checked
- * as |settings| say (checksums; for a signed load, digests, and the file's own signature when
- * no signed library vouches for its digest). A new reference. */
-mp_status_t mp_weights_open_checked(const char* path, const char* file_name,
-                                    const uint8_t* digest, const mp_array_spec_t* specs,
-                                    uint64_t count, const char* library_path,
+/* The weight file at |path| opened (mp_weight_file_open, or with |ref|'s records) and checked
+ * as a binding needs it: the file the library at |library_path| recorded as |ref| says,
+ * refused otherwise naming the first difference; checked as |settings| say (checksums; for a
+ * signed load, digests, and the file's own signature when no signed library vouches for its
+ * digest). A new reference. */
+mp_status_t mp_weights_open_checked(const char* path, const mp_weights_reference_t* ref,
+                                    const char* library_path,
                                     const mp_load_settings_t* settings,
                                     mp_weight_file_t** out_file);
 

@@ -1,12 +1,14 @@
-/* The "weights" kind: a module whose arrays are those of a weight file (modpack/weights.h).
+/* The "weights" kind: a module whose arrays are those of weight files (modpack/weights.h, or
+ * safetensors and GGUF files read in place: weights/foreign_index.h).
  *
- * In a library, its payload (modpack/kinds/weights.h) is a reference: the file's name, its
- * content digest and the arrays the module hands out, with the dtypes and shapes the library
- * was exported with. The loader finds the file (beside the library, or where the load says),
- * refuses another file naming the first difference, and binds the module to it
- * (load/weights_binding.h), so that its weights can be swapped. It lives in the load layer,
- * not with the other kinds, because it needs how the library is being loaded (where weight
- * files are, trusted keys) and the library's other weight modules.
+ * In a library, its payload (modpack/kinds/weights.h, parsed by load/weights_reference.c) is a
+ * reference: each file's name and digest, and the arrays the module hands out, with the dtypes
+ * and shapes the library was exported with (and, for a file in another format, their recorded
+ * checksums and digests). The loader finds each file (beside the library, or where the load
+ * says), refuses another file naming the first difference, and binds the module to it
+ * (load/weights_binding.h), so that its weights can be swapped file by file. It lives in the
+ * load layer, not with the other kinds, because it needs how the library is being loaded
+ * (where weight files are, trusted keys) and the library's other weight modules.
  *
  * On its own (mp_weights_load), the same module hands out every array of one file. */
 #ifndef _GNU_SOURCE
@@ -28,81 +30,88 @@
 #include "load/library.h"
 #include "load/weights_binding.h"
 #include "load/weights_kind.h"
+#include "load/weights_reference.h"
 #include "modpack/kinds/weights.h"
 
-#define HEADER_FIELD(field) offsetof(mp_weights_ref_header_v1_t, field)
-#define RECORD_FIELD(field) offsetof(mp_weights_ref_record_v1_t, field)
-
 typedef struct {
-  char* name;
-  DLDataType dtype; /* as the library was exported with */
-  int32_t ndim;
-  int64_t shape[MP_WEIGHTS_MAX_NDIM];
-} expected_array_t;
-
-typedef struct {
-  char* file_name;
-  uint8_t digest[32];
-  bool has_digest; /* false for a file loaded on its own */
-  uint64_t count;
-  expected_array_t* arrays; /* the arrays the module hands out, in order */
-  uint64_t* by_name;        /* their indices sorted by name */
-  mp_weights_binding_t* binding; /* NULL for a reference read on its own (tools) */
+  mp_weights_ref_t ref;             /* the files and the arrays handed out */
+  bool has_digest;                  /* false for a file loaded on its own */
+  mp_weights_binding_t** bindings;  /* one per file; NULL for a reference read on its own */
 } weights_module_t;
 
 static void destroy(void* impl) {
   weights_module_t* m = impl;
-  for (uint64_t i = 0; m->arrays && i < m->count; ++i) free(m->arrays[i].name);
-  free(m->arrays);
-  free(m->by_name);
-  free(m->file_name);
-  mp_weights_binding_release(m->binding);
+  for (uint64_t f = 0; m->bindings && f < m->ref.file_count; ++f)
+    mp_weights_binding_release(m->bindings[f]);
+  free(m->bindings);
+  mp_weights_ref_free(&m->ref);
   free(m);
+}
+
+static const char* format_name(mp_weights_format_t format) {
+  return format == MP_WEIGHTS_FORMAT_SAFETENSORS ? "safetensors"
+         : format == MP_WEIGHTS_FORMAT_GGUF      ? "gguf"
+                                                 : "modpack";
 }
 
 /* ---- arrays ----------------------------------------------------------------------------- */
 
 static uint64_t array_count(mp_module_t* self) {
   weights_module_t* m = mp_module_impl(self);
-  return m->binding ? m->count : 0;
+  return m->bindings ? m->ref.count : 0;
 }
 
-/* Array |index| of the module in |file|. */
+/* Array |index| of the module in |file| (a version of the file the array is in). */
 static mp_status_t array_in(weights_module_t* m, mp_weight_file_t* file, uint64_t index,
                             const DLTensor** out_array) {
-  uint64_t at = mp_weight_file_find(file, m->arrays[index].name);
-  if (at == UINT64_MAX) /* swaps keep the names: not reachable unless the runtime is wrong */
-    return mp_errorf(MP_ERR_INTERNAL, "array '%s' vanished from '%s'", m->arrays[index].name,
-                     mp_weight_file_path(file));
-  return mp_weights_binding_array(m->binding, file, at, out_array);
+  const mp_weights_ref_array_t* a = &m->ref.arrays[index];
+  uint64_t at = mp_weight_file_find(file, a->name);
+  if (at == UINT64_MAX)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array '%s' is read from '%s', not from '%s'",
+                     a->name, m->ref.files[a->file].name, mp_weight_file_path(file));
+  return mp_weights_binding_array(m->bindings[a->file], file, at, out_array);
+}
+
+/* Array |index| as the caller reads it: from the version of its file the call keeps. */
+static mp_status_t array_now(weights_module_t* m, uint64_t index, const DLTensor** out_array) {
+  mp_weight_file_t* file;
+  MP_RETURN_IF_ERROR(mp_weights_binding_file(m->bindings[m->ref.arrays[index].file], &file));
+  return array_in(m, file, index, out_array);
 }
 
 static mp_status_t array_at(mp_module_t* self, uint64_t index, const char** out_name,
                             const DLTensor** out_array) {
   weights_module_t* m = mp_module_impl(self);
-  *out_name = m->arrays[index].name;
-  mp_weight_file_t* file;
-  MP_RETURN_IF_ERROR(mp_weights_binding_file(m->binding, &file));
-  return array_in(m, file, index, out_array);
+  *out_name = m->ref.arrays[index].name;
+  return array_now(m, index, out_array);
 }
 
 static mp_status_t find_array(mp_module_t* self, const char* name, const DLTensor** out_array) {
   weights_module_t* m = mp_module_impl(self);
   *out_array = NULL;
-  if (!m->binding) return MP_OK;
-  uint64_t low = 0, high = m->count;
-  while (low < high) {
-    uint64_t mid = low + (high - low) / 2;
-    int order = strcmp(m->arrays[m->by_name[mid]].name, name);
-    if (order == 0) {
-      mp_weight_file_t* file;
-      MP_RETURN_IF_ERROR(mp_weights_binding_file(m->binding, &file));
-      return array_in(m, file, m->by_name[mid], out_array);
-    }
-    if (order < 0) low = mid + 1;
-    else high = mid;
+  if (!m->bindings) return MP_OK;
+  uint64_t index = mp_weights_ref_find(&m->ref, name);
+  return index == UINT64_MAX ? MP_OK : array_now(m, index, out_array);
+}
+
+static void hex(mp_json_t* j, const uint8_t* bytes, size_t n) {
+  for (size_t i = 0; i < n; ++i) mp_json_printf(j, "%02x", bytes[i]);
+}
+
+/* The description of the file |f| now bound, or nothing. */
+static void describe_bound(mp_json_t* j, const weights_module_t* m, uint64_t f) {
+  if (!m->bindings) return;
+  mp_weight_file_t* file = mp_weights_binding_current(m->bindings[f]);
+  mp_json_printf(j, ", \"weight_file\": ");
+  uint64_t length = 0;
+  mp_weight_file_describe(file, NULL, 0, &length);
+  char* text = malloc(length + 1);
+  if (text) {
+    mp_weight_file_describe(file, text, length + 1, NULL);
+    mp_json_printf(j, "%s", text);
+    free(text);
   }
-  return MP_OK;
+  mp_weight_file_release(file);
 }
 
 static mp_status_t describe(mp_module_t* self, char* buffer, uint64_t capacity,
@@ -110,29 +119,32 @@ static mp_status_t describe(mp_module_t* self, char* buffer, uint64_t capacity,
   weights_module_t* m = mp_module_impl(self);
   mp_json_t j = {buffer, capacity, 0};
   if (buffer && capacity) buffer[0] = '\0';
+  /* The first file as "file" (and "digest", "weight_file"), as tools read a module of one. */
   mp_json_printf(&j, "\"file\": ");
-  mp_json_string(&j, m->file_name);
+  mp_json_string(&j, m->ref.files[0].name);
   if (m->has_digest) {
     mp_json_printf(&j, ", \"digest\": \"sha256:");
-    for (int i = 0; i < 32; ++i) mp_json_printf(&j, "%02x", m->digest[i]);
+    hex(&j, m->ref.files[0].digest, 32);
     mp_json_printf(&j, "\"");
   }
-  if (m->binding) {
-    mp_weight_file_t* file = mp_weights_binding_current(m->binding);
-    mp_json_printf(&j, ", \"weight_file\": ");
-    uint64_t length = 0;
-    mp_weight_file_describe(file, NULL, 0, &length);
-    char* text = malloc(length + 1);
-    if (text) {
-      mp_weight_file_describe(file, text, length + 1, NULL);
-      mp_json_printf(&j, "%s", text);
-      free(text);
+  mp_json_printf(&j, ", \"format\": \"%s\"", format_name(m->ref.files[0].format));
+  describe_bound(&j, m, 0);
+  mp_json_printf(&j, ", \"files\": [");
+  for (uint64_t f = 0; f < m->ref.file_count; ++f) {
+    mp_json_printf(&j, "%s{\"file\": ", f ? ", " : "");
+    mp_json_string(&j, m->ref.files[f].name);
+    mp_json_printf(&j, ", \"format\": \"%s\"", format_name(m->ref.files[f].format));
+    if (m->has_digest) {
+      mp_json_printf(&j, ", \"digest\": \"sha256:");
+      hex(&j, m->ref.files[f].digest, 32);
+      mp_json_printf(&j, "\"");
     }
-    mp_weight_file_release(file);
+    if (f > 0) describe_bound(&j, m, f);
+    mp_json_printf(&j, "}");
   }
-  mp_json_printf(&j, ", \"arrays\": [");
-  for (uint64_t i = 0; i < m->count; ++i) {
-    const expected_array_t* a = &m->arrays[i];
+  mp_json_printf(&j, "], \"arrays\": [");
+  for (uint64_t i = 0; i < m->ref.count; ++i) {
+    const mp_weights_ref_array_t* a = &m->ref.arrays[i];
     char dtype[32];
     mp_json_printf(&j, "%s{\"name\": ", i ? ", " : "");
     mp_json_string(&j, a->name);
@@ -140,7 +152,9 @@ static mp_status_t describe(mp_module_t* self, char* buffer, uint64_t capacity,
                    mp_dtype_string(a->dtype, dtype, sizeof dtype));
     for (int32_t d = 0; d < a->ndim; ++d)
       mp_json_printf(&j, "%s%" PRId64, d ? ", " : "", a->shape[d]);
-    mp_json_printf(&j, "]}");
+    mp_json_printf(&j, "]");
+    if (m->ref.file_count > 1) mp_json_printf(&j, ", \"file\": %u", a->file);
+    mp_json_printf(&j, "}");
   }
   mp_json_printf(&j, "]");
   if (out_length) *out_length = j.length;
@@ -154,106 +168,7 @@ static const mp_module_vtable_t vtable = {
     .describe = describe,
 };
 
-static int by_name(const void* a, const void* b, void* module) {
-  const weights_module_t* m = module;
-  return strcmp(m->arrays[*(const uint64_t*)a].name, m->arrays[*(const uint64_t*)b].name);
-}
-
-/* Sort the names for lookups; refuse two arrays of one name. */
-static mp_status_t index_names(weights_module_t* m) {
-  m->by_name = malloc((m->count ? m->count : 1) * sizeof *m->by_name);
-  if (!m->by_name) return mp_out_of_memory("a weights module");
-  for (uint64_t i = 0; i < m->count; ++i) m->by_name[i] = i;
-  qsort_r(m->by_name, m->count, sizeof *m->by_name, by_name, m);
-  for (uint64_t i = 1; i < m->count; ++i)
-    if (strcmp(m->arrays[m->by_name[i - 1]].name, m->arrays[m->by_name[i]].name) == 0)
-      return mp_errorf(MP_ERR_FORMAT, "weights payload: two arrays are named '%s'",
-                       m->arrays[m->by_name[i]].name);
-  return MP_OK;
-}
-
-/* ---- the reference payload ---------------------------------------------------------------- */
-
-/* A string of the payload: |size| bytes at |offset|, in bounds, UTF-8 without NUL. */
-static char* payload_string(mp_const_byte_span_t p, uint64_t offset, uint64_t size) {
-  if (size == 0 || !mp_in_bounds(offset, size, p.size) || memchr(p.data + offset, 0, size) ||
-      mp_utf8_invalid_at(p.data + offset, size) < size)
-    return NULL;
-  char* s = malloc(size + 1);
-  if (s) {
-    memcpy(s, p.data + offset, size);
-    s[size] = '\0';
-  }
-  return s;
-}
-
-static mp_status_t parse_record(mp_const_byte_span_t p, uint64_t i, expected_array_t* a) {
-  const uint8_t* r = p.data + sizeof(mp_weights_ref_header_v1_t) + i * 32;
-  uint32_t name_size = mp_load_le32(r + RECORD_FIELD(name_size));
-  uint32_t ndim = mp_load_le32(r + RECORD_FIELD(ndim));
-  uint64_t shape_offset = mp_load_le64(r + RECORD_FIELD(shape_offset));
-  a->dtype = (DLDataType){r[RECORD_FIELD(dtype_code)], r[RECORD_FIELD(dtype_bits)],
-                          mp_load_le16(r + RECORD_FIELD(dtype_lanes))};
-  if (mp_load_le32(r + RECORD_FIELD(reserved)) != 0 || name_size > MP_WEIGHTS_MAX_NAME ||
-      ndim > MP_WEIGHTS_MAX_NDIM || !mp_in_bounds(shape_offset, (uint64_t)ndim * 8, p.size) ||
-      !mp_dtype_is_valid(a->dtype))
-    return mp_errorf(MP_ERR_FORMAT, "weights payload: array record %" PRIu64 " is malformed", i);
-  a->ndim = (int32_t)ndim;
-  for (uint32_t d = 0; d < ndim; ++d) {
-    uint64_t extent = mp_load_le64(p.data + shape_offset + 8 * d);
-    if (extent > (uint64_t)INT64_MAX)
-      return mp_errorf(MP_ERR_FORMAT,
-                       "weights payload: array record %" PRIu64 " has a shape that overflows", i);
-    a->shape[d] = (int64_t)extent;
-  }
-  /* Last: a record is owned by the module (and freed with it) once it has its name. */
-  a->name = payload_string(p, mp_load_le64(r + RECORD_FIELD(name_offset)), name_size);
-  if (!a->name)
-    return mp_errorf(MP_ERR_FORMAT,
-                     "weights payload: array record %" PRIu64 "'s name is out of bounds or not "
-                     "UTF-8",
-                     i);
-  return MP_OK;
-}
-
-static mp_status_t parse_reference(mp_const_byte_span_t p, weights_module_t* m) {
-  if (p.size < sizeof(mp_weights_ref_header_v1_t))
-    return mp_errorf(MP_ERR_FORMAT, "weights payload of %" PRIu64 " bytes is shorter than its "
-                     "header", p.size);
-  uint32_t version = mp_load_le32(p.data + HEADER_FIELD(version));
-  if (version != MP_WEIGHTS_REF_VERSION)
-    return mp_errorf(MP_ERR_INCOMPATIBLE,
-                     "weights payload version %u is not supported (this runtime reads %d): "
-                     "upgrade modpack",
-                     version, MP_WEIGHTS_REF_VERSION);
-  if (mp_load_le32(p.data + HEADER_FIELD(reserved)) != 0 ||
-      mp_load_le32(p.data + HEADER_FIELD(reserved2)) != 0)
-    return mp_errorf(MP_ERR_FORMAT, "weights payload: reserved header fields are not 0");
-  memcpy(m->digest, p.data + HEADER_FIELD(digest), 32);
-  m->has_digest = true;
-  uint32_t name_size = mp_load_le32(p.data + HEADER_FIELD(file_name_size));
-  m->file_name = name_size <= MP_WEIGHTS_REF_MAX_FILE_NAME
-                     ? payload_string(p, mp_load_le64(p.data + HEADER_FIELD(file_name_offset)),
-                                      name_size)
-                     : NULL;
-  if (!m->file_name || strchr(m->file_name, '/') || strcmp(m->file_name, ".") == 0 ||
-      strcmp(m->file_name, "..") == 0)
-    return mp_errorf(MP_ERR_FORMAT,
-                     "weights payload: the weight file's name is not a file name of 1 to %d "
-                     "bytes",
-                     MP_WEIGHTS_REF_MAX_FILE_NAME);
-  uint64_t count = mp_load_le64(p.data + HEADER_FIELD(array_count));
-  if (count > (p.size - sizeof(mp_weights_ref_header_v1_t)) / sizeof(mp_weights_ref_record_v1_t))
-    return mp_errorf(MP_ERR_FORMAT, "weights payload: %" PRIu64 " array records do not fit in %"
-                     PRIu64 " bytes", count, p.size);
-  m->arrays = calloc(count ? count : 1, sizeof *m->arrays);
-  if (!m->arrays) return mp_out_of_memory("a weights module");
-  for (; m->count < count; ++m->count)
-    MP_RETURN_IF_ERROR(parse_record(p, m->count, &m->arrays[m->count]));
-  return index_names(m);
-}
-
-/* ---- binding a reference to its file ---------------------------------------------------- */
+/* ---- binding a reference to its files --------------------------------------------------- */
 
 /* Where the weight file |file_name| that the library at |library_path| records is: where the
  * load says, else beside the library. *out_nameless: the load gave it without a name. */
@@ -304,27 +219,42 @@ static mp_status_t check_one_file(mp_library_t* library, const char* file_name) 
                    mp_library_path(library), other, file_name, file_name);
 }
 
-/* The arrays the module hands out, as specs (the strings and shapes stay the module's). */
-static mp_array_spec_t* specs_of(const weights_module_t* m) {
-  mp_array_spec_t* specs = calloc(m->count ? m->count : 1, sizeof *specs);
-  for (uint64_t i = 0; specs && i < m->count; ++i)
-    specs[i] = (mp_array_spec_t){m->arrays[i].name, m->arrays[i].dtype, m->arrays[i].ndim,
-                                 m->arrays[i].shape};
-  return specs;
+/* What the reference says of file |f| for a binding, in |specs| and |records| (allocated here,
+ * freed with free). */
+static mp_status_t reference_of(const mp_weights_ref_t* ref, uint64_t f,
+                                mp_array_spec_t** specs, mp_weight_record_t** records,
+                                mp_weights_reference_t* out) {
+  *specs = calloc(ref->count ? ref->count : 1, sizeof **specs);
+  *records = calloc(ref->count ? ref->count : 1, sizeof **records);
+  if (!*specs || !*records) return mp_out_of_memory("a weights module");
+  mp_weights_ref_of_file(ref, f, *specs, *records, out);
+  return MP_OK;
+}
+
+static mp_status_t bind_file(mp_library_t* library, weights_module_t* m, uint64_t f) {
+  const char* name = m->ref.files[f].name;
+  char path[PATH_MAX];
+  bool nameless;
+  MP_RETURN_IF_ERROR(locate(mp_library_path(library), mp_library_settings(library), name, path,
+                            sizeof path, &nameless));
+  if (nameless) MP_RETURN_IF_ERROR(check_one_file(library, name));
+  mp_array_spec_t* specs = NULL;
+  mp_weight_record_t* records = NULL;
+  mp_weights_reference_t reference;
+  mp_status_t status = reference_of(&m->ref, f, &specs, &records, &reference);
+  if (status == MP_OK)
+    status = mp_weights_binding_get(library, &reference, path, mp_library_settings(library),
+                                    &m->bindings[f]);
+  free(specs);
+  free(records);
+  return not_found(status, mp_library_path(library), name, path);
 }
 
 static mp_status_t bind(mp_library_t* library, weights_module_t* m) {
-  char path[PATH_MAX];
-  bool nameless;
-  MP_RETURN_IF_ERROR(locate(mp_library_path(library), mp_library_settings(library),
-                            m->file_name, path, sizeof path, &nameless));
-  if (nameless) MP_RETURN_IF_ERROR(check_one_file(library, m->file_name));
-  mp_array_spec_t* specs = specs_of(m);
-  if (!specs) return mp_out_of_memory("a weights module");
-  mp_status_t status = mp_weights_binding_get(library, m->file_name, m->digest, specs, m->count,
-                                              path, mp_library_settings(library), &m->binding);
-  free(specs);
-  return not_found(status, mp_library_path(library), m->file_name, path);
+  m->bindings = calloc(m->ref.file_count, sizeof *m->bindings);
+  if (!m->bindings) return mp_out_of_memory("a weights module");
+  for (uint64_t f = 0; f < m->ref.file_count; ++f) MP_RETURN_IF_ERROR(bind_file(library, m, f));
+  return MP_OK;
 }
 
 static mp_status_t make_module(weights_module_t* m, mp_module_t** out_module) {
@@ -338,7 +268,8 @@ static mp_status_t load_reference(void* user_data, const mp_loader_args_t* args,
   (void)user_data;
   weights_module_t* m = calloc(1, sizeof *m);
   if (!m) return mp_out_of_memory("a weights module");
-  mp_status_t status = parse_reference(args->payload, m);
+  m->has_digest = true;
+  mp_status_t status = mp_weights_ref_parse(args->payload, &m->ref);
   if (status == MP_OK && args->library) status = bind(args->library, m);
   if (status != MP_OK) {
     destroy(m);
@@ -367,75 +298,111 @@ void mp_weight_files_release(mp_weight_files_t* held) {
   held->count = 0;
 }
 
-static mp_status_t precheck_entry(mp_const_byte_span_t payload, const char* library_path,
+/* The names of the weight files a library's weights modules record, each once. */
+typedef struct {
+  char** names;
+  uint64_t count, capacity;
+} file_names_t;
+
+static void file_names_free(file_names_t* n) {
+  for (uint64_t i = 0; i < n->count; ++i) free(n->names[i]);
+  free(n->names);
+}
+
+/* Add |name| unless it is there; *out_known: it was. */
+static mp_status_t file_names_add(file_names_t* n, const char* name, bool* out_known) {
+  *out_known = false;
+  for (uint64_t i = 0; i < n->count && !*out_known; ++i)
+    *out_known = strcmp(n->names[i], name) == 0;
+  if (*out_known) return MP_OK;
+  if (n->count == n->capacity) {
+    uint64_t capacity = n->capacity ? 2 * n->capacity : 8;
+    char** grown = realloc(n->names, capacity * sizeof *grown);
+    if (!grown) return mp_out_of_memory("checking weight files");
+    n->names = grown, n->capacity = capacity;
+  }
+  if (!(n->names[n->count] = strdup(name))) return mp_out_of_memory("checking weight files");
+  ++n->count;
+  return MP_OK;
+}
+
+/* Each file of one weights entry of a library ahead of dlopen: found, opened, checked and held
+ * in |held|, so that the loader finds them so after dlopen. */
+static mp_status_t precheck_entry(const mp_weights_ref_t* ref, const char* library_path,
                                   const mp_load_settings_t* settings, mp_weight_files_t* held,
-                                  const char** names, uint64_t* name_count) {
-  weights_module_t* m = calloc(1, sizeof *m);
-  if (!m) return mp_out_of_memory("a weights module");
-  mp_status_t status = parse_reference(payload, m);
-  char path[PATH_MAX];
-  bool nameless = false;
-  if (status == MP_OK)
-    status = locate(library_path, settings, m->file_name, path, sizeof path, &nameless);
-  bool known = false;
-  for (uint64_t i = 0; status == MP_OK && i < *name_count && !known; ++i)
-    known = strcmp(names[i], m->file_name) == 0;
-  if (status == MP_OK && nameless && *name_count > 0 && !known)
-    status = mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                       "'%s' refers to several weight files ('%s', '%s', ...): give each one's "
-                       "path by its name (weights={'%s': PATH, ...}; C: "
-                       "mp_weights_location_t.file_name)",
-                       library_path, names[0], m->file_name, m->file_name);
-  mp_array_spec_t* specs = status == MP_OK ? specs_of(m) : NULL;
-  if (status == MP_OK && !specs) status = mp_out_of_memory("a weights module");
-  mp_weight_file_t* file = NULL;
-  if (status == MP_OK)
-    status = not_found(mp_weights_open_checked(path, m->file_name, m->digest, specs, m->count,
-                                               library_path, settings, &file),
-                       library_path, m->file_name, path);
-  free(specs);
-  if (status == MP_OK) status = hold(held, file);
-  if (status == MP_OK && !known) names[(*name_count)++] = strdup(m->file_name);
-  destroy(m);
+                                  file_names_t* names) {
+  mp_status_t status = MP_OK;
+  for (uint64_t f = 0; status == MP_OK && f < ref->file_count; ++f) {
+    const char* name = ref->files[f].name;
+    char path[PATH_MAX];
+    bool nameless = false, known = false;
+    status = locate(library_path, settings, name, path, sizeof path, &nameless);
+    uint64_t before = names->count;
+    if (status == MP_OK) status = file_names_add(names, name, &known);
+    if (status == MP_OK && nameless && before > 0 && !known)
+      status = mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                         "'%s' refers to several weight files ('%s', '%s', ...): give each one's "
+                         "path by its name (weights={'%s': PATH, ...}; C: "
+                         "mp_weights_location_t.file_name)",
+                         library_path, names->names[0], name, name);
+    mp_array_spec_t* specs = NULL;
+    mp_weight_record_t* records = NULL;
+    mp_weights_reference_t reference;
+    if (status == MP_OK) status = reference_of(ref, f, &specs, &records, &reference);
+    mp_weight_file_t* file = NULL;
+    if (status == MP_OK)
+      status = not_found(mp_weights_open_checked(path, &reference, library_path, settings, &file),
+                         library_path, name, path);
+    free(specs);
+    free(records);
+    if (status == MP_OK) status = hold(held, file);
+  }
   return status;
 }
 
-/* The weight files the load gives by name checked against those the blob's weights modules
- * record, before any is opened: a misspelt name is refused as such, rather than ignored and
- * the file it was meant for then missing beside the library. Only for a load that names files
- * (each weights module's payload is read once more). */
-static mp_status_t check_given_names(int fd, const mp_seal_v1_t* seal, mp_blob_t* blob,
-                                     uint64_t module_count, const char* library_path,
-                                     const mp_load_settings_t* settings) {
-  char** names = calloc(module_count ? module_count : 1, sizeof *names);
-  if (!names) return mp_out_of_memory("checking weight files");
-  uint64_t count = 0;
+/* Every weights entry of the blob, parsed, for |visit|. */
+static mp_status_t each_reference(int fd, const mp_seal_v1_t* seal, mp_blob_t* blob,
+                                  const char* library_path,
+                                  mp_status_t (*visit)(const mp_weights_ref_t* ref, void* context),
+                                  void* context) {
+  mp_blob_info_t info;
+  mp_blob_info(blob, &info);
   mp_status_t status = MP_OK;
-  for (uint64_t i = 0; status == MP_OK && i < module_count; ++i) {
+  for (uint64_t i = 0; status == MP_OK && i < info.module_count; ++i) {
     mp_blob_module_t entry;
     mp_blob_module(blob, i, &entry);
     if (strcmp(entry.type_key, MP_WEIGHTS_KIND) != 0) continue;
-    weights_module_t* m = calloc(1, sizeof *m);
     uint8_t* payload = NULL;
-    status = m ? mp_blob_payload_read(fd, seal, blob, &entry, library_path, &payload)
-               : mp_out_of_memory("checking weight files");
+    mp_weights_ref_t ref = {0};
+    status = mp_blob_payload_read(fd, seal, blob, &entry, library_path, &payload);
     if (status == MP_OK)
-      status = parse_reference((mp_const_byte_span_t){payload, entry.payload_size}, m);
-    bool seen = false;
-    for (uint64_t j = 0; status == MP_OK && j < count && !seen; ++j)
-      seen = strcmp(names[j], m->file_name) == 0;
-    if (status == MP_OK && !seen) names[count++] = m->file_name, m->file_name = NULL;
+      status = mp_weights_ref_parse((mp_const_byte_span_t){payload, entry.payload_size}, &ref);
+    if (status == MP_OK) status = visit(&ref, context);
     if (status != MP_OK)
       status = mp_error_prefix(status, "'%s': module[%" PRIu64 "] (weights)", library_path, i);
+    mp_weights_ref_free(&ref);
     free(payload);
-    if (m) destroy(m);
   }
-  if (status == MP_OK)
-    status = mp_load_settings_check_names(settings, library_path, (const char* const*)names,
-                                          count);
-  for (uint64_t i = 0; i < count; ++i) free(names[i]);
-  free(names);
   return status;
+}
+
+static mp_status_t collect_names(const mp_weights_ref_t* ref, void* names) {
+  bool known;
+  for (uint64_t f = 0; f < ref->file_count; ++f)
+    MP_RETURN_IF_ERROR(file_names_add(names, ref->files[f].name, &known));
+  return MP_OK;
+}
+
+typedef struct {
+  const char* library_path;
+  const mp_load_settings_t* settings;
+  mp_weight_files_t* held;
+  file_names_t names;
+} precheck_t;
+
+static mp_status_t precheck_visit(const mp_weights_ref_t* ref, void* context) {
+  precheck_t* p = context;
+  return precheck_entry(ref, p->library_path, p->settings, p->held, &p->names);
 }
 
 mp_status_t mp_weights_precheck(int fd, const mp_seal_v1_t* seal, const char* library_path,
@@ -449,28 +416,20 @@ mp_status_t mp_weights_precheck(int fd, const mp_seal_v1_t* seal, const char* li
     mp_error_clear();
     return MP_OK;
   }
-  mp_blob_info_t info;
-  mp_blob_info(blob, &info);
-  if (mp_load_settings_names_files(settings))
-    status = check_given_names(fd, seal, blob, info.module_count, library_path, settings);
-  const char** names = calloc(info.module_count ? info.module_count : 1, sizeof *names);
-  uint64_t name_count = 0;
-  if (!names && status == MP_OK) status = mp_out_of_memory("checking weight files");
-  for (uint64_t i = 0; status == MP_OK && i < info.module_count; ++i) {
-    mp_blob_module_t entry;
-    mp_blob_module(blob, i, &entry);
-    if (strcmp(entry.type_key, MP_WEIGHTS_KIND) != 0) continue;
-    uint8_t* payload = NULL;
-    status = mp_blob_payload_read(fd, seal, blob, &entry, library_path, &payload);
+  /* The files the load names, checked against those recorded before any is opened: a
+   * misspelt name is refused as such, rather than ignored and the file it was meant for then
+   * missing beside the library (each weights payload is then read once more). */
+  if (mp_load_settings_names_files(settings)) {
+    file_names_t given = {0};
+    status = each_reference(fd, seal, blob, library_path, collect_names, &given);
     if (status == MP_OK)
-      status = precheck_entry((mp_const_byte_span_t){payload, entry.payload_size}, library_path,
-                              settings, held, names, &name_count);
-    if (status != MP_OK)
-      status = mp_error_prefix(status, "'%s': module[%" PRIu64 "] (weights)", library_path, i);
-    free(payload);
+      status = mp_load_settings_check_names(settings, library_path,
+                                            (const char* const*)given.names, given.count);
+    file_names_free(&given);
   }
-  for (uint64_t i = 0; i < name_count; ++i) free((char*)names[i]);
-  free(names);
+  precheck_t p = {library_path, settings, held, {0}};
+  if (status == MP_OK) status = each_reference(fd, seal, blob, library_path, precheck_visit, &p);
+  file_names_free(&p.names);
   mp_blob_free(blob);
   free(index);
   return status;
@@ -488,29 +447,37 @@ mp_status_t mp_weights_module_open(const char* path, const mp_load_settings_t* s
   *out_module = NULL;
   weights_module_t* m = calloc(1, sizeof *m);
   if (!m) return mp_out_of_memory("a weights module");
+  m->ref.files = calloc(1, sizeof *m->ref.files);
+  m->bindings = calloc(1, sizeof *m->bindings);
   const char* slash = strrchr(path, '/');
-  m->file_name = strdup(slash ? slash + 1 : path);
-  mp_status_t status = m->file_name ? MP_OK : mp_out_of_memory("a weights module");
-  if (status == MP_OK)
-    status = mp_weights_binding_get(NULL, m->file_name, NULL, NULL, 0, path, settings,
-                                    &m->binding);
-  mp_weight_file_t* file = status == MP_OK ? mp_weights_binding_current(m->binding) : NULL;
+  mp_status_t status = MP_OK;
+  if (!m->ref.files || !m->bindings ||
+      !(m->ref.files[0].name = strdup(slash ? slash + 1 : path)))
+    status = mp_out_of_memory("a weights module");
+  else
+    m->ref.file_count = 1;
+  mp_weights_reference_t own = {m->ref.file_count ? m->ref.files[0].name : NULL, NULL, NULL, 0,
+                                NULL, 0, NULL};
+  if (status == MP_OK) status = mp_weights_binding_get(NULL, &own, path, settings, &m->bindings[0]);
+  mp_weight_file_t* file = status == MP_OK ? mp_weights_binding_current(m->bindings[0]) : NULL;
   if (file) {
-    m->count = mp_weight_file_count(file);
-    m->arrays = calloc(m->count ? m->count : 1, sizeof *m->arrays);
-    if (!m->arrays) status = mp_out_of_memory("a weights module");
-    for (uint64_t i = 0; status == MP_OK && i < m->count; ++i) {
-      const mp_weight_array_t* a = mp_weight_file_array(file, i);
-      expected_array_t* e = &m->arrays[i];
-      e->name = strdup(a->name);
+    m->ref.files[0].format = mp_weight_file_format(file);
+    memcpy(m->ref.files[0].digest, mp_weight_file_digest(file), 32);
+    m->has_digest = true;
+    m->ref.count = mp_weight_file_count(file);
+    m->ref.arrays = calloc(m->ref.count ? m->ref.count : 1, sizeof *m->ref.arrays);
+    if (!m->ref.arrays) status = mp_out_of_memory("a weights module");
+    uint64_t made = 0;
+    for (; status == MP_OK && made < m->ref.count; ++made) {
+      const mp_weight_array_t* a = mp_weight_file_array(file, made);
+      mp_weights_ref_array_t* e = &m->ref.arrays[made];
       e->dtype = a->tensor.dtype;
       e->ndim = a->tensor.ndim;
       memcpy(e->shape, a->tensor.shape, (size_t)a->tensor.ndim * sizeof *e->shape);
-      if (!e->name) status = mp_out_of_memory("a weights module");
+      if (!(e->name = strdup(a->name))) status = mp_out_of_memory("a weights module");
     }
-    if (status == MP_OK) status = index_names(m);
-    memcpy(m->digest, mp_weight_file_digest(file), 32);
-    m->has_digest = true;
+    m->ref.count = made; /* what is freed */
+    if (status == MP_OK) status = mp_weights_ref_index_names(&m->ref);
     mp_weight_file_release(file);
   }
   if (status != MP_OK) {
@@ -532,8 +499,8 @@ mp_status_t mp_module_swap_weights(mp_module_t* module, const char* file_name, c
   weights_module_t* own = weights_of(module);
   mp_weights_binding_t* binding = NULL;
   mp_library_t* library = mp_module_library(module);
-  if (own && own->binding && !library) /* a weight file loaded on its own */
-    return mp_weights_binding_swap(own->binding, path);
+  if (own && own->bindings && !library) /* a weight file loaded on its own */
+    return mp_weights_binding_swap(own->bindings[0], path);
   if (!library)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                      "mp_module_swap_weights: the module is not from a loaded library or a "
@@ -549,35 +516,61 @@ mp_status_t mp_module_swap_weights(mp_module_t* module, const char* file_name, c
 
 bool mp_weights_module_owns(mp_module_t* module) {
   weights_module_t* m = module ? weights_of(module) : NULL;
-  return m && m->binding;
+  return m && m->bindings;
 }
 
 mp_status_t mp_weights_module_array_on(mp_module_t* module, const DLTensor* array,
                                        DLDevice device, const DLTensor** out_array) {
   weights_module_t* m = weights_of(module);
-  mp_weight_file_t* file;
-  MP_RETURN_IF_ERROR(mp_weights_binding_file(m->binding, &file)); /* the one |array| is from */
-  return mp_device_array_cache_get(mp_weight_file_device_arrays(file), array, device, out_array);
+  for (uint64_t f = 0; f < m->ref.file_count; ++f) { /* the file |array| is from */
+    mp_weight_file_t* file;
+    MP_RETURN_IF_ERROR(mp_weights_binding_file(m->bindings[f], &file));
+    if (mp_weight_file_holds(file, array))
+      return mp_device_array_cache_get(mp_weight_file_device_arrays(file), array, device,
+                                        out_array);
+  }
+  return mp_errorf(MP_ERR_INVALID_ARGUMENT, "the array is not one of this weights module's");
+}
+
+uint64_t mp_weights_file_count(mp_module_t* module) {
+  weights_module_t* m = module ? weights_of(module) : NULL;
+  return m && m->bindings ? m->ref.file_count : 0;
+}
+
+uint64_t mp_weights_array_file(mp_module_t* module, uint64_t index) {
+  weights_module_t* m = module ? weights_of(module) : NULL;
+  return m && m->bindings && index < m->ref.count ? m->ref.arrays[index].file : UINT64_MAX;
+}
+
+mp_status_t mp_weights_current_file(mp_module_t* module, uint64_t file_index,
+                                    mp_weight_file_t** out_file) {
+  if (!out_file)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_weights_current_file: NULL out_file");
+  *out_file = NULL;
+  weights_module_t* m = module ? weights_of(module) : NULL;
+  if (!m || !m->bindings)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "mp_weights_current_file: not a loaded weights module");
+  if (file_index >= m->ref.file_count)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "file index %" PRIu64 " out of range (the module reads %" PRIu64 " files)",
+                     file_index, m->ref.file_count);
+  *out_file = mp_weights_binding_current(m->bindings[file_index]);
+  return MP_OK;
 }
 
 mp_status_t mp_weights_current(mp_module_t* module, mp_weight_file_t** out_file) {
-  if (!out_file) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_weights_current: NULL out_file");
-  *out_file = NULL;
-  weights_module_t* m = module ? weights_of(module) : NULL;
-  if (!m || !m->binding)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_weights_current: not a loaded weights module");
-  *out_file = mp_weights_binding_current(m->binding);
-  return MP_OK;
+  return mp_weights_current_file(module, 0, out_file);
 }
 
 mp_status_t mp_weights_array_in(mp_module_t* module, mp_weight_file_t* file, uint64_t index,
                                 const char** out_name, const DLTensor** out_array) {
   weights_module_t* m = module ? weights_of(module) : NULL;
-  if (!m || !m->binding || !file || !out_name || !out_array)
+  if (!m || !m->bindings || !file || !out_name || !out_array)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_weights_array_in: not a loaded weights module");
-  if (index >= m->count)
+  if (index >= m->ref.count)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array index %" PRIu64 " out of range (%" PRIu64
-                     " arrays)", index, m->count);
-  *out_name = m->arrays[index].name;
+                     " arrays)", index, m->ref.count);
+  *out_name = m->ref.arrays[index].name;
   return array_in(m, file, index, out_array);
 }

@@ -20,15 +20,9 @@
 
 #include <stdint.h>
 
+#include "modpack/kinds/weights.h" /* mp_weights_format_t */
 #include "modpack/modpack.h"
 #include "modpack/weights.h"
-
-/* The formats a weight file may be in. */
-typedef enum {
-  MP_WEIGHTS_FORMAT_MODPACK = 0,     /* modpack/weights.h (weights/weight_file.c reads it) */
-  MP_WEIGHTS_FORMAT_SAFETENSORS = 1, /* https://github.com/huggingface/safetensors */
-  MP_WEIGHTS_FORMAT_GGUF = 2,        /* ggml's GGUF, version 2 or 3 */
-} mp_weights_format_t;
 
 enum {
   /* The longest safetensors header read (its JSON): a larger claim is refused unread, as the

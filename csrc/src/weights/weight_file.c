@@ -1,6 +1,8 @@
-/* Weight files opened for use (weights/weight_file.h). */
+/* Weight files opened for use (weights/weight_file.h): their life, one object per version of
+ * a file, the mapping, lookups, checks and descriptions. Each format's index is read by its own
+ * file (weights/modpack_file.c, weights/foreign_file.c) into weights/weight_file_state.h. */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* strdup, MAP_FIXED_NOREPLACE */
+#define _GNU_SOURCE /* strdup, qsort_r, MAP_FIXED_NOREPLACE */
 #endif
 #include "weights/weight_file.h"
 
@@ -17,18 +19,14 @@
 
 #include "core/bytes.h"
 #include "core/checksum.h"
-#include "core/crypto.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/mapped_read.h"
 #include "files/file.h"
-#include "files/seal.h"
 #include "files/signatures.h"
 #include "weights/digest.h"
-
-#define HEADER_FIELD(field) offsetof(mp_weights_header_v1_t, field)
-#define RECORD_FIELD(field) offsetof(mp_weights_record_v1_t, field)
+#include "weights/weight_file_state.h"
 
 enum {
   /* Files from this size are mapped at an address congruent to 2 MiB, so the kernel can map
@@ -37,30 +35,6 @@ enum {
   HUGE_ALIGNMENT = 2 << 20,
 };
 
-struct mp_weight_file {
-  atomic_long refcount;
-  char* path;
-  mp_file_id_t id;
-  uint64_t file_size;
-  uint32_t alignment;
-  uint64_t data_offset, data_size;
-  uint8_t* index; /* the private copy of [0, index_size) */
-  uint64_t index_size;
-  uint8_t digest[32];
-  const uint8_t* map; /* the whole file, read-only and shared */
-  int fd;             /* the file, for where its holes are (core/mapped_read.h); -1: unknown */
-  uint64_t map_size;
-  uint64_t count;
-  mp_weight_array_t* arrays;
-  int64_t* shapes;   /* every array's extents, one block */
-  uint64_t* by_name; /* array indices sorted by name, for lookups */
-  uint8_t* signatures; /* the signature block's records (NULL: unsigned) */
-  uint64_t signature_count;
-  pthread_mutex_t check_lock;
-  uint32_t checks_made; /* MP_WEIGHTS_CHECK_*, under check_lock */
-  atomic_uchar* array_checked; /* per array: its digest was checked */
-  mp_device_array_cache_t device_arrays;
-};
 
 /* ---- the open files of the process ------------------------------------------------------ */
 
@@ -87,7 +61,11 @@ static void destroy(mp_weight_file_t* f) {
   if (f->fd >= 0) close(f->fd);
   mp_device_array_cache_clear(&f->device_arrays);
   pthread_mutex_destroy(&f->check_lock);
-  for (uint64_t i = 0; f->arrays && i < f->count; ++i) free((char*)f->arrays[i].name);
+  for (uint64_t i = 0; f->arrays && i < f->count; ++i) {
+    free((char*)f->arrays[i].name);
+    if (f->arrays[i].copied) free(f->arrays[i].tensor.data);
+  }
+  mp_foreign_index_free(&f->foreign);
   free(f->arrays);
   free(f->shapes);
   free(f->by_name);
@@ -112,9 +90,11 @@ void mp_weight_file_release(mp_weight_file_t* file) {
   destroy(file);
 }
 
-/* The open object of this version of the file (retained), NULL if none; MP_ERR_IO when the
- * file was rewritten in place under an open version. Under open_lock. */
-static mp_status_t find_open(const char* path, const mp_file_id_t* id, mp_weight_file_t** out) {
+/* The open object of this version of the file (retained) and set of records (|records_digest|,
+ * NULL for none), NULL if none; MP_ERR_IO when the file was rewritten in place under an open
+ * version. Under open_lock. */
+static mp_status_t find_open(const char* path, const mp_file_id_t* id,
+                             const uint8_t* records_digest, mp_weight_file_t** out) {
   *out = NULL;
   for (open_file_t* o = open_files; o; o = o->next) {
     if (!mp_file_same_file(&o->file->id, id)) continue;
@@ -127,7 +107,11 @@ static mp_status_t find_open(const char* path, const mp_file_id_t* id, mp_weight
                        "(save_weights does), or drop what uses the old version first",
                        path);
     }
-    if (try_retain(o->file)) {
+    bool same_records = o->file->has_records
+                            ? records_digest && memcmp(o->file->records_digest, records_digest,
+                                                       32) == 0
+                            : !records_digest;
+    if (same_records && try_retain(o->file)) {
       *out = o->file;
       return MP_OK;
     }
@@ -135,132 +119,8 @@ static mp_status_t find_open(const char* path, const mp_file_id_t* id, mp_weight
   return MP_OK;
 }
 
-/* ---- validating ------------------------------------------------------------------------ */
-
-static mp_status_t damaged(const char* path, const char* what) {
+mp_status_t mp_weight_file_damaged(const char* path, const char* what) {
   return mp_errorf(MP_ERR_FORMAT, "'%s' is damaged: %s; copy or save it again", path, what);
-}
-
-/* The header's sizes against the file and each other, before anything is read or hashed. */
-static mp_status_t read_header(int fd, const char* path, uint64_t file_size,
-                               mp_weight_file_t* f, uint32_t* out_header_size) {
-  uint8_t h[MP_WEIGHTS_HEADER_SIZE];
-  if (file_size < sizeof h || !mp_file_read_at(fd, h, sizeof h, 0) ||
-      memcmp(h, MP_WEIGHTS_MAGIC, 8) != 0)
-    return mp_errorf(MP_ERR_FORMAT,
-                     "'%s' is not a modpack weight file (no \\x89MPW magic at its start): give a "
-                     "file written by modpack.save_weights or export_library(weights=...)",
-                     path);
-  uint16_t major = mp_load_le16(h + HEADER_FIELD(format_major));
-  uint16_t minor = mp_load_le16(h + HEADER_FIELD(format_minor));
-  if (major != MP_WEIGHTS_FORMAT_MAJOR)
-    return mp_errorf(MP_ERR_INCOMPATIBLE,
-                     "'%s' is a version %u.%u weight file; this runtime reads version %d.x: %s",
-                     path, major, minor, MP_WEIGHTS_FORMAT_MAJOR,
-                     major > MP_WEIGHTS_FORMAT_MAJOR ? "upgrade modpack"
-                                                     : "save it again with this modpack");
-  uint32_t header_size = mp_load_le32(h + HEADER_FIELD(header_size));
-  f->index_size = mp_load_le64(h + HEADER_FIELD(index_size));
-  f->count = mp_load_le64(h + HEADER_FIELD(array_count));
-  f->data_offset = mp_load_le64(h + HEADER_FIELD(data_offset));
-  f->data_size = mp_load_le64(h + HEADER_FIELD(data_size));
-  f->alignment = mp_load_le32(h + HEADER_FIELD(alignment));
-  uint32_t flags = mp_load_le32(h + HEADER_FIELD(flags));
-  if (flags != 0)
-    return mp_errorf(MP_ERR_INCOMPATIBLE,
-                     "'%s' uses weight file flags 0x%x this runtime does not know: upgrade "
-                     "modpack",
-                     path, flags);
-  uint64_t room = file_size - MP_SEAL_SIZE;
-  if (header_size < MP_WEIGHTS_HEADER_SIZE || f->index_size < header_size ||
-      f->index_size > room || f->alignment < MP_WEIGHTS_MIN_ALIGNMENT ||
-      f->alignment > MP_WEIGHTS_MAX_ALIGNMENT || (f->alignment & (f->alignment - 1)) != 0 ||
-      f->data_offset < f->index_size || f->data_offset % f->alignment != 0 ||
-      f->data_offset > room || f->data_size > room - f->data_offset ||
-      f->count > (f->index_size - header_size) / MP_WEIGHTS_RECORD_SIZE)
-    return mp_errorf(MP_ERR_FORMAT,
-                     "'%s' is damaged or truncated: its header places %" PRIu64
-                     " records, an index of %" PRIu64 " bytes and data at [%" PRIu64 ", +%" PRIu64
-                     ") (alignment %u) in a %" PRIu64 "-byte file",
-                     path, f->count, f->index_size, f->data_offset, f->data_size, f->alignment,
-                     file_size);
-  *out_header_size = header_size;
-  return MP_OK;
-}
-
-/* The seal must frame the data region exactly as weights.h says, and match. */
-static mp_status_t check_seal(int fd, const char* path, uint64_t file_size,
-                              const mp_weight_file_t* f, uint64_t* out_sealed_size) {
-  mp_seal_v1_t seal;
-  uint8_t raw[MP_SEAL_SIZE];
-  mp_status_t status = mp_seal_read_fd(fd, file_size, path, &seal, raw, out_sealed_size);
-  if (status == MP_ERR_NOT_FOUND) return damaged(path, "it carries no seal at its end");
-  MP_RETURN_IF_ERROR(status);
-  uint64_t end = f->data_offset + f->data_size;
-  if (seal.blob_offset != 0 || seal.blob_vaddr != 0 || seal.blob_size != end ||
-      seal.payloads_offset != f->data_offset || seal.payloads_size != f->data_size ||
-      *out_sealed_size != end + MP_SEAL_SIZE)
-    return damaged(path, "its seal does not frame its data");
-  return mp_seal_check_fd(fd, file_size, path, &seal);
-}
-
-/* Decode and check record |i| against the index, filling arrays[i]. */
-static mp_status_t read_record(mp_weight_file_t* f, const char* path, uint64_t i,
-                               uint32_t header_size, int64_t* shape) {
-  const uint8_t* r = f->index + header_size + i * MP_WEIGHTS_RECORD_SIZE;
-  uint64_t name_offset = mp_load_le64(r + RECORD_FIELD(name_offset));
-  uint32_t name_size = mp_load_le32(r + RECORD_FIELD(name_size));
-  DLDataType dtype = {r[RECORD_FIELD(dtype_code)], r[RECORD_FIELD(dtype_bits)],
-                      mp_load_le16(r + RECORD_FIELD(dtype_lanes))};
-  uint32_t ndim = mp_load_le32(r + RECORD_FIELD(ndim));
-  uint64_t shape_offset = mp_load_le64(r + RECORD_FIELD(shape_offset));
-  mp_weight_array_t* a = &f->arrays[i];
-  a->offset = mp_load_le64(r + RECORD_FIELD(data_offset));
-  a->size = mp_load_le64(r + RECORD_FIELD(data_size));
-  a->checksum = mp_load_le64(r + RECORD_FIELD(checksum));
-  memcpy(a->digest, r + RECORD_FIELD(digest), 32);
-  uint64_t metadata = header_size + f->count * MP_WEIGHTS_RECORD_SIZE; /* names, shapes after */
-  char what[160];
-  if (mp_load_le32(r + RECORD_FIELD(flags)) != 0 || mp_load_le64(r + RECORD_FIELD(reserved)) != 0)
-    snprintf(what, sizeof what, "array record %" PRIu64 " has reserved bits set", i);
-  else if (name_size == 0 || name_size > MP_WEIGHTS_MAX_NAME || name_offset < metadata ||
-           !mp_in_bounds(name_offset, name_size, f->index_size))
-    snprintf(what, sizeof what, "array record %" PRIu64 " has a name outside its index", i);
-  else if (memchr(f->index + name_offset, 0, name_size) ||
-           mp_utf8_invalid_at(f->index + name_offset, name_size) < name_size)
-    snprintf(what, sizeof what, "array record %" PRIu64 "'s name is not UTF-8 without NUL", i);
-  else if (ndim > MP_WEIGHTS_MAX_NDIM || shape_offset < metadata ||
-           !mp_in_bounds(shape_offset, (uint64_t)ndim * 8, f->index_size))
-    snprintf(what, sizeof what, "array record %" PRIu64 " has %u dimensions outside its index", i,
-             ndim);
-  else if (!mp_dtype_is_valid(dtype))
-    snprintf(what, sizeof what, "array record %" PRIu64 " has an invalid dtype", i);
-  else if (a->offset % f->alignment != 0 || a->offset < f->data_offset ||
-           !mp_in_bounds(a->offset - f->data_offset, a->size, f->data_size))
-    snprintf(what, sizeof what, "array record %" PRIu64 "'s data lies outside the data region", i);
-  else
-    what[0] = '\0';
-  if (what[0]) return damaged(path, what);
-  uint64_t bytes = (uint64_t)dtype.bits * dtype.lanes / 8;
-  for (uint32_t d = 0; d < ndim; ++d) {
-    uint64_t extent = mp_load_le64(f->index + shape_offset + 8 * d);
-    if (extent > (uint64_t)INT64_MAX || !mp_mul_u64(bytes, extent, &bytes))
-      return damaged(path, "an array's shape overflows");
-    shape[d] = (int64_t)extent;
-  }
-  if (bytes != a->size) {
-    snprintf(what, sizeof what,
-             "array record %" PRIu64 " holds %" PRIu64 " bytes, its shape and dtype %" PRIu64, i,
-             a->size, bytes);
-    return damaged(path, what);
-  }
-  char* name = malloc((size_t)name_size + 1);
-  if (!name) return mp_out_of_memory("an array name");
-  memcpy(name, f->index + name_offset, name_size);
-  name[name_size] = '\0';
-  a->name = name;
-  a->tensor = (DLTensor){NULL, {kDLCPU, 0}, (int32_t)ndim, dtype, shape, NULL, 0};
-  return MP_OK;
 }
 
 static int by_name(const void* a, const void* b, void* file) {
@@ -268,62 +128,36 @@ static int by_name(const void* a, const void* b, void* file) {
   return strcmp(f->arrays[*(const uint64_t*)a].name, f->arrays[*(const uint64_t*)b].name);
 }
 
-/* Unique ranges appear in increasing order; a range before the furthest end so far must be
- * exactly an earlier one (an array stored once for several names). Found by binary search
- * over the unique ranges, so n arrays cost n log n. */
-static mp_status_t check_ranges(const mp_weight_file_t* f, const char* path) {
-  uint64_t* unique = malloc((f->count ? f->count : 1) * sizeof *unique);
-  if (!unique) return mp_out_of_memory("checking a weight file");
-  uint64_t n = 0, end = f->data_offset;
-  mp_status_t status = MP_OK;
-  for (uint64_t i = 0; i < f->count && status == MP_OK; ++i) {
-    const mp_weight_array_t* a = &f->arrays[i];
-    if (a->offset >= end) {
-      unique[n++] = i;
-      end = a->offset + a->size;
-      continue;
-    }
-    uint64_t low = 0, high = n;
-    while (low < high) {
-      uint64_t mid = low + (high - low) / 2;
-      if (f->arrays[unique[mid]].offset < a->offset) low = mid + 1;
-      else high = mid;
-    }
-    const mp_weight_array_t* same = low < n ? &f->arrays[unique[low]] : NULL;
-    if (!same || same->offset != a->offset || same->size != a->size ||
-        same->checksum != a->checksum || memcmp(same->digest, a->digest, 32) != 0)
-      status = damaged(path, "two arrays' data overlap");
-  }
-  free(unique);
-  return status;
-}
-
-static mp_status_t read_index(int fd, const char* path, mp_weight_file_t* f,
-                              uint32_t header_size) {
-  f->index = malloc((size_t)f->index_size);
-  if (!f->index) return mp_out_of_memory("a weight file's index");
-  if (!mp_file_read_at(fd, f->index, (size_t)f->index_size, 0))
-    return mp_errorf(MP_ERR_IO, "cannot read '%s': %s", path,
-                     errno ? strerror(errno) : "the file shrank");
-  if (mp_index_checksum(f->index, f->index_size) !=
-      mp_load_le64(f->index + HEADER_FIELD(index_checksum)))
-    return damaged(path, "its index checksum does not match");
-  MP_RETURN_IF_ERROR(mp_crypto_sha256(f->index, f->index_size, f->digest));
-  f->arrays = calloc(f->count ? f->count : 1, sizeof *f->arrays);
-  f->shapes = calloc(f->count * MP_WEIGHTS_MAX_NDIM + 1, sizeof *f->shapes);
-  f->by_name = malloc((f->count ? f->count : 1) * sizeof *f->by_name);
-  f->array_checked = calloc(f->count ? f->count : 1, sizeof *f->array_checked);
-  if (!f->arrays || !f->shapes || !f->by_name || !f->array_checked)
-    return mp_out_of_memory("a weight file's arrays");
-  for (uint64_t i = 0; i < f->count; ++i)
-    MP_RETURN_IF_ERROR(read_record(f, path, i, header_size, f->shapes + i * MP_WEIGHTS_MAX_NDIM));
-  MP_RETURN_IF_ERROR(check_ranges(f, path));
+mp_status_t mp_weight_file_index_names(mp_weight_file_t* f, const char* path) {
   for (uint64_t i = 0; i < f->count; ++i) f->by_name[i] = i;
   qsort_r(f->by_name, f->count, sizeof *f->by_name, by_name, f);
   for (uint64_t i = 1; i < f->count; ++i)
     if (strcmp(f->arrays[f->by_name[i - 1]].name, f->arrays[f->by_name[i]].name) == 0)
       return mp_errorf(MP_ERR_FORMAT, "'%s' is damaged: two arrays are named '%s'", path,
                        f->arrays[f->by_name[i]].name);
+  return MP_OK;
+}
+
+/* The format of the file open as |fd|, from its first bytes: modpack's magic, GGUF's, or a
+ * safetensors header's size followed by its JSON object. */
+static mp_status_t format_of(int fd, const char* path, uint64_t file_size,
+                             mp_weights_format_t* out) {
+  uint8_t head[16] = {0};
+  bool read = file_size >= 9 && mp_file_read_at(fd, head, file_size < 16 ? 9 : 16, 0);
+  if (read && memcmp(head, MP_WEIGHTS_MAGIC, 8) == 0) {
+    *out = MP_WEIGHTS_FORMAT_MODPACK;
+  } else if (read && memcmp(head, "GGUF", 4) == 0) {
+    *out = MP_WEIGHTS_FORMAT_GGUF;
+  } else if (read && head[8] == '{') {
+    *out = MP_WEIGHTS_FORMAT_SAFETENSORS;
+  } else {
+    return mp_errorf(MP_ERR_FORMAT,
+                     "'%s' is not a weight file modpack reads: it has none of the magics of a "
+                     "modpack weight file (\\x89MPW), a GGUF file (GGUF) or a safetensors "
+                     "file (an 8-byte header size, then '{'); give a file written by "
+                     "modpack.save_weights, safetensors or gguf",
+                     path);
+  }
   return MP_OK;
 }
 
@@ -358,21 +192,25 @@ static mp_status_t map_file(int fd, const char* path, mp_weight_file_t* f) {
   return MP_OK;
 }
 
-static mp_status_t read_signature_records(int fd, const char* path, uint64_t file_size,
-                                          mp_weight_file_t* f) {
-  uint64_t sealed_size, count;
-  MP_RETURN_IF_ERROR(mp_signatures_locate(fd, file_size, path, &sealed_size, &count));
-  if (count == 0) return MP_OK;
-  f->signatures = malloc((size_t)(count * MP_SIGNATURE_SIZE));
-  if (!f->signatures) return mp_out_of_memory("a weight file's signatures");
-  if (!mp_file_read_at(fd, f->signatures, (size_t)(count * MP_SIGNATURE_SIZE), sealed_size))
-    return mp_errorf(MP_ERR_IO, "cannot read '%s': %s", path,
-                     errno ? strerror(errno) : "the file shrank");
-  f->signature_count = count;
+/* An array's data that is not aligned to its element size in the file (safetensors places
+ * arrays back to back) is handed out as a private aligned copy, made now, once. */
+static mp_status_t copy_misaligned(mp_weight_file_t* f) {
+  for (uint64_t i = 0; i < f->count; ++i) {
+    mp_weight_array_t* a = &f->arrays[i];
+    uint64_t element = ((uint64_t)a->tensor.dtype.bits * a->tensor.dtype.lanes + 7) / 8;
+    if (element <= 1 || (uintptr_t)(f->map + a->offset) % element == 0) continue;
+    void* copy = aligned_alloc(64, (a->size + 63) / 64 * 64);
+    if (!copy) return mp_out_of_memory("an aligned copy of a misaligned array");
+    memcpy(copy, f->map + a->offset, (size_t)a->size);
+    a->tensor.data = copy;
+    a->copied = true;
+  }
   return MP_OK;
 }
 
 static mp_status_t open_new(int fd, const char* path, const mp_file_id_t* id,
+                            mp_weights_format_t format, const mp_weight_record_t* records,
+                            uint64_t count, const uint8_t* records_digest,
                             mp_weight_file_t** out) {
   mp_weight_file_t* f = calloc(1, sizeof *f);
   if (!f || !(f->path = strdup(path))) {
@@ -385,13 +223,13 @@ static mp_status_t open_new(int fd, const char* path, const mp_file_id_t* id,
   mp_device_array_cache_init(&f->device_arrays);
   f->id = *id;
   f->file_size = id->size;
-  uint32_t header_size = 0;
-  uint64_t sealed_size = 0;
-  mp_status_t status = read_header(fd, path, id->size, f, &header_size);
-  if (status == MP_OK) status = check_seal(fd, path, id->size, f, &sealed_size);
-  if (status == MP_OK) status = read_index(fd, path, f, header_size);
-  if (status == MP_OK) status = read_signature_records(fd, path, id->size, f);
+  f->has_records = records_digest != NULL;
+  if (records_digest) memcpy(f->records_digest, records_digest, 32);
+  mp_status_t status = format == MP_WEIGHTS_FORMAT_MODPACK
+                           ? mp_weight_file_read_modpack(f, fd, path)
+                           : mp_weight_file_read_foreign(f, fd, path, format, records, count);
   if (status == MP_OK) status = map_file(fd, path, f);
+  if (status == MP_OK) status = copy_misaligned(f);
   if (status != MP_OK) {
     destroy(f);
     return status;
@@ -400,17 +238,22 @@ static mp_status_t open_new(int fd, const char* path, const mp_file_id_t* id,
   return MP_OK;
 }
 
-mp_status_t mp_weight_file_open(const char* path, mp_weight_file_t** out_file) {
+static mp_status_t open_file(const char* path, const mp_weight_record_t* records, uint64_t count,
+                             const uint8_t* records_digest, mp_weight_file_t** out_file) {
   *out_file = NULL;
   int fd;
   mp_file_id_t id;
   MP_RETURN_IF_ERROR(mp_file_open(path, &fd, &id));
+  mp_weights_format_t format = MP_WEIGHTS_FORMAT_MODPACK;
+  mp_status_t status = format_of(fd, path, id.size, &format);
+  if (format == MP_WEIGHTS_FORMAT_MODPACK) records_digest = NULL; /* it has its own */
   pthread_mutex_lock(&open_lock);
-  mp_status_t status = find_open(path, &id, out_file);
+  if (status == MP_OK) status = find_open(path, &id, records_digest, out_file);
   open_file_t* entry = NULL;
   if (status == MP_OK && !*out_file) {
     entry = malloc(sizeof *entry);
-    status = entry ? open_new(fd, path, &id, out_file) : mp_out_of_memory("a weight file");
+    status = entry ? open_new(fd, path, &id, format, records, count, records_digest, out_file)
+                   : mp_out_of_memory("a weight file");
     if (status == MP_OK) {
       *entry = (open_file_t){*out_file, open_files};
       open_files = entry;
@@ -423,10 +266,29 @@ mp_status_t mp_weight_file_open(const char* path, mp_weight_file_t** out_file) {
   return status;
 }
 
+mp_status_t mp_weight_file_open(const char* path, mp_weight_file_t** out_file) {
+  return open_file(path, NULL, 0, NULL, out_file);
+}
+
+mp_status_t mp_weight_file_open_recorded(const char* path, const mp_weight_record_t* records,
+                                         uint64_t count, const uint8_t records_digest[32],
+                                         mp_weight_file_t** out_file) {
+  return open_file(path, records, count, records_digest, out_file);
+}
+
 /* ---- reading ----------------------------------------------------------------------------- */
 
 const char* mp_weight_file_path(const mp_weight_file_t* file) {
   return file->path;
+}
+
+mp_weights_format_t mp_weight_file_format(const mp_weight_file_t* file) {
+  return file->format;
+}
+
+bool mp_weight_file_records_match(const mp_weight_file_t* file, const uint8_t* records_digest) {
+  if (!file->has_records) return !records_digest || file->format == MP_WEIGHTS_FORMAT_MODPACK;
+  return records_digest && memcmp(file->records_digest, records_digest, 32) == 0;
 }
 
 const uint8_t* mp_weight_file_digest(const mp_weight_file_t* file) {
@@ -451,6 +313,12 @@ uint64_t mp_weight_file_find(const mp_weight_file_t* file, const char* name) {
     else high = mid;
   }
   return UINT64_MAX;
+}
+
+bool mp_weight_file_holds(const mp_weight_file_t* file, const DLTensor* array) {
+  uintptr_t first = (uintptr_t)&file->arrays[0].tensor, at = (uintptr_t)array;
+  return file->count > 0 && at >= first && (at - first) % sizeof *file->arrays == 0 &&
+         (at - first) / sizeof *file->arrays < file->count;
 }
 
 uint64_t mp_weight_file_size(const mp_weight_file_t* file) {
@@ -535,16 +403,34 @@ static bool zeros_between(const mp_weight_file_t* f, uint64_t begin, uint64_t en
   return true;
 }
 
-/* Every distinct array's XXH3 (in file order), and the zeros between them. */
+/* The bytes of |a| that are used: its private copy, or the mapping (whose holes the checks
+ * skip, core/mapped_read.h). */
+static mp_const_byte_span_t bytes_of(const mp_weight_file_t* f, const mp_weight_array_t* a,
+                                     int* out_fd) {
+  *out_fd = a->copied ? -1 : f->fd;
+  return (mp_const_byte_span_t){a->copied ? a->tensor.data : f->map + a->offset, a->size};
+}
+
+static mp_status_t not_recorded(const mp_weight_file_t* f, const mp_weight_array_t* a) {
+  return mp_errorf(MP_ERR_UNTRUSTED,
+                   "array '%s' of '%s' has no recorded digest to check it against: a file in "
+                   "another format (safetensors, GGUF) is vouched for by the library that "
+                   "recorded its arrays' digests when it was exported",
+                   a->name, f->path);
+}
+
+/* Every distinct recorded array's XXH3 (in file order), and in a modpack file the zeros
+ * between them. Arrays nothing recorded have nothing to be checked against. */
 static mp_status_t check_checksums(const mp_weight_file_t* f) {
   uint64_t cursor = f->data_offset;
   for (uint64_t i = 0; i < f->count; ++i) {
     const mp_weight_array_t* a = &f->arrays[i];
-    if (a->offset < cursor) continue; /* stored once, checked once */
-    if (!zeros_between(f, cursor, a->offset))
-      return damaged(f->path, "a byte between its arrays is not zero");
-    uint64_t actual = mp_checksum_mapped_file(
-        (mp_const_byte_span_t){f->map + a->offset, a->size}, f->fd, a->offset);
+    if (a->offset < cursor || !a->recorded) continue; /* stored once, checked once */
+    if (f->format == MP_WEIGHTS_FORMAT_MODPACK && !zeros_between(f, cursor, a->offset))
+      return mp_weight_file_damaged(f->path, "a byte between its arrays is not zero");
+    int fd;
+    mp_const_byte_span_t bytes = bytes_of(f, a, &fd);
+    uint64_t actual = mp_checksum_mapped_file(bytes, fd, a->offset);
     if (actual != a->checksum)
       return mp_errorf(MP_ERR_FORMAT,
                        "'%s' is damaged: array '%s' does not match its checksum (stored %016" PRIx64
@@ -565,8 +451,10 @@ static mp_status_t check_digests(mp_weight_file_t* f) {
   uint64_t n = 0, cursor = f->data_offset;
   for (uint64_t i = 0; i < f->count; ++i) {
     const mp_weight_array_t* a = &f->arrays[i];
-    if (a->offset < cursor || atomic_load(&f->array_checked[i])) continue;
-    jobs[n] = (mp_digest_job_t){f->map + a->offset, a->size, f->fd, a->offset, {0}};
+    if (a->offset < cursor || !a->recorded || atomic_load(&f->array_checked[i])) continue;
+    int fd;
+    mp_const_byte_span_t bytes = bytes_of(f, a, &fd);
+    jobs[n] = (mp_digest_job_t){bytes.data, bytes.size, fd, a->offset, {0}};
     which[n++] = i;
     cursor = a->offset + a->size;
   }
@@ -576,7 +464,8 @@ static mp_status_t check_digests(mp_weight_file_t* f) {
       status = digest_mismatch(f, which[k]);
   }
   /* Arrays stored once share their check. */
-  for (uint64_t i = 0; i < f->count && status == MP_OK; ++i) atomic_store(&f->array_checked[i], 1);
+  for (uint64_t i = 0; i < f->count && status == MP_OK; ++i)
+    if (f->arrays[i].recorded) atomic_store(&f->array_checked[i], 1);
   free(jobs);
   free(which);
   return status;
@@ -597,7 +486,10 @@ mp_status_t mp_weight_file_check_array(mp_weight_file_t* file, uint64_t index) {
   if (index >= file->count) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "no array %" PRIu64, index);
   if (atomic_load(&file->array_checked[index])) return MP_OK;
   const mp_weight_array_t* a = &file->arrays[index];
-  mp_digest_job_t job = {file->map + a->offset, a->size, file->fd, a->offset, {0}};
+  if (!a->recorded) return not_recorded(file, a);
+  int fd;
+  mp_const_byte_span_t bytes = bytes_of(file, a, &fd);
+  mp_digest_job_t job = {bytes.data, bytes.size, fd, a->offset, {0}};
   MP_RETURN_IF_ERROR(mp_chunked_sha256(&job, 1));
   if (memcmp(job.digest, a->digest, 32) != 0) return digest_mismatch(file, index);
   atomic_store(&file->array_checked[index], 1); /* racing first uses both hash: no harm */
