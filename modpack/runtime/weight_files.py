@@ -119,12 +119,12 @@ def describe_module(handle: Any) -> dict[str, Any]:
 
 class WeightArrays(Mapping[str, np.ndarray]):
     """The arrays of a ``weights`` module as one version of its weights holds them: read-only
-    numpy views into the weight file's mapping, made on first access (so an array checked on
-    first use is checked when it is first read), each keeping that version mapped."""
+    numpy views into the weight files' mappings, made on first access (so an array checked on
+    first use is checked when it is first read), each keeping its file's version mapped."""
 
-    def __init__(self, handle: Any, version: Any) -> None:
+    def __init__(self, handle: Any, versions: list[Any]) -> None:
         self._handle = handle  # the module (kept alive by the owner of this mapping)
-        self._version = version  # mp_weight_file_t*, released when collected
+        self._versions = versions  # per file read, mp_weight_file_t*, released when collected
         # The names from the module's description: asking the runtime for an array would
         # check it, when the tree verifies arrays on first use.
         self._names: list[str] = [a["name"] for a in describe_module(handle)["arrays"]]
@@ -132,9 +132,9 @@ class WeightArrays(Mapping[str, np.ndarray]):
         self._views: dict[str, np.ndarray] = {}
 
     @property
-    def version(self) -> int:
-        """The address of the weight file these arrays come from (changes with each swap)."""
-        return int(ffi.cast("uintptr_t", self._version))
+    def version(self) -> tuple[int, ...]:
+        """The addresses of the weight files these arrays come from (change with each swap)."""
+        return tuple(int(ffi.cast("uintptr_t", v)) for v in self._versions)
 
     def __getitem__(self, key: str) -> np.ndarray:
         view = self._views.get(key)
@@ -142,8 +142,9 @@ class WeightArrays(Mapping[str, np.ndarray]):
             index = self._index[key]  # KeyError for a name the module does not have
             name = ffi.new("char**")
             tensor = ffi.new("DLTensor**")
-            check(lib.mp_weights_array_in(self._handle, self._version, index, name, tensor))
-            view = self._views[key] = view_of(tensor[0], self._version)
+            version = self._versions[lib.mp_weights_array_file(self._handle, index)]
+            check(lib.mp_weights_array_in(self._handle, version, index, name, tensor))
+            view = self._views[key] = view_of(tensor[0], version)
         return view
 
     def __iter__(self) -> Iterator[str]:
@@ -157,20 +158,24 @@ class WeightArrays(Mapping[str, np.ndarray]):
 
 
 def current_arrays(handle: Any) -> WeightArrays:
-    """The arrays of the weights module |handle| as its current version holds them."""
-    out = ffi.new("mp_weight_file_t**")
-    check(lib.mp_weights_current(handle, out))
-    version = ffi.gc(out[0], lib.mp_weight_file_release)
-    return WeightArrays(handle, version)
+    """The arrays of the weights module |handle| as its current versions hold them."""
+    versions = []
+    for k in range(lib.mp_weights_file_count(handle)):
+        out = ffi.new("mp_weight_file_t**")
+        check(lib.mp_weights_current_file(handle, k, out))
+        versions.append(ffi.gc(out[0], lib.mp_weight_file_release))
+    return WeightArrays(handle, versions)
 
 
-def current_version(handle: Any) -> int:
-    """The address of the weight file the weights module |handle| reads now."""
-    out = ffi.new("mp_weight_file_t**")
-    check(lib.mp_weights_current(handle, out))
-    address = int(ffi.cast("uintptr_t", out[0]))
-    lib.mp_weight_file_release(out[0])
-    return address
+def current_version(handle: Any) -> tuple[int, ...]:
+    """The addresses of the weight files the weights module |handle| reads now."""
+    addresses = []
+    for k in range(lib.mp_weights_file_count(handle)):
+        out = ffi.new("mp_weight_file_t**")
+        check(lib.mp_weights_current_file(handle, k, out))
+        addresses.append(int(ffi.cast("uintptr_t", out[0])))
+        lib.mp_weight_file_release(out[0])
+    return tuple(addresses)
 
 
 class WeightFile(Mapping[str, np.ndarray]):
@@ -182,9 +187,26 @@ class WeightFile(Mapping[str, np.ndarray]):
         self._handle = handle  # the runtime module (released when collected)
         self._arrays = current_arrays(handle)
         info = describe_module(handle)
-        self.digest: str = info["weight_file"]["digest"]
-        """The content digest, ``sha256:<hex>``: what a library that refers to the file binds."""
-        self.path = Path(info["weight_file"]["path"])
+        described = info["weight_file"]
+        self.digest: str = described["digest"]
+        """The content digest, ``sha256:<hex>``: what a library that refers to the file binds
+        (for safetensors and GGUF, the SHA-256 of the file's header)."""
+        self.path = Path(described["path"])
+        self.format: str = described["format"]
+        """``"modpack"``, ``"safetensors"`` or ``"gguf"``."""
+        self.metadata: dict[str, Any] = described.get("metadata", {})
+        """The file's own metadata: safetensors' ``__metadata__`` (strings), GGUF's key-value
+        pairs (``general.architecture``, the tokenizer, ...; arrays of more than 64 elements as
+        ``{"type", "count", "first"}``); empty for a modpack weight file."""
+        self._described = {a["name"]: a for a in described["arrays"]}
+
+    def info(self, name: str) -> dict[str, Any]:
+        """What the file says of array |name|: dtype, shape, offset and size in the file, its
+        checksum and digest where the file records them, and for safetensors and GGUF the
+        format's own type (``"Q4_K"``), its block (elements, bytes: ``[256, 144]``), its shape
+        in elements (``logical_shape``) and whether it is handed out as an aligned copy
+        (``copied``: the file places it misaligned)."""
+        return dict(self._described[name])  # KeyError for a name the file does not have
 
     def __getitem__(self, key: str) -> np.ndarray:
         return self._arrays[key]

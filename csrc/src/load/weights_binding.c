@@ -52,6 +52,14 @@ static mp_status_t check_file(mp_weight_file_t* file, const mp_load_settings_t* 
   uint32_t checks = (settings->flags & MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) ? 0
                                                                       : MP_WEIGHTS_CHECK_CHECKSUMS;
   bool signed_load = settings->num_keys > 0;
+  if (signed_load && !trusted && mp_weight_file_format(file) != MP_WEIGHTS_FORMAT_MODPACK)
+    return mp_errorf(MP_ERR_UNTRUSTED,
+                     "'%s' is a %s file, which carries no signature: a signed load takes it "
+                     "only through a signed library that records its digests (weights_module), "
+                     "or as a modpack weight file signed itself (save_weights, modpack sign)",
+                     mp_weight_file_path(file),
+                     mp_weight_file_format(file) == MP_WEIGHTS_FORMAT_GGUF ? "GGUF"
+                                                                            : "safetensors");
   if (signed_load && !trusted) {
     mp_signature_info_t infos[8];
     uint64_t count;

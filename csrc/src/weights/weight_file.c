@@ -520,12 +520,30 @@ static void hex(mp_json_t* j, const uint8_t* bytes, size_t n) {
   for (size_t i = 0; i < n; ++i) mp_json_printf(j, "%02x", bytes[i]);
 }
 
+/* What another format says of an array: its type, blocks, shape in elements, and whether it
+ * is handed out as a copy. */
+static void describe_foreign(mp_json_t* j, const mp_weight_array_t* a) {
+  const mp_foreign_array_t* x = a->foreign;
+  mp_json_printf(j, ", \"type\": ");
+  mp_json_string(j, x->type_name);
+  mp_json_printf(j, ", \"type_id\": %u, \"block\": [%u, %u], \"logical_shape\": [",
+                 x->type_id, x->block_elements, x->block_bytes);
+  for (int32_t d = 0; d < x->logical_ndim; ++d)
+    mp_json_printf(j, "%s%" PRId64, d ? ", " : "", x->logical_shape[d]);
+  mp_json_printf(j, "], \"copied\": %s", a->copied ? "true" : "false");
+}
+
 mp_status_t mp_weight_file_describe(const mp_weight_file_t* f, char* buffer, uint64_t capacity,
                                     uint64_t* out_length) {
   mp_json_t j = {buffer, capacity, 0};
   if (buffer && capacity) buffer[0] = '\0';
+  static const char* const formats[] = {"modpack", "safetensors", "gguf"};
   mp_json_printf(&j, "{\"path\": ");
   mp_json_string(&j, f->path);
+  mp_json_printf(&j, ", \"format\": \"%s\"", formats[f->format]);
+  if (f->format != MP_WEIGHTS_FORMAT_MODPACK)
+    mp_json_printf(&j, ", \"format_version\": %u, \"metadata\": %s", f->foreign.version,
+                   f->foreign.metadata_json ? f->foreign.metadata_json : "{}");
   mp_json_printf(&j, ", \"size\": %" PRIu64 ", \"alignment\": %u, \"digest\": \"sha256:", f->file_size,
                  f->alignment);
   hex(&j, f->digest, 32);
@@ -541,11 +559,17 @@ mp_status_t mp_weight_file_describe(const mp_weight_file_t* f, char* buffer, uin
                    mp_dtype_string(a->tensor.dtype, dtype, sizeof dtype));
     for (int32_t d = 0; d < a->tensor.ndim; ++d)
       mp_json_printf(&j, "%s%" PRId64, d ? ", " : "", a->tensor.shape[d]);
-    mp_json_printf(&j, "], \"offset\": %" PRIu64 ", \"size\": %" PRIu64
-                       ", \"checksum\": \"%016" PRIx64 "\", \"digest\": \"sha256:",
-                   a->offset, a->size, a->checksum);
-    hex(&j, a->digest, 32);
-    mp_json_printf(&j, "\"}");
+    mp_json_printf(&j, "], \"offset\": %" PRIu64 ", \"size\": %" PRIu64, a->offset, a->size);
+    if (a->recorded) {
+      mp_json_printf(&j, ", \"checksum\": \"%016" PRIx64 "\", \"digest\": \"sha256:",
+                     a->checksum);
+      hex(&j, a->digest, 32);
+      mp_json_printf(&j, "\"");
+    } else {
+      mp_json_printf(&j, ", \"checksum\": null, \"digest\": null");
+    }
+    if (a->foreign) describe_foreign(&j, a);
+    mp_json_printf(&j, "}");
   }
   mp_json_printf(&j, "]}");
   if (out_length) *out_length = j.length;
