@@ -139,16 +139,19 @@ mp_status_t mp_weight_file_index_names(mp_weight_file_t* f, const char* path) {
 }
 
 /* The format of the file open as |fd|, from its first bytes: modpack's magic, GGUF's, or a
- * safetensors header's size followed by its JSON object. */
+ * safetensors header's size followed by its JSON object (safetensors has no magic: a file
+ * named *.safetensors is taken as one, so that its reader says what is wrong with it). */
 static mp_status_t format_of(int fd, const char* path, uint64_t file_size,
                              mp_weights_format_t* out) {
   uint8_t head[16] = {0};
   bool read = file_size >= 9 && mp_file_read_at(fd, head, file_size < 16 ? 9 : 16, 0);
+  size_t length = strlen(path), suffix = sizeof ".safetensors" - 1;
+  bool named = length >= suffix && strcmp(path + length - suffix, ".safetensors") == 0;
   if (read && memcmp(head, MP_WEIGHTS_MAGIC, 8) == 0) {
     *out = MP_WEIGHTS_FORMAT_MODPACK;
   } else if (read && memcmp(head, "GGUF", 4) == 0) {
     *out = MP_WEIGHTS_FORMAT_GGUF;
-  } else if (read && head[8] == '{') {
+  } else if ((read && head[8] == '{') || named) {
     *out = MP_WEIGHTS_FORMAT_SAFETENSORS;
   } else {
     return mp_errorf(MP_ERR_FORMAT,
@@ -387,6 +390,12 @@ mp_status_t mp_weight_file_match(const mp_weight_file_t* file, const mp_array_sp
 /* ---- checking ---------------------------------------------------------------------------- */
 
 static mp_status_t digest_mismatch(const mp_weight_file_t* f, uint64_t i) {
+  if (f->format != MP_WEIGHTS_FORMAT_MODPACK)
+    return mp_errorf(MP_ERR_UNTRUSTED,
+                     "array '%s' of '%s' does not match the SHA-256 digest the library recorded "
+                     "of it: the file is not the one the library was exported (and signed) "
+                     "with; get that one again from its source",
+                     f->arrays[i].name, f->path);
   return mp_errorf(MP_ERR_UNTRUSTED,
                    "array '%s' of '%s' does not match its SHA-256 digest: the file was changed "
                    "after it was saved or signed; get it again from its source",
@@ -431,6 +440,13 @@ static mp_status_t check_checksums(const mp_weight_file_t* f) {
     int fd;
     mp_const_byte_span_t bytes = bytes_of(f, a, &fd);
     uint64_t actual = mp_checksum_mapped_file(bytes, fd, a->offset);
+    if (actual != a->checksum && f->format != MP_WEIGHTS_FORMAT_MODPACK)
+      return mp_errorf(MP_ERR_MISMATCH,
+                       "'%s' is not the file the library was exported with: array '%s' holds "
+                       "other bytes (XXH3 %016" PRIx64 ", recorded %016" PRIx64 "), under the "
+                       "same names, types and shapes; export the library again with this file, "
+                       "or load it with its own and swap this one in (swap_weights)",
+                       f->path, a->name, actual, a->checksum);
     if (actual != a->checksum)
       return mp_errorf(MP_ERR_FORMAT,
                        "'%s' is damaged: array '%s' does not match its checksum (stored %016" PRIx64
