@@ -49,7 +49,8 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
                 trusted_keys: Iterable[TrustedKey] | None = None,
                 private_copy: bool = False,
                 weights: WeightsLocation | None = None,
-                verify_on_first_use: bool = False) -> LoadedModule:
+                verify_on_first_use: bool = False,
+                overlays: Iterable[str | os.PathLike[str]] | None = None) -> LoadedModule:
     """Load a library made by ``export_library`` and return the root of its module tree (a
     :class:`~modpack.runtime.module.LoadedModule`, or the object a Python loader made when the
     root is such a module).
@@ -90,6 +91,15 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
     it. In a signed load the library's signature covers the weight file's digest, and every
     array is checked against its digest at load, or with ``verify_on_first_use=True`` the
     first time it is read (a large model whose arrays are touched over minutes).
+
+    ``overlays`` are adapters (a LoRA, a fine-tune's changed layers): weight files, modpack's,
+    safetensors or GGUF, whose arrays host code finds before the tree's own, by name. An array
+    of a new name is added; one of a name the tree has replaces it, with the same dtype and
+    shape (else :class:`~modpack.WeightsMismatchError` names it); a later overlay over an
+    earlier one. The base weights are untouched and stay shared with every other tree and
+    process that maps them: a second program over the same base with another adapter costs
+    that adapter. :meth:`~modpack.runtime.module.LoadedModule.swap_overlays` replaces them,
+    atomically for callers. In a signed load each overlay needs its own trusted signature.
     """
     # A str, not a Path, and no helper that a plain str does not need: on a process's first
     # load each first call of a Python function costs microseconds (pathlib's: 40 us).
@@ -101,12 +111,14 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
     if name.endswith(".tar"):
         tar = Path(name)
         _check_file(tar)  # a FIFO would block the archive reader
+        if overlays is not None:
+            raise ArgumentError(f"{tar}: overlays are for shared libraries (.so): export one")
         if trusted_keys is not None or private_copy or verify_on_first_use:
             raise ArgumentError(f"{tar}: signatures are for shared libraries (.so); export one "
                                 "and sign it to load with trusted_keys (and private_copy, "
                                 "verify_on_first_use)")
         return _load_relinked(tar, verify_checksums, allow_unsealed, weights)
-    options = load_options(flags, trusted_keys, weights)
+    options = load_options(flags, trusted_keys, weights, overlays)
     out = ffi.new(_MODULE_OUT)
     follow_logger()  # the load's phases to the modpack.load logger, if it logs DEBUG
     # The runtime resolves the path, and refuses what is not a regular file without blocking;

@@ -14,7 +14,7 @@ import functools
 import os
 import weakref
 from _weakref import _remove_dead_weakref  # type: ignore[attr-defined]
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from ..modules.base import Module
 from .binding import check, ffi, lib, string
 from .function import Function, lookup
 from .views import view_of
-from .weight_files import WeightArrays, current_arrays, current_version
+from .weight_files import WeightArrays, current_arrays, current_version, overlay_paths
 
 __all__ = ["LoadedModule", "python_modules", "wrap_module"]
 
@@ -179,6 +179,17 @@ class LoadedModule:
         check(lib.mp_module_swap_weights(
             self._handle, ffi.NULL if file_name is None else file_name.encode(),
             os.fsencode(shown.resolve())))
+
+    def swap_overlays(self, paths: Iterable[str | os.PathLike[str]]) -> None:
+        """Replace the overlays (adapters, ``load_module(..., overlays=...)``) of this module's
+        tree by the weight files at |paths| (none: ``[]``), checked as the tree was loaded
+        (an array replacing one of the tree's has its dtype and shape; in a signed tree, a
+        trusted signature): on a refusal the old ones stay. Then the switch is atomic: a call
+        running on another thread finishes with the old ones, calls after see the new ones.
+        The base weights are untouched."""
+        encoded = [ffi.new("char[]", p) for p in overlay_paths(paths)]
+        array = ffi.new("char*[]", encoded) if encoded else ffi.NULL
+        check(lib.mp_module_swap_overlays(self._handle, array, len(encoded)))
 
     def __repr__(self) -> str:
         count = len(self.imported_modules)

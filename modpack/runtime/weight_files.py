@@ -39,24 +39,50 @@ _OPTIONS_SIZE = ffi.sizeof("mp_load_options_t")
 
 
 def load_options(flags: int, trusted_keys: Iterable[TrustedKey] | None = None,
-                 weights: WeightsLocation | None = None) -> Any:
+                 weights: WeightsLocation | None = None,
+                 overlays: Iterable[str | os.PathLike[str]] | None = None) -> Any:
     """The runtime's ``mp_load_options_t`` (kept alive by the returned object). The options of
-    a load naming no keys and no weight files are made once per set of flags and shared: the
-    runtime only reads them."""
-    if trusted_keys is None and weights is None:
+    a load naming no keys, no weight files and no overlays are made once per set of flags and
+    shared: the runtime only reads them."""
+    if trusted_keys is None and weights is None and overlays is None:
         plain = _plain_options.get(flags)
         if plain is None:
             plain = _plain_options[flags] = _options(flags, None, None)
         return plain
-    return _options(flags, trusted_keys, weights)
+    return _options(flags, trusted_keys, weights, overlays)
+
+
+def overlay_paths(overlays: Iterable[str | os.PathLike[str]]) -> list[bytes]:
+    """Each overlay's path, resolved (a load and a later one name the same files alike), each
+    an existing file."""
+    if isinstance(overlays, (str, bytes, os.PathLike)):
+        raise ArgumentError("overlays= is a list of weight files' paths (adapters), not one "
+                            "path: overlays=[path]")
+    out = []
+    for overlay in overlays:
+        if not isinstance(overlay, (str, os.PathLike)):
+            raise ArgumentError(f"overlays= lists weight files' paths, not "
+                                f"{type(overlay).__name__}")
+        shown = Path(overlay)
+        if not shown.is_file():
+            raise MissingFileError(f"no such overlay: {shown}")
+        out.append(os.fsencode(shown.resolve()))
+    return out
 
 
 def _options(flags: int, trusted_keys: Iterable[TrustedKey] | None,
-             weights: WeightsLocation | None) -> _Kept:
+             weights: WeightsLocation | None,
+             overlays: Iterable[str | os.PathLike[str]] | None = None) -> _Kept:
     keep: list[Any] = []
     options = ffi.new(_OPTIONS_TYPE)
     options.struct_size = _OPTIONS_SIZE
     options.flags = flags
+    if overlays is not None:
+        paths = [ffi.new("char[]", p) for p in overlay_paths(overlays)]
+        array = ffi.new("char*[]", paths)
+        keep.extend([*paths, array])
+        options.overlays = array
+        options.num_overlays = len(paths)
     if trusted_keys is not None:
         keys = trusted_keys_array(trusted_keys)
         keep.append(keys)

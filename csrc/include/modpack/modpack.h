@@ -150,6 +150,12 @@ typedef struct {
   const mp_weights_location_t* weights;
   uint64_t num_weights;
   const char* weights_folder;
+  /* Adapters: weight files (modpack's, safetensors, GGUF) whose arrays host code finds before
+   * the tree's own, adding arrays or replacing ones of the same dtype and shape, a later one
+   * over an earlier one; the base weights stay as they are, shared. In a signed load each
+   * needs its own trusted signature. Swapped whole with mp_module_swap_overlays. */
+  const char* const* overlays;
+  uint64_t num_overlays;
 } mp_load_options_t;
 
 /* Load a deployable library: check the file's seal (format.h) before anything of it is
@@ -318,6 +324,11 @@ MP_API mp_status_t mp_weights_load(const char* path, const mp_load_options_t* op
  * (mp_module_get_array) stays valid until the next swap. */
 MP_API mp_status_t mp_module_swap_weights(mp_module_t* module, const char* file_name,
                                           const char* path);
+/* Replace the overlays (mp_load_options_t.overlays) of the tree |module| belongs to with the
+ * |count| files at |paths| (0: none), checked as the tree was loaded: atomically for callers
+ * (a call that started before sees the old ones throughout), the base weights untouched. */
+MP_API mp_status_t mp_module_swap_overlays(mp_module_t* module, const char* const* paths,
+                                           uint64_t count);
 
 /* One version of a module's weights: the weight file it reads now, held (a new reference) so
  * that its arrays stay valid whatever is swapped later. */

@@ -11,6 +11,7 @@
 #include "device/signature.h"
 #include "device/workspace.h"
 #include "load/library.h"
+#include "load/overlays.h"
 #include "load/weights_kind.h"
 #include "modpack/tensor_span.h"
 
@@ -51,6 +52,12 @@ static mp_status_t context_get_array(void* ctx, const char* name, const DLTensor
   mp_module_t* module = ctx;
   if (!module)
     return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up array '%s' before load", name);
+  mp_library_t* library = mp_module_library(module);
+  mp_weight_file_t* file;
+  if (library) { /* an adapter's array first (load/overlays.h) */
+    MP_RETURN_IF_ERROR(mp_overlays_find(library, name, out_array, &file));
+    if (*out_array) return MP_OK;
+  }
   return mp_module_get_array(module, name, 1, out_array);
 }
 
@@ -62,6 +69,11 @@ static mp_status_t context_get_array_on(void* ctx, const char* name, DLDevice de
   if (!library)
     return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up array '%s' before load", name);
   const DLTensor* view;
+  mp_weight_file_t* file;
+  MP_RETURN_IF_ERROR(mp_overlays_find(library, name, &view, &file));
+  if (view) /* an adapter's array: copied per adapter file */
+    return mp_device_array_cache_get(mp_weight_file_device_arrays(file), view, device,
+                                     out_array);
   mp_module_t* owner;
   MP_RETURN_IF_ERROR(mp_module_find_array(module, name, 1, &view, &owner));
   /* A weight file's arrays are copied per file (so a swap copies the new ones), a const

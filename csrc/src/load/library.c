@@ -20,6 +20,7 @@
 #include "core/module.h"
 #include "load/dl_names.h"
 #include "load/library_state.h"
+#include "load/overlays.h"
 
 typedef struct live_library {
   mp_library_t* library;
@@ -56,6 +57,7 @@ void mp_library_release(mp_library_t* library) {
   /* Every entry's function went with the "library" node (see forget_module). */
   mp_host_lookups_clear(&library->lookups);
   mp_device_array_cache_clear(&library->device_arrays);
+  mp_overlays_install(library, NULL); /* its adapters go (calls keeping them hold them) */
   mp_load_settings_free(&library->settings);
   if (!library->system) mp_dl_unload(library->handle, library->fd, library->dlopen_name);
   mp_library_unlock();
@@ -87,6 +89,10 @@ const mp_load_settings_t* mp_library_settings(const mp_library_t* library) {
 
 struct mp_weights_binding** mp_library_weight_bindings(mp_library_t* library) {
   return &library->weight_bindings;
+}
+
+_Atomic(struct mp_overlays*)* mp_library_overlays(mp_library_t* library) {
+  return &library->overlays;
 }
 
 mp_host_lookups_t* mp_library_lookups(mp_library_t* library) {

@@ -8,6 +8,7 @@
 #ifndef MODPACK_LOAD_LIBRARY_H_
 #define MODPACK_LOAD_LIBRARY_H_
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "files/file.h"
@@ -72,6 +73,8 @@ const mp_load_settings_t* mp_library_settings(const mp_library_t* library);
 /* The head of the list of the library's weight bindings (load/weights_binding.c keeps it).
  * Under the library lock. */
 struct mp_weights_binding** mp_library_weight_bindings(mp_library_t* library);
+/* The slot of the library's overlays (load/overlays.h: read and replaced there only). */
+_Atomic(struct mp_overlays*)* mp_library_overlays(mp_library_t* library);
 
 /* The functions the library's host code looked up (load/host_lookups.h). */
 mp_host_lookups_t* mp_library_lookups(mp_library_t* library);

@@ -23,6 +23,7 @@
 #include "files/file.h"
 #include "load/kinds.h"
 #include "load/library.h"
+#include "load/overlays.h"
 #include "files/seal.h"
 #include "files/signatures.h"
 #include "load/trace.h"
@@ -55,6 +56,12 @@ static mp_status_t check_live_weights(mp_library_t* library, const mp_load_setti
     mp_weights_binding_release(binding);
     MP_RETURN_IF_ERROR(status);
   }
+  if (!mp_overlays_same(library, (const char* const*)settings->overlays, settings->num_overlays))
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "'%s' is loaded already, with other overlays than this load gives: use the "
+                     "loaded tree's swap_overlays (C: mp_module_swap_overlays), or drop the tree "
+                     "before loading it with other overlays",
+                     mp_library_path(library));
   return MP_OK;
 }
 
@@ -91,11 +98,43 @@ static mp_status_t tree_of(mp_library_t* library, bool existing, mp_load_setting
   mp_library_set_root(library, *out_module);
   /* A sealed library's weight files were checked before dlopen, names too; this is for one
    * loaded unsealed. */
-  mp_status_t status = mp_weights_binding_check_given(library, mp_library_settings(library));
+  const mp_load_settings_t* kept = mp_library_settings(library);
+  mp_status_t status = mp_weights_binding_check_given(library, kept);
+  mp_overlays_t* overlays = NULL;
+  if (status == MP_OK)
+    status = mp_overlays_open(*out_module, (const char* const*)kept->overlays,
+                              kept->num_overlays, kept, &overlays);
   if (status != MP_OK) {
     mp_module_release(*out_module);
     *out_module = NULL;
+    return status;
   }
+  mp_overlays_install(library, overlays);
+  return MP_OK;
+}
+
+mp_status_t mp_module_swap_overlays(mp_module_t* module, const char* const* paths,
+                                    uint64_t count) {
+  mp_library_t* library = module ? mp_module_library(module) : NULL;
+  if (!library || (count > 0 && !paths))
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_swap_overlays: %s",
+                     library ? "NULL paths" : "the module is not from a loaded library");
+  for (uint64_t i = 0; i < count; ++i)
+    if (!paths[i])
+      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                       "mp_module_swap_overlays: overlay %" PRIu64 " has no path", i);
+  /* Checked as the tree was loaded: its flags and keys. */
+  mp_library_lock();
+  mp_module_t* root = mp_library_live_root(library);
+  const mp_load_settings_t* kept = mp_library_settings(library);
+  mp_load_settings_t settings = {.flags = kept->flags, .num_keys = kept->num_keys};
+  memcpy(settings.keys, kept->keys, sizeof settings.keys);
+  mp_library_unlock();
+  if (!root) return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_swap_overlays: the tree is gone");
+  mp_overlays_t* overlays = NULL;
+  mp_status_t status = mp_overlays_open(root, paths, count, &settings, &overlays);
+  mp_module_release(root);
+  if (status == MP_OK) mp_overlays_install(library, overlays);
   return status;
 }
 

@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 
-enum { MAX_WEIGHT_LOCATIONS = 4096 };
+enum { MAX_WEIGHT_LOCATIONS = 4096, MAX_OVERLAYS = 64 };
 
 void mp_load_settings_free(mp_load_settings_t* s) {
   for (uint64_t i = 0; i < s->num_weights; ++i) {
@@ -21,6 +21,8 @@ void mp_load_settings_free(mp_load_settings_t* s) {
   }
   free(s->weights);
   free(s->weights_folder);
+  for (uint64_t i = 0; i < s->num_overlays; ++i) free(s->overlays[i]);
+  free(s->overlays);
 
   memset(s, 0, sizeof *s);
 }
@@ -44,6 +46,27 @@ static mp_status_t check_signed_only(uint32_t flags, uint64_t num_keys) {
   return MP_OK;
 }
 
+/* The overlays' paths, each owned (|count| from a struct that holds the field). */
+static mp_status_t copy_overlays(const char* const* paths, uint64_t count,
+                                 mp_load_settings_t* out) {
+  if (count == 0) return MP_OK;
+  if (count > MAX_OVERLAYS || !paths)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "mp_load_options_t: %" PRIu64 " overlays without an array (at most %d)",
+                     count, MAX_OVERLAYS);
+  out->overlays = calloc(count, sizeof *out->overlays);
+  if (!out->overlays) return mp_out_of_memory("load settings");
+  for (; out->num_overlays < count; ++out->num_overlays) {
+    const char* path = paths[out->num_overlays];
+    if (!path)
+      return mp_errorf(MP_ERR_INVALID_ARGUMENT, "overlay %" PRIu64 " has no path",
+                       out->num_overlays);
+    if (!(out->overlays[out->num_overlays] = strdup(path)))
+      return mp_out_of_memory("load settings");
+  }
+  return MP_OK;
+}
+
 mp_status_t mp_load_settings_copy(const mp_load_options_t* options, uint32_t flags,
                                   mp_load_settings_t* out) {
   memset(out, 0, sizeof *out);
@@ -54,9 +77,14 @@ mp_status_t mp_load_settings_copy(const mp_load_options_t* options, uint32_t fla
                      "mp_load_options_t.struct_size is %u: set it to sizeof(mp_load_options_t)",
                      options->struct_size);
   out->flags |= options->flags;
-  bool has_weights = options->struct_size >= offsetof(mp_load_options_t, weights_folder);
-  bool has_folder = options->struct_size >= sizeof(mp_load_options_t);
-  uint64_t num_weights = has_weights ? options->num_weights : 0;
+  /* A field is read when the caller's struct holds it: a caller built before it was added
+   * passes a smaller struct_size, and the field is taken as zero. */
+#define HAS_FIELD(field) \
+  (options->struct_size >= offsetof(mp_load_options_t, field) + sizeof options->field)
+  bool has_folder = HAS_FIELD(weights_folder);
+  uint64_t num_weights = HAS_FIELD(num_weights) ? options->num_weights : 0;
+  uint64_t num_overlays = HAS_FIELD(num_overlays) ? options->num_overlays : 0;
+#undef HAS_FIELD
   if (options->num_trusted_keys > MP_MAX_TRUSTED_KEYS ||
       (options->num_trusted_keys > 0 && !options->trusted_keys))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "at most %d trusted keys, not %" PRIu64,
@@ -70,6 +98,11 @@ mp_status_t mp_load_settings_copy(const mp_load_options_t* options, uint32_t fla
   if (out->num_keys) memcpy(out->keys, options->trusted_keys, out->num_keys * sizeof *out->keys);
   if (has_folder && options->weights_folder && !(out->weights_folder = strdup(options->weights_folder)))
     return mp_out_of_memory("load settings");
+  mp_status_t copied = copy_overlays(options->overlays, num_overlays, out);
+  if (copied != MP_OK) {
+    mp_load_settings_free(out);
+    return copied;
+  }
   if (num_weights == 0) return MP_OK;
   out->weights = calloc(num_weights, sizeof *out->weights);
   if (!out->weights) return mp_out_of_memory("load settings");

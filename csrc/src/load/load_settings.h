@@ -18,6 +18,8 @@ typedef struct {
   mp_weights_location_t* weights; /* owned copies */
   uint64_t num_weights;
   char* weights_folder; /* owned; NULL: beside the library */
+  char** overlays;      /* owned copies of the overlays' paths (load/overlays.h) */
+  uint64_t num_overlays;
 } mp_load_settings_t;
 
 /* Copy |options| (NULL: none) into |out|, with |flags| added to its flags; checks the struct
