@@ -67,6 +67,23 @@ modpack.save_weights({"w1": w1 * 2, "w2": w2 * 3}, "finetuned.mpw")
 other = modpack.csource_module(open("host.c").read())
 other.import_module(modpack.const_module({"bias": np.zeros(16, np.float32)}))
 """,
+    # A model where its users keep it: safetensors shards with their index, one GGUF file, an
+    # adapter, all written by their formats' own writers.
+    "foreign": """
+import json
+from safetensors.numpy import save_file
+import gguf
+save_file({"w1": np.arange(4096, dtype=np.float32)}, "model-00001-of-00002.safetensors")
+save_file({"w2": np.ones((64, 64), np.float16)}, "model-00002-of-00002.safetensors")
+json.dump({"weight_map": {"w1": "model-00001-of-00002.safetensors",
+                          "w2": "model-00002-of-00002.safetensors"}},
+          open("model.safetensors.index.json", "w"))
+save_file({"lora_a": np.zeros((8, 64), np.float16)}, "adapter.safetensors")
+g = gguf.GGUFWriter("tiny.gguf", "llama")
+g.add_tensor("w1", np.arange(4096, dtype=np.float32))
+g.write_header_to_file(); g.write_kv_data_to_file(); g.write_tensors_to_file(); g.close()
+host = modpack.csource_module(open("host.c").read())
+""",
 }
 
 
