@@ -128,13 +128,19 @@ static mp_status_t read_record(mp_weight_file_t* f, const char* path, uint64_t i
   else
     what[0] = '\0';
   if (what[0]) return damaged(path, what);
-  uint64_t bytes = (uint64_t)dtype.bits * dtype.lanes / 8;
+  /* Bytes of |count| elements: whole bytes each, or packed below a byte (DLPack 1.1's sub-byte
+   * types: ceil(count * bits / 8), modpack/tensor_span.h). */
+  uint64_t element_bits = (uint64_t)dtype.bits * dtype.lanes, count = 1, bytes;
   for (uint32_t d = 0; d < ndim; ++d) {
     uint64_t extent = mp_load_le64(f->index + shape_offset + 8 * d);
-    if (extent > (uint64_t)INT64_MAX || !mp_mul_u64(bytes, extent, &bytes))
+    if (extent > (uint64_t)INT64_MAX || !mp_mul_u64(count, extent, &count))
       return damaged(path, "an array's shape overflows");
     shape[d] = (int64_t)extent;
   }
+  if (element_bits % 8 == 0 ? !mp_mul_u64(count, element_bits / 8, &bytes)
+                            : !mp_mul_u64(count / 8, element_bits, &bytes) ||
+                                  !mp_add_u64(bytes, (count % 8 * element_bits + 7) / 8, &bytes))
+    return damaged(path, "an array's shape overflows");
   if (bytes != a->size) {
     snprintf(what, sizeof what,
              "array record %" PRIu64 " holds %" PRIu64 " bytes, its shape and dtype %" PRIu64, i,
