@@ -36,6 +36,8 @@ enum {
 };
 
 
+static void unmap_file(const uint8_t* map); /* below, with the mappings */
+
 /* ---- the open files of the process ------------------------------------------------------ */
 
 typedef struct open_file {
@@ -57,7 +59,7 @@ void mp_weight_file_retain(mp_weight_file_t* file) {
 }
 
 static void destroy(mp_weight_file_t* f) {
-  if (f->map) munmap((void*)f->map, (size_t)f->map_size);
+  if (f->map) unmap_file(f->map);
   if (f->fd >= 0) close(f->fd);
   mp_device_array_cache_clear(&f->device_arrays);
   pthread_mutex_destroy(&f->check_lock);
@@ -164,8 +166,67 @@ static mp_status_t format_of(int fd, const char* path, uint64_t file_size,
   return MP_OK;
 }
 
-/* Map the whole file read-only and shared; large files at a 2 MiB-congruent address. */
+/* ---- mappings: one per version of a file ---------------------------------------------------
+ *
+ * Objects of one version of a file opened with different records (a safetensors file loaded on
+ * its own and through a library that recorded its digests) share its mapping: one mapping per
+ * file per process, one page-cache copy. */
+
+typedef struct mapping {
+  mp_file_id_t id;
+  const uint8_t* map;
+  uint64_t size;
+  long users;
+  struct mapping* next;
+} mapping_t;
+static mapping_t* mappings; /* under map_lock */
+static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void unmap_file(const uint8_t* map) {
+  pthread_mutex_lock(&map_lock);
+  for (mapping_t** p = &mappings; *p; p = &(*p)->next) {
+    mapping_t* m = *p;
+    if (m->map != map) continue;
+    if (--m->users == 0) {
+      *p = m->next;
+      munmap((void*)m->map, (size_t)m->size);
+      free(m);
+    }
+    break;
+  }
+  pthread_mutex_unlock(&map_lock);
+}
+
+static mp_status_t map_new(int fd, const char* path, mp_weight_file_t* f);
+
 static mp_status_t map_file(int fd, const char* path, mp_weight_file_t* f) {
+  pthread_mutex_lock(&map_lock);
+  mapping_t* found = NULL;
+  for (mapping_t* m = mappings; m && !found; m = m->next)
+    if (mp_file_same_version(&m->id, &f->id)) found = m;
+  mp_status_t status = MP_OK;
+  if (found) {
+    ++found->users;
+    f->map = found->map;
+    f->map_size = found->size;
+  } else {
+    mapping_t* m = calloc(1, sizeof *m);
+    status = m ? map_new(fd, path, f) : mp_out_of_memory("a weight file's mapping");
+    if (status == MP_OK) {
+      *m = (mapping_t){f->id, f->map, f->map_size, 1, mappings};
+      mappings = m;
+    } else {
+      free(m);
+    }
+  }
+  pthread_mutex_unlock(&map_lock);
+  for (uint64_t i = 0; status == MP_OK && i < f->count; ++i)
+    f->arrays[i].tensor.data = (void*)(f->map + f->arrays[i].offset);
+  return status;
+}
+
+/* Map the whole file read-only and shared; large files at a 2 MiB-congruent address. */
+static mp_status_t map_new(int fd, const char* path, mp_weight_file_t* f) {
   f->map_size = f->file_size;
   void* map = MAP_FAILED;
   if (f->file_size >= LARGE_FILE) {
@@ -191,7 +252,6 @@ static mp_status_t map_file(int fd, const char* path, mp_weight_file_t* f) {
     return mp_errorf(errno == ENOMEM ? MP_ERR_RESOURCE_EXHAUSTED : MP_ERR_IO,
                      "cannot map '%s': %s", path, strerror(errno));
   f->map = map;
-  for (uint64_t i = 0; i < f->count; ++i) f->arrays[i].tensor.data = (void*)(f->map + f->arrays[i].offset);
   return MP_OK;
 }
 
