@@ -55,7 +55,7 @@ static mp_status_t context_get_array(void* ctx, const char* name, const DLTensor
   mp_library_t* library = mp_module_library(module);
   mp_weight_file_t* file;
   if (library) { /* an adapter's array first (load/overlays.h) */
-    MP_RETURN_IF_ERROR(mp_overlays_find(library, name, out_array, &file));
+    MP_RETURN_IF_ERROR(mp_overlays_find(mp_library_overlays(library), name, out_array, &file));
     if (*out_array) return MP_OK;
   }
   return mp_module_get_array(module, name, 1, out_array);
@@ -70,7 +70,7 @@ static mp_status_t context_get_array_on(void* ctx, const char* name, DLDevice de
     return mp_errorf(MP_ERR_UNAVAILABLE, "host code looked up array '%s' before load", name);
   const DLTensor* view;
   mp_weight_file_t* file;
-  MP_RETURN_IF_ERROR(mp_overlays_find(library, name, &view, &file));
+  MP_RETURN_IF_ERROR(mp_overlays_find(mp_library_overlays(library), name, &view, &file));
   if (view) /* an adapter's array: copied per adapter file */
     return mp_device_array_cache_get(mp_weight_file_device_arrays(file), view, device,
                                      out_array);

@@ -57,7 +57,7 @@ void mp_library_release(mp_library_t* library) {
   /* Every entry's function went with the "library" node (see forget_module). */
   mp_host_lookups_clear(&library->lookups);
   mp_device_array_cache_clear(&library->device_arrays);
-  mp_overlays_install(library, NULL); /* its adapters go (calls keeping them hold them) */
+  mp_overlays_install(&library->overlays, NULL); /* its adapters go (calls keeping them hold them) */
   mp_load_settings_free(&library->settings);
   if (!library->system) mp_dl_unload(library->handle, library->fd, library->dlopen_name);
   mp_library_unlock();
@@ -91,7 +91,7 @@ struct mp_weights_binding** mp_library_weight_bindings(mp_library_t* library) {
   return &library->weight_bindings;
 }
 
-_Atomic(struct mp_overlays*)* mp_library_overlays(mp_library_t* library) {
+mp_overlays_slot_t* mp_library_overlays(mp_library_t* library) {
   return &library->overlays;
 }
 

@@ -15,6 +15,7 @@
 #include "load/host_lookups.h"
 #include "load/library_lock.h"
 #include "load/load_settings.h"
+#include "load/overlays.h"
 #include "modpack/kind.h"
 
 /* The library of the file |path| (a resolved path), open as |fd| (taken over in every case),
@@ -74,7 +75,7 @@ const mp_load_settings_t* mp_library_settings(const mp_library_t* library);
  * Under the library lock. */
 struct mp_weights_binding** mp_library_weight_bindings(mp_library_t* library);
 /* The slot of the library's overlays (load/overlays.h: read and replaced there only). */
-_Atomic(struct mp_overlays*)* mp_library_overlays(mp_library_t* library);
+mp_overlays_slot_t* mp_library_overlays(mp_library_t* library);
 
 /* The functions the library's host code looked up (load/host_lookups.h). */
 mp_host_lookups_t* mp_library_lookups(mp_library_t* library);

@@ -12,6 +12,7 @@
 #include "load/dl_names.h"
 #include "load/host_lookups.h"
 #include "load/load_settings.h"
+#include "load/overlays.h"
 #include "modpack/modpack.h"
 
 struct mp_library {
@@ -27,7 +28,7 @@ struct mp_library {
   mp_device_array_cache_t device_arrays; /* its const arrays copied to devices */
   mp_load_settings_t settings; /* how it is being loaded (under the library lock) */
   struct mp_weights_binding* weight_bindings; /* its weight files (not owned; library lock) */
-  _Atomic(struct mp_overlays*) overlays;      /* its adapters (load/overlays.h), owned */
+  mp_overlays_slot_t overlays;                /* its adapters (load/overlays.h), owned */
 };
 
 #endif /* MODPACK_LOAD_LIBRARY_STATE_H_ */

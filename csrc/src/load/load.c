@@ -56,7 +56,8 @@ static mp_status_t check_live_weights(mp_library_t* library, const mp_load_setti
     mp_weights_binding_release(binding);
     MP_RETURN_IF_ERROR(status);
   }
-  if (!mp_overlays_same(library, (const char* const*)settings->overlays, settings->num_overlays))
+  if (!mp_overlays_same(mp_library_overlays(library), (const char* const*)settings->overlays,
+                        settings->num_overlays))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                      "'%s' is loaded already, with other overlays than this load gives: use the "
                      "loaded tree's swap_overlays (C: mp_module_swap_overlays), or drop the tree "
@@ -109,7 +110,7 @@ static mp_status_t tree_of(mp_library_t* library, bool existing, mp_load_setting
     *out_module = NULL;
     return status;
   }
-  mp_overlays_install(library, overlays);
+  mp_overlays_install(mp_library_overlays(library), overlays);
   return MP_OK;
 }
 
@@ -134,7 +135,7 @@ mp_status_t mp_module_swap_overlays(mp_module_t* module, const char* const* path
   mp_overlays_t* overlays = NULL;
   mp_status_t status = mp_overlays_open(root, paths, count, &settings, &overlays);
   mp_module_release(root);
-  if (status == MP_OK) mp_overlays_install(library, overlays);
+  if (status == MP_OK) mp_overlays_install(mp_library_overlays(library), overlays);
   return status;
 }
 

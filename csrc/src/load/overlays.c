@@ -15,8 +15,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/module.h"
-#include "load/library.h"
-#include "load/weights_binding.h"
+#include "load/weights_open.h"
 
 struct mp_overlays {
   atomic_long refcount;
@@ -126,9 +125,8 @@ mp_status_t mp_overlays_open(mp_module_t* root, const char* const* paths, uint64
   return MP_OK;
 }
 
-void mp_overlays_install(mp_library_t* library, mp_overlays_t* overlays) {
+void mp_overlays_install(mp_overlays_slot_t* slot, mp_overlays_t* overlays) {
   pthread_mutex_lock(&slot_lock);
-  _Atomic(mp_overlays_t*)* slot = mp_library_overlays(library);
   mp_overlays_t* old = atomic_load(slot);
   atomic_store(slot, overlays);
   pthread_mutex_unlock(&slot_lock);
@@ -137,8 +135,7 @@ void mp_overlays_install(mp_library_t* library, mp_overlays_t* overlays) {
 
 /* The version the caller reads: inside a call, the one the call keeps (kept now on its first
  * read); outside, the current one (borrowed until the next swap). NULL: none. */
-static mp_status_t current(mp_library_t* library, mp_overlays_t** out) {
-  _Atomic(mp_overlays_t*)* slot = mp_library_overlays(library);
+static mp_status_t current(mp_overlays_slot_t* slot, mp_overlays_t** out) {
   bool in_call = mp_call_scope_active();
   if (in_call && (*out = mp_call_scope_find((const void*)slot))) return MP_OK;
   pthread_mutex_lock(&slot_lock);
@@ -152,14 +149,13 @@ static mp_status_t current(mp_library_t* library, mp_overlays_t** out) {
   return status;
 }
 
-mp_status_t mp_overlays_find(mp_library_t* library, const char* name, const DLTensor** out_array,
-                             mp_weight_file_t** out_file) {
+mp_status_t mp_overlays_find(mp_overlays_slot_t* slot, const char* name,
+                             const DLTensor** out_array, mp_weight_file_t** out_file) {
   *out_array = NULL;
   *out_file = NULL;
-  if (!atomic_load_explicit(mp_library_overlays(library), memory_order_acquire))
-    return MP_OK; /* none: one load, no lock */
+  if (!atomic_load_explicit(slot, memory_order_acquire)) return MP_OK; /* none: one load */
   mp_overlays_t* o;
-  MP_RETURN_IF_ERROR(current(library, &o));
+  MP_RETURN_IF_ERROR(current(slot, &o));
   for (uint64_t i = o ? o->count : 0; i-- > 0;) {
     uint64_t at = mp_weight_file_find(o->files[i], name);
     if (at == UINT64_MAX) continue;
@@ -170,9 +166,9 @@ mp_status_t mp_overlays_find(mp_library_t* library, const char* name, const DLTe
   return MP_OK;
 }
 
-bool mp_overlays_same(mp_library_t* library, const char* const* paths, uint64_t count) {
+bool mp_overlays_same(mp_overlays_slot_t* slot, const char* const* paths, uint64_t count) {
   pthread_mutex_lock(&slot_lock);
-  const mp_overlays_t* o = atomic_load(mp_library_overlays(library));
+  const mp_overlays_t* o = atomic_load(slot);
   bool same = (o ? o->count : 0) == count;
   for (uint64_t i = 0; same && i < count; ++i) same = strcmp(o->paths[i], paths[i]) == 0;
   pthread_mutex_unlock(&slot_lock);

@@ -14,6 +14,8 @@
 #ifndef MODPACK_LOAD_OVERLAYS_H_
 #define MODPACK_LOAD_OVERLAYS_H_
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "load/load_settings.h"
@@ -21,6 +23,9 @@
 #include "weights/weight_file.h"
 
 typedef struct mp_overlays mp_overlays_t;
+/* Where a library keeps its current version (mp_library_overlays): read and replaced here
+ * only. */
+typedef _Atomic(mp_overlays_t*) mp_overlays_slot_t;
 
 /* The |count| weight files at |paths| opened and checked as |settings| say, and checked against
  * the tree of |root| (an array replacing one of the tree's has its dtype and shape): a new
@@ -29,17 +34,17 @@ mp_status_t mp_overlays_open(mp_module_t* root, const char* const* paths, uint64
                              const mp_load_settings_t* settings, mp_overlays_t** out);
 void mp_overlays_release(mp_overlays_t* overlays);
 
-/* Install |overlays| (taken over; NULL: none) as |library|'s, releasing the version it
- * replaces once no call keeps it. */
-void mp_overlays_install(mp_library_t* library, mp_overlays_t* overlays);
+/* Install |overlays| (taken over; NULL: none) in |slot|, releasing the version it replaces
+ * once no call keeps it. */
+void mp_overlays_install(mp_overlays_slot_t* slot, mp_overlays_t* overlays);
 
-/* The array called |name| in the overlays |library|'s caller reads (inside a call, the version
- * the call keeps): *out_array and the file it is in (*out_file, for device copies), or NULL
- * when no overlay has it. Cheap when the library has none. */
-mp_status_t mp_overlays_find(mp_library_t* library, const char* name, const DLTensor** out_array,
-                             mp_weight_file_t** out_file);
+/* The array called |name| in the overlays of |slot| the caller reads (inside a call, the
+ * version the call keeps): *out_array and the file it is in (*out_file, for device copies), or
+ * NULL when no overlay has it. Cheap when there are none. */
+mp_status_t mp_overlays_find(mp_overlays_slot_t* slot, const char* name,
+                             const DLTensor** out_array, mp_weight_file_t** out_file);
 
-/* Whether |library|'s current overlays are the files at |paths| (|count|), in that order. */
-bool mp_overlays_same(mp_library_t* library, const char* const* paths, uint64_t count);
+/* Whether the overlays in |slot| are the files at |paths| (|count|), in that order. */
+bool mp_overlays_same(mp_overlays_slot_t* slot, const char* const* paths, uint64_t count);
 
 #endif /* MODPACK_LOAD_OVERLAYS_H_ */

@@ -13,25 +13,11 @@
 #include <stdint.h>
 
 #include "load/load_settings.h"
+#include "load/weights_open.h"
 #include "modpack/modpack.h"
 #include "weights/weight_file.h"
 
 typedef struct mp_weights_binding mp_weights_binding_t;
-
-/* What a library records of one weight file it refers to (modpack/kinds/weights.h). */
-typedef struct {
-  const char* file_name;
-  /* Its content digest (modpack's format) or the SHA-256 of its header (another format);
-   * NULL for a weight file loaded on its own, which no library vouches for. */
-  const uint8_t* digest;
-  const mp_array_spec_t* specs; /* the arrays a module reads from it */
-  uint64_t count;
-  /* A file in another format: what was recorded of its arrays, which it does not carry, and
-   * the digest of those records (NULL: none). */
-  const mp_weight_record_t* records;
-  uint64_t record_count;
-  const uint8_t* records_digest;
-} mp_weights_reference_t;
 
 /* The binding of |library| for the weight file |ref| describes (a new reference): the
  * library's existing one, or a new one over the file at |path|, opened and checked as
@@ -42,16 +28,6 @@ mp_status_t mp_weights_binding_get(mp_library_t* library, const mp_weights_refer
                                    const char* path, const mp_load_settings_t* settings,
                                    mp_weights_binding_t** out_binding);
 void mp_weights_binding_release(mp_weights_binding_t* binding);
-
-/* The weight file at |path| opened (mp_weight_file_open, or with |ref|'s records) and checked
- * as a binding needs it: the file the library at |library_path| recorded as |ref| says,
- * refused otherwise naming the first difference; checked as |settings| say (checksums; for a
- * signed load, digests, and the file's own signature when no signed library vouches for its
- * digest). A new reference. */
-mp_status_t mp_weights_open_checked(const char* path, const mp_weights_reference_t* ref,
-                                    const char* library_path,
-                                    const mp_load_settings_t* settings,
-                                    mp_weight_file_t** out_file);
 
 /* The library's binding recorded as |file_name| (NULL: its only one), retained; NULL with an
  * error naming the files it has when there is no such binding. Caller holds the library

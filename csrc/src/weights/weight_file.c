@@ -121,25 +121,6 @@ static mp_status_t find_open(const char* path, const mp_file_id_t* id,
   return MP_OK;
 }
 
-mp_status_t mp_weight_file_damaged(const char* path, const char* what) {
-  return mp_errorf(MP_ERR_FORMAT, "'%s' is damaged: %s; copy or save it again", path, what);
-}
-
-static int by_name(const void* a, const void* b, void* file) {
-  const mp_weight_file_t* f = file;
-  return strcmp(f->arrays[*(const uint64_t*)a].name, f->arrays[*(const uint64_t*)b].name);
-}
-
-mp_status_t mp_weight_file_index_names(mp_weight_file_t* f, const char* path) {
-  for (uint64_t i = 0; i < f->count; ++i) f->by_name[i] = i;
-  qsort_r(f->by_name, f->count, sizeof *f->by_name, by_name, f);
-  for (uint64_t i = 1; i < f->count; ++i)
-    if (strcmp(f->arrays[f->by_name[i - 1]].name, f->arrays[f->by_name[i]].name) == 0)
-      return mp_errorf(MP_ERR_FORMAT, "'%s' is damaged: two arrays are named '%s'", path,
-                       f->arrays[f->by_name[i]].name);
-  return MP_OK;
-}
-
 /* The format of the file open as |fd|, from its first bytes: modpack's magic, GGUF's, or a
  * safetensors header's size followed by its JSON object (safetensors has no magic: a file
  * named *.safetensors is taken as one, so that its reader says what is wrong with it). */
@@ -364,18 +345,6 @@ uint64_t mp_weight_file_count(const mp_weight_file_t* file) {
 
 const mp_weight_array_t* mp_weight_file_array(const mp_weight_file_t* file, uint64_t index) {
   return index < file->count ? &file->arrays[index] : NULL;
-}
-
-uint64_t mp_weight_file_find(const mp_weight_file_t* file, const char* name) {
-  uint64_t low = 0, high = file->count;
-  while (low < high) {
-    uint64_t mid = low + (high - low) / 2;
-    int order = strcmp(file->arrays[file->by_name[mid]].name, name);
-    if (order == 0) return file->by_name[mid];
-    if (order < 0) low = mid + 1;
-    else high = mid;
-  }
-  return UINT64_MAX;
 }
 
 bool mp_weight_file_holds(const mp_weight_file_t* file, const DLTensor* array) {

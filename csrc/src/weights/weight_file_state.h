@@ -1,7 +1,8 @@
 /* The state of a weight file opened for use (weights/weight_file.h), shared by the files that
  * fill it from each format's index: weights/modpack_file.c (modpack's own, modpack/weights.h)
- * and weights/foreign_file.c (safetensors, GGUF). weight_file.c owns its life, its mapping,
- * its checks and what it hands out; nothing else includes this header. */
+ * and weights/foreign_file.c (safetensors, GGUF), with what they share in weights/weight_index.c.
+ * weight_file.c owns its life, its mapping, its checks and what it hands out; nothing else
+ * includes this header. */
 #ifndef MODPACK_WEIGHTS_WEIGHT_FILE_STATE_H_
 #define MODPACK_WEIGHTS_WEIGHT_FILE_STATE_H_
 
