@@ -287,15 +287,15 @@ def _sharded(index: Path) -> WeightsModule:
     """A module over the shards a ``*.safetensors.index.json`` lists (its ``weight_map``: each
     tensor's shard), each shard beside the index and holding exactly the tensors the map gives
     it."""
+    problem = f"{index} is not a safetensors index: a JSON object whose 'weight_map' maps " \
+        "each tensor's name to its shard's file name"
     try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-        if not isinstance(weight_map, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
-            raise TypeError
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise FormatError(f"{index} is not a safetensors index: a JSON object whose "
-                          f"'weight_map' maps each tensor's name to its shard's file name "
-                          f"({e.__class__.__name__})") from None
+        weight_map = json.loads(index.read_text()).get("weight_map")
+    except (OSError, ValueError, AttributeError) as e:
+        raise FormatError(f"{problem} ({e.__class__.__name__})") from None
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise FormatError(problem)
     shards = sorted(set(weight_map.values()))
     files, records = [], []
     for k, shard in enumerate(shards):
