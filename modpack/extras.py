@@ -19,6 +19,9 @@ __all__ = ["EXTRAS", "import_extra", "require_extra"]
 EXTRAS: dict[str, tuple[str, ...]] = {
     "build": ("llvmlite", "tqdm"),
     "sign": ("cryptography",),
+    # registries (oras-py, over requests) and OpenSSF model signing (model_signing, which
+    # imports pyOpenSSL without declaring it)
+    "oci": ("oras", "requests", "model_signing", "OpenSSL"),
 }
 
 

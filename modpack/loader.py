@@ -50,7 +50,9 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
                 private_copy: bool = False,
                 weights: WeightsLocation | None = None,
                 verify_on_first_use: bool = False,
-                overlays: Iterable[str | os.PathLike[str]] | None = None) -> LoadedModule:
+                overlays: Iterable[str | os.PathLike[str]] | None = None,
+                trusted_oms: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None
+                = None) -> LoadedModule:
     """Load a library made by ``export_library`` and return the root of its module tree (a
     :class:`~modpack.runtime.module.LoadedModule`, or the object a Python loader made when the
     root is such a module).
@@ -100,7 +102,22 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
     process that maps them: a second program over the same base with another adapter costs
     that adapter. :meth:`~modpack.runtime.module.LoadedModule.swap_overlays` replaces them,
     atomically for callers. In a signed load each overlay needs its own trusted signature.
+
+    ``path`` may be a registry reference, ``oci://HOST/REPO:TAG[@DIGEST]`` (pushed with
+    ``modpack push``): the variant this machine's devices need is pulled into the local store
+    (``$MODPACK_CACHE``) unless it is there, and loaded from there in place (the ``oci``
+    extra: ``pip install modpack[oci]``). ``trusted_oms`` (EC public keys' PEM files) loads
+    only if an OpenSSF model-signing bundle by one of them covers the library and every weight
+    file it maps, checked before ``dlopen``: for a file on disk the bundle beside it
+    (``deploy.so.sig``, from ``modpack sign --oms``), for a registry artifact the bundle that
+    refers to its manifest; otherwise :class:`~modpack.SignatureError`. It combines with
+    ``trusted_keys`` (both must hold).
     """
+    if trusted_oms is not None or (type(path) is str and path.startswith("oci://")):
+        return _load_checked(path, trusted_oms, weights, dict(
+            verify_checksums=verify_checksums, allow_unsealed=allow_unsealed,
+            trusted_keys=trusted_keys, private_copy=private_copy,
+            verify_on_first_use=verify_on_first_use, overlays=overlays))
     # A str, not a Path, and no helper that a plain str does not need: on a process's first
     # load each first call of a Python function costs microseconds (pathlib's: 40 us).
     name = path if type(path) is str else os.fsdecode(os.fspath(path))
@@ -129,6 +146,51 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
         _check_file(Path(name))
         raise error
     return _root(out)
+
+
+def _load_checked(path: str | os.PathLike[str], trusted_oms: Any, weights: Any,
+                  options: dict[str, Any]) -> LoadedModule:
+    """load_module of a registry reference, or with an OMS bundle to check first."""
+    name = os.fspath(path)
+    if isinstance(name, str) and name.startswith("oci://"):
+        from .oci.load import load_reference
+
+        loaded: LoadedModule = load_reference(name, trusted_oms=trusted_oms, weights=weights,
+                                              load=load_module, options=options)
+        return loaded
+    from .oci.oms import bundle_path, public_keys, verify_files
+
+    keys = public_keys(trusted_oms)
+    library = Path(os.fsdecode(name))
+    _check_file(library)
+    adapters = [Path(p) for p in options.get("overlays") or []]  # covered by the bundle too
+    verify_files([library, *_weight_files(library, weights), *adapters], bundle_path(library),
+                 keys)
+    return load_module(library, weights=weights, **options)
+
+
+def _weight_files(library: Path, weights: WeightsLocation | None) -> list[Path]:
+    """The weight files a load of |library| maps, found as the runtime finds them: by the
+    names the library records, beside it, in a folder, or where |weights| maps them."""
+    from .inspection import inspect_library
+
+    report = inspect_library(library)
+    names = sorted({f["file"] for m in report.get("modules", [])
+                    if isinstance(m.get("contents"), dict)
+                    for f in m["contents"].get("files") or [m["contents"]]
+                    if isinstance(f, dict) and "file" in f})
+    found = []
+    for name in names:
+        if weights is None:
+            found.append(library.parent / name)
+        elif isinstance(weights, (str, os.PathLike)):
+            where = Path(os.fsdecode(os.fspath(weights)))
+            found.append(where / name if where.is_dir() else where)
+        else:
+            mapped = dict(weights).get(name)
+            found.append(Path(os.fsdecode(os.fspath(mapped))) if mapped is not None
+                         else library.parent / name)
+    return found
 
 
 def _root(out: Any) -> LoadedModule:
