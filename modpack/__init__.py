@@ -51,6 +51,7 @@ from .modules import (
     vulkan_module,
     weights_module,
 )
+from .oci import pull, push
 from .preflight import preflight
 from .runtime.array import Array, array, empty, from_dlpack
 from .runtime.binding import lib as _lib
@@ -122,6 +123,8 @@ __all__ = [
     "opencl_module",
     "pack_float4",
     "preflight",
+    "pull",
+    "push",
     "register_loader",
     "rocm_module",
     "save_weights",

@@ -22,7 +22,9 @@ DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config lld mold libxxhash-dev ocl-icd-li
   # HIP as written (rocm_module): HIP's headers, ROCm's device libraries (LLVM 15 bitcode) and
   # the clang and lld of that LLVM, which can read them (clang 14, the default, cannot). The
   # headers bring Debian's HIP runtime (libamdhip64.so), which without an AMD GPU fails hipInit.
-  libamdhip64-dev rocm-device-libs clang-15 lld-15)
+  libamdhip64-dev rocm-device-libs clang-15 lld-15
+  docker-registry skopeo)  # tests/test_oci.py: the CNCF distribution registry the tests start
+                           # on 127.0.0.1, and skopeo to copy an artifact between registries
 
 setup() {
   local missing=()

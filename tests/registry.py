@@ -89,7 +89,7 @@ class Registry:
         (self.folder / "config.yml").write_text("\n".join(lines) + "\n")
 
     def start(self) -> Registry:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the process keeps it
+        log = open(self.log_path, "ab")
         self.process = subprocess.Popen([BINARY, "serve", str(self.folder / "config.yml")],
                                         stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()

@@ -11,6 +11,9 @@ missing files) print one line on stderr and exit with status 1; usage errors exi
     modpack extract deploy.so out/             # payloads, code, arrays (.npy), manifest.json
     modpack preflight deploy.so --device cuda:sm_90  # which code that GPU would get, and why
     modpack slim deploy.so -o fleet.so --keep sm_90  # only the code those devices need
+    modpack push deploy.so oci://HOST/REPO:TAG       # to an OCI registry (cli/oci.py)
+    modpack pull oci://HOST/REPO:TAG -o DIR          # into the local store (and DIR)
+    modpack cache list|prune                         # the store of pulled layers
 
 and, for C and C++ programs built against this install (modpack/sdk.py):
 
@@ -32,6 +35,7 @@ from typing import Any
 from .. import __version__
 from ..compat import zip_strict
 from ..errors import ModpackError
+from .oci import add_cache, add_pull, add_push
 from .slim import add_slim
 from .trust import add_sign, add_verify
 
@@ -399,7 +403,8 @@ def _answer_line(a: dict[str, Any]) -> str:
 
 
 _COMMANDS: list[Callable[[_Subparsers], None]] = [_add_inspect, add_sign, add_verify,
-                                                   _add_extract, _add_preflight, add_slim]
+                                                   _add_extract, _add_preflight, add_slim,
+                                                   add_push, add_pull, add_cache]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,17 +31,35 @@ def add_sign(subparsers: Any) -> None:
     )
     p.add_argument("library", help="the library (e.g. deploy.so) or weight file to sign; "
                    "replaced atomically (through a symbolic link: the file it names)")
-    p.add_argument("--key", required=True, action="append", metavar="KEY.pem",
+    p.add_argument("--key", action="append", default=[], metavar="KEY.pem",
                    help="an Ed25519 private key (PEM); may be given several times")
+    p.add_argument("--oms", metavar="KEY.pem",
+                   help="also (or instead) write an OpenSSF model-signing bundle, LIBRARY.sig, "
+                        "over the library and its weight files, with this EC private key "
+                        "(P-256/384/521): `model_signing verify key` checks it, and "
+                        "load_module(..., trusted_oms=PUB.pem) before loading")
+    p.add_argument("--weights", action="append", metavar="FILE",
+                   help="with --oms: the weight files to cover (default: those the library "
+                        "refers to, beside it)")
     p.set_defaults(run=_run_sign)
 
 
 def _run_sign(args: argparse.Namespace) -> int:
     from ..format.signatures import sign_library
 
+    if not args.key and not args.oms:
+        print("modpack sign: error: give --key (an in-file Ed25519 signature) or --oms (an "
+              "OpenSSF model-signing bundle), or both", file=sys.stderr)
+        return 2
     for key in args.key:
         key_id = sign_library(args.library, key)
         print(f"signed {args.library} with key {key_id[:16]}")
+    if args.oms:
+        from ..oci.oms import sign_library_oms
+
+        bundle = sign_library_oms(args.library, args.oms, weights=args.weights)
+        print(f"wrote the OMS bundle {bundle} (verify: model_signing verify key "
+              f"{bundle.parent} --signature {bundle} --public_key PUB.pem)")
     return 0
 
 

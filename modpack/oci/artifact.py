@@ -148,6 +148,7 @@ def parse_manifest(body: bytes, digest: str, where: str) -> Artifact:
         raise FormatError(f"{where}: a {document.get('mediaType')}, not an image manifest")
     config = document.get("config")
     _descriptor(config, f"{where}: config")
+    assert isinstance(config, dict)
     raw_layers = document.get("layers")
     if not isinstance(raw_layers, list):
         raise FormatError(f"{where}: the manifest has no layers list")

@@ -399,7 +399,7 @@ class RegistryClient:
 def _session(requests: Any, timeout: float, old: Any) -> Any:
     """A requests session like oras's (cookies ignored) whose requests time out."""
 
-    class _Session(requests.Session):  # type: ignore[misc,name-defined]
+    class _Session(requests.Session):  # type: ignore[misc]
         def request(self, *args: Any, **kwargs: Any) -> Any:
             kwargs.setdefault("timeout", timeout)
             return super().request(*args, **kwargs)

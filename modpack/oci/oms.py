@@ -29,7 +29,8 @@ from typing import Any
 from ..errors import ArgumentError, MissingFileError, SignatureError
 from ..extras import import_extra
 
-__all__ = ["bundle_path", "public_keys", "sign_files", "verify_digests", "verify_files"]
+__all__ = ["bundle_path", "public_keys", "sign_files", "sign_library_oms", "verify_digests",
+           "verify_files"]
 
 _FEATURE = "OpenSSF model signing (--oms, trusted_oms=)"
 _KEY_HELP = ("OMS signs with an elliptic-curve key, P-256, P-384 or P-521 (`openssl ecparam "
@@ -125,6 +126,28 @@ def sign_files(files: Iterable[Path], key: str | os.PathLike[str],
         if temporary.exists():
             temporary.unlink()
     return out
+
+
+def sign_library_oms(library: str | os.PathLike[str], key: str | os.PathLike[str], *,
+                     weights: Iterable[str | os.PathLike[str]] | None = None) -> Path:
+    """``modpack sign LIBRARY --oms KEY``: an OMS bundle beside |library| over it and its
+    weight files (|weights|, else those it refers to, beside it, where a load finds them)."""
+    from ..inspection import inspect_library
+
+    path = Path(library)
+    if not path.is_file():
+        raise MissingFileError(f"no such library: {path}")
+    if weights is not None:
+        files = [Path(w) for w in weights]
+    else:
+        report = inspect_library(path)
+        if report.get("kind") == "weight file":
+            raise ArgumentError(f"{path} is a weight file: sign the library that refers to it "
+                                "with --oms (it covers the library and its weight files)")
+        names = sorted({m["contents"]["file"] for m in report.get("modules", [])
+                        if isinstance(m.get("contents"), dict) and "file" in m["contents"]})
+        files = [path.parent / name for name in names]
+    return sign_files([path, *files], key)
 
 
 def _payload(bundle: Path) -> dict[str, Any]:

@@ -4,6 +4,7 @@ logs, files, pipes: a bar there is noise)."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import time
@@ -27,8 +28,7 @@ class LayerProgress:
             bar = sys.stderr.isatty()
         if bar:
             try:
-                from tqdm import tqdm
-
+                tqdm = importlib.import_module("tqdm").tqdm
                 self._bar = tqdm(total=total, initial=start, unit="B", unit_scale=True,
                                  unit_divisor=1024, desc=f"{verb} {name}", leave=True)
             except ImportError:

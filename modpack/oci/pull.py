@@ -184,7 +184,7 @@ def _fetch(client: RegistryClient, store: Store, layer: Layer, progress: bool | 
         return 0
     partial = store.partial_path(layer.digest)
     try:
-        f = open(partial, "a+b")  # noqa: SIM115 - closed below, after the lock
+        f = open(partial, "a+b")
     except OSError as exc:
         raise disk_error(exc, store.root, f"the download of {layer.title}") from None
     with f:

@@ -144,7 +144,7 @@ def _weight_layers(source: Path, report: dict[str, Any],
                 raise NotFoundError(f"{source} refers to the weight file {path.name}, which is "
                                     f"not beside it ({path}): put it there or give its path "
                                     "(--weights)")
-    layers = []
+    layers: list[Layer] = []
     for path in paths:
         if not path.is_file():
             raise MissingFileError(f"no such weight file: {path}")
@@ -256,9 +256,9 @@ def _upload_bytes(client: RegistryClient, digest: str, data: bytes) -> None:
 def _push_referrer(client: RegistryClient, subject_body: bytes, bundle: Layer) -> None:
     """The bundle's manifest (an artifact whose subject is the manifest it signs), then its
     entry in the referrers fallback index where the registry keeps none itself."""
-    subject = {"mediaType": media.IMAGE_MANIFEST, "digest": _digest(subject_body),
+    subject: dict[str, Any] = {"mediaType": media.IMAGE_MANIFEST, "digest": _digest(subject_body),
                "size": len(subject_body)}
-    document = {
+    document: dict[str, Any] = {
         "schemaVersion": 2,
         "mediaType": media.IMAGE_MANIFEST,
         "artifactType": media.SIGNATURE_ARTIFACT_TYPE,
