@@ -72,8 +72,11 @@ def pull(reference: str, *, device: str = "host", output: str | os.PathLike[str]
     local = Store(store)
     local.ensure()
     record = local.read_ref(str(ref))
-    if ref.digest is not None and record is not None and record.get("manifest") == ref.digest \
-            and record.get("device_asked") == device and _complete(local, record):
+    if ref.digest is not None and record is None:
+        record = _record_of_manifest(local, ref, device)
+    if ref.digest is not None and record is not None and _complete(local, record) and (
+            record.get("manifest") == ref.digest or (record.get("index") == ref.digest
+                                                     and record.get("device_asked") == device)):
         pulled = _from_record(local, ref, record)  # content-addressed: no registry needed
     else:
         client = RegistryClient(ref, settings)
@@ -103,6 +106,19 @@ def pull(reference: str, *, device: str = "host", output: str | os.PathLike[str]
 def _digest_of(path: Path) -> str:
     """A store blob's digest, from its name (blobs/sha256/<hex>)."""
     return f"sha256:{path.name}"
+
+
+def _record_of_manifest(store: Store, ref: Reference, device: str) -> dict[str, Any] | None:
+    """A record of the same repository whose manifest (or index, for |device|) is the one
+    |ref| names by digest: what a pull by tag left serves a load by digest, offline."""
+    prefix = f"oci://{ref.name}:"
+    for record in store.refs():
+        if not str(record.get("reference", "")).startswith(prefix):
+            continue
+        if record.get("manifest") == ref.digest or (
+                record.get("index") == ref.digest and record.get("device_asked") == device):
+            return record
+    return None
 
 
 def _complete(store: Store, record: dict[str, Any]) -> bool:
