@@ -33,8 +33,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import modpack  # noqa: E402
 from registry import Registry  # noqa: E402
+
+import modpack  # noqa: E402
 
 HOST = r"""
 #include "modpack/backend.h"
