@@ -62,8 +62,10 @@ def pull(reference: str, *, device: str = "host", output: str | os.PathLike[str]
     device: ``host`` (this machine's devices), or ``cuda:sm_90``, ``rocm:gfx942``: which
         variant of an index to take; an explicit device must get code from the library
         (preflight's answer), else IncompatibleError.
+
     trusted_oms: EC public key(s): the manifest's OMS bundle must verify with one and cover
         the library and every weight file, else SignatureError (nothing is loaded).
+
     store: the store's folder (default: ``$MODPACK_CACHE`` or the user's cache folder).
     """
     ref = parse_reference(reference)

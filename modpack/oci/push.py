@@ -54,10 +54,12 @@ def push(library: str | os.PathLike[str], target: str, *,
     variants: devices (``"sm_80,sm_90,gfx942"`` or a list) to push one manifest each for, in
         an image index: each a ``slim`` of the library to that device's code, the weight
         layers shared.
+
     oms_key: an EC private key: each manifest's files are signed with OpenSSF model signing
         and the bundle pushed as a referrer of the manifest. Without it, a bundle beside the
         library (``deploy.so.sig``, from ``modpack sign --oms``) is pushed with a manifest of
         the library as it is (not with variants, which it does not cover).
+
     progress: a bar per layer (None: when stderr is a terminal), else INFO log lines.
     """
     from ..inspection import inspect_library
