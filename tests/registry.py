@@ -140,6 +140,18 @@ class Registry:
                 out.append((m["method"], m["path"], int(m["status"]), sent))
         return out
 
+    def logged(self, matches, timeout: float = 5.0) -> bool:
+        """Whether a request |matches| (method, path, status, bytes sent) is in the access log,
+        waiting up to |timeout| seconds for it: the registry writes a request's line after it
+        has sent the last byte, which the client may have read a moment before."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if any(matches(*r) for r in self.requests()):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
     def blob_bytes_sent(self) -> int:
         """Bytes of blob content the registry sent (GETs of /blobs/ answered 200 or 206)."""
         return sum(sent for method, path, status, sent in self.requests()
