@@ -343,3 +343,65 @@ def test_a_header_flipping_writer_never_gets_an_unsigned_extent(tmp_path, key):
         flipper.kill()
         flipper.wait()
     assert outcomes.get("loaded", 0) > 0 and len(outcomes) > 1, outcomes
+
+
+C_PROGRAM = r"""
+#include <stdio.h>
+#include <string.h>
+#include "modpack/modpack.h"
+
+static int fail(const char* what) {
+  fprintf(stderr, "%s: %s\n", what, mp_error_message());
+  return 1;
+}
+
+int main(int argc, char** argv) {
+  /* argv: library, adapter, gguf file */
+  const char* overlays[] = {argv[2]};
+  mp_load_options_t options = {.struct_size = sizeof options, .overlays = overlays,
+                               .num_overlays = 1};
+  mp_module_t* root;
+  if (mp_module_load(argv[1], &options, &root) != MP_OK) return fail("load");
+  mp_function_t* sum_b;
+  if (mp_module_get_function(root, "sum_b", 1, &sum_b) != MP_OK) return fail("lookup");
+  mp_value_t ret;
+  if (mp_function_call(sum_b, NULL, 0, &ret) != MP_OK) return fail("call");
+  printf("sum_b %g\n", ret.v_float64);
+  const char* none[] = {NULL};
+  if (mp_module_swap_overlays(root, none, 0) != MP_OK) return fail("swap");
+  if (mp_function_call(sum_b, NULL, 0, &ret) != MP_OK) return fail("call");
+  printf("base sum_b %g\n", ret.v_float64);
+  mp_function_release(sum_b);
+  mp_module_release(root);
+  mp_module_t* gguf;
+  mp_load_options_t plain = {.struct_size = sizeof plain};
+  if (mp_weights_load(argv[3], &plain, &gguf) != MP_OK) return fail("gguf");
+  const DLTensor* q;
+  if (mp_module_get_array(gguf, "q", 0, &q) != MP_OK) return fail("array");
+  printf("q uint8 %d [%lld, %lld, %lld]\n", q->dtype.code == kDLUInt && q->dtype.bits == 8,
+         (long long)q->shape[0], (long long)q->shape[1], (long long)q->shape[2]);
+  mp_module_release(gguf);
+  return 0;
+}
+"""
+
+
+def test_from_c_a_library_over_safetensors_with_an_adapter_and_a_gguf_file(
+        tmp_path, runtime_prefix):
+    """The same from a C program, no Python: a library bound to safetensors loads with an
+    adapter that replaces b (mp_load_options_t.overlays), swaps it out
+    (mp_module_swap_overlays), and a GGUF file's Q8_0 tensor is read as its blocks."""
+    from conftest import build_c_program, run
+
+    path = save_safetensors(tmp_path / "model.safetensors", {"w": W, "b": B})
+    library = library_over(tmp_path, path)
+    adapter = save_safetensors(tmp_path / "adapter.safetensors", {"b": B * 3})
+    values = np.linspace(-4, 4, 2 * 64).astype(np.float32).reshape(2, 64)
+    gguf_file = write_gguf(tmp_path / "tiny.gguf", q8_0_blocks(values).reshape(2, -1))
+    program = build_c_program(runtime_prefix, C_PROGRAM, tmp_path / "foreign")
+    out = run(program, library, adapter, gguf_file)
+    lines = dict(line.rsplit(" ", 1) if line.startswith(("sum_b", "base")) else (line, "")
+                 for line in out.splitlines())
+    assert float(lines["sum_b"]) == pytest.approx(3 * B.sum(), rel=1e-6)
+    assert float(lines["base sum_b"]) == pytest.approx(B.sum(), rel=1e-6)
+    assert "q uint8 1 [2, 2, 34]" in out, out
