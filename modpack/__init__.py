@@ -63,6 +63,7 @@ from .runtime.subbyte import FLOAT4_E2M1FN_X2 as float4_e2m1fn_x2
 from .runtime.values import local_memory
 from .runtime.warmup import warm_up as _warm_up
 from .runtime.weight_files import WeightFile, load_weights
+from .selftests import SelfTest, SelfTestResult, selftest
 from .serializer import ModuleSerializer
 from .verification import verify_library
 from .weights import save_weights
@@ -96,6 +97,8 @@ __all__ = [
     "ModuleSerializer",
     "NotFoundError",
     "ResourceExhaustedError",
+    "SelfTest",
+    "SelfTestResult",
     "SignatureError",
     "UnavailableError",
     "WeightFile",
@@ -128,6 +131,7 @@ __all__ = [
     "register_loader",
     "rocm_module",
     "save_weights",
+    "selftest",
     "set_stream",
     "synchronize",
     "unpack_float4",

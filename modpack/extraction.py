@@ -1,6 +1,8 @@
 """``modpack extract FILE DIR``: a library's contents as plain files, without running it — each
 module's payload, the code of device modules whose layout is known, ``const`` arrays as
-``.npy``, and ``manifest.json`` with the tree, type keys, kernel records and arrays' metadata.
+``.npy``, ``manifest.json`` with the tree, type keys, kernel records and arrays' metadata, and
+what the library carries besides modules: ``metadata.json``, and ``selftests.json`` with each
+self-test's arrays as ``.npy`` in ``selftests/``.
 Reads modpack's libraries (``.so``, ``.tar``, system-library ``.o``) and TVM's.
 """
 
@@ -23,6 +25,7 @@ from .interop.tvm import decode_device_payload
 from .runtime.binding import check, ffi, lib
 from .runtime.dtypes import display_name
 from .runtime.module import LoadedModule, wrap_module
+from .selftests.bundle import decode_bundle, json_scalar
 from .verdict import check_file, damaged, outcome
 from .weight_reports import extract_weight_file, is_weight_file
 
@@ -92,8 +95,44 @@ def _extract_file(path: str, shown: str, out: Path, judged: bool = True) -> dict
             files = _device_code(m, payload, out / "modules", stem)
             if files:
                 m["code_files"] = [f.relative_to(out).as_posix() for f in files]
+    _extras(report, data, out)
     report["path"] = shown
     return report
+
+
+def _extras(report: dict[str, Any], data: bytes, out: Path) -> None:
+    """The metadata as ``metadata.json``; the self-tests as ``selftests.json`` (each test with
+    its arguments and expectations, arrays as ``.npy`` files in ``selftests/``)."""
+    if report.get("metadata") is not None:
+        (out / "metadata.json").write_text(
+            json.dumps(report["metadata"], indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        report["metadata_file"] = "metadata.json"
+    blob = report.get("blob") or {}
+    if not blob.get("selftests_size"):
+        return
+    start = blob["selftests_offset"]
+    tests = decode_bundle(data[start:start + blob["selftests_size"]], report["path"])
+    folder = out / "selftests"
+    folder.mkdir()
+
+    def saved(test: int, what: str, array: np.ndarray) -> dict[str, Any]:
+        file = folder / f"{test}-{what}.npy"
+        np.save(file, array)
+        return {"dtype": str(array.dtype), "shape": list(array.shape),
+                "file": file.relative_to(out).as_posix()}
+
+    records = []
+    for i, t in enumerate(tests):
+        args = [saved(i, f"arg{k}", a) if isinstance(a, np.ndarray) else {"value": json_scalar(a)}
+                for k, a in enumerate(t.args)]
+        expected = {str(k): saved(i, f"expected{k}", a) for k, a in t.expected}
+        record = {"name": t.name, "function": t.function, "device": t.device, "rtol": t.rtol,
+                  "atol": t.atol, "args": args, "expected": expected}
+        if t.returns is not None:
+            record["returns"] = json_scalar(t.returns)
+        records.append(record)
+    (out / "selftests.json").write_text(json.dumps({"tests": records}, indent=2) + "\n")
+    report["selftests_file"] = "selftests.json"
 
 
 def _device_code(module: dict[str, Any], payload: bytes, folder: Path, stem: str) -> list[Path]:

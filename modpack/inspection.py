@@ -41,9 +41,11 @@ from .format.tar_members import check_members
 from .format.tar_seal import check_tar_seal, has_tar_seal
 from .interop.tvm import BLOB_SYMBOLS as TVM_BLOB_SYMBOLS
 from .interop.tvm import read_tvm_blob
+from .metadata import decode_metadata
 from .runtime.binding import error_from_status, ffi, lib
 from .runtime.dtypes import dtype_name
 from .runtime.entries import describe_module, entry_module
+from .selftests.bundle import decode_bundle, selftest_summary
 from .toolchain.demangle import demangle, is_mangled
 from .verdict import Verdict, check_file
 from .weight_reports import inspect_weight_file, is_weight_file
@@ -64,7 +66,9 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
     "children", "parents"}``, with checksums as 16 hex digits (``None`` for ``_lib``);
     ``seal`` is ``{"state", "digest", "message"}`` (see :func:`_seal_report`); ``loads`` is
     ``{"ok", "stage", "message"}``: whether a load would take the file, and if not, where and
-    why (:func:`modpack.verdict.check_file`).
+    why (:func:`modpack.verdict.check_file`); ``metadata`` is the dict the library was exported
+    with (``export_library(..., metadata=...)``) and ``selftests`` a summary of each self-test
+    it carries (see :func:`_extras`), each None when it has none.
 
     A weight file gets :func:`~modpack.weight_reports.inspect_weight_file`'s report instead
     (``"kind": "weight file"``).
@@ -148,6 +152,8 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
             "content_digest": None,
             "signed_by": signers,
             "loads": None,
+            "metadata": None,
+            "selftests": None,
         }
         if sealed_blob is not None and location is not None:  # where the loader takes it
             location = (location[0], *sealed_blob)
@@ -605,6 +611,7 @@ def _parse_blob(f: Any, offset: int, size: int, shown: str) -> dict[str, Any]:
                 raise type(exc)(f"{shown}: {BLOB_SYMBOL}: {exc}") from None
             try:
                 report = _read_parsed(out[0])
+                report.update(_extras(out[0], base + offset, report["blob"], shown))
             finally:
                 lib.mp_blob_free(out[0])
             entry_flags = report.pop("entry_flags")
@@ -620,6 +627,31 @@ def _parse_blob(f: Any, offset: int, size: int, shown: str) -> dict[str, Any]:
             return report
         finally:
             ffi.release(base)
+
+
+def _extras(blob: Any, start: Any, blob_report: dict[str, Any], shown: str
+            ) -> dict[str, Any]:
+    """What the blob's index carries besides modules (format 1.2): ``"metadata"`` (the dict
+    the library was exported with, or None) and ``"selftests"`` (one summary per test,
+    :func:`~modpack.selftests.bundle.selftest_summary`; or None), and where each lies in
+    the blob (``blob_report``'s ``metadata_offset``/``_size``, ``selftests_offset``/``_size``:
+    0 when absent). FormatError for either not as modpack writes it."""
+    found: dict[str, Any] = {"metadata": None, "selftests": None}
+    span = ffi.new("mp_const_byte_span_t*")
+    for name, read in (("metadata", lib.mp_blob_metadata),
+                       ("selftests", lib.mp_blob_selftests)):
+        read(blob, span)
+        offset = (int(ffi.cast("uintptr_t", span.data)) - int(ffi.cast("uintptr_t", start))
+                  if span.size else 0)
+        blob_report[f"{name}_offset"], blob_report[f"{name}_size"] = offset, int(span.size)
+        if not span.size:
+            continue
+        data = bytes(ffi.buffer(span.data, span.size))
+        if name == "metadata":
+            found[name] = decode_metadata(data, shown)
+        else:
+            found[name] = [selftest_summary(t) for t in decode_bundle(data, shown)]
+    return found
 
 
 def _read_parsed(blob: Any) -> dict[str, Any]:

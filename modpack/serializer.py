@@ -27,12 +27,13 @@ from .format import (
     MAX_TYPE_KEY,
     WRITER_VERSION,
     EntryRecord,
+    IndexExtras,
     IndexLayout,
     pack_index,
     type_key_is_valid,
 )
 from .format.code_frames import CodeFrames
-from .format.layout import ALIGNMENT, ENTRY_CODE_FRAMES, align_up
+from .format.layout import ALIGNMENT, ENTRY_CODE_FRAMES, NO_EXTRAS, align_up
 from .log import export_log, timed
 from .modules.tree import HostNode, Node, imports_of, walk
 
@@ -88,12 +89,15 @@ class _FramedPayload:
 
 class ModuleSerializer:
     """Indexes the tree under |root| and writes its blob; with |compress_code| (a zstd level,
-    0 for none) each device module's code is written in code frames."""
+    0 for none) each device module's code is written in code frames; |extras| (metadata,
+    self-tests) go into the index (format 1.2)."""
 
-    def __init__(self, root: Node, compress_code: int = 0) -> None:
+    def __init__(self, root: Node, compress_code: int = 0,
+                 extras: IndexExtras = NO_EXTRAS) -> None:
         self.root = root
         self.plan = self._index(root)
         self.compress_code = compress_code
+        self.extras = extras
         self._frames = CodeFrames(compress_code) if compress_code else None
         self._framed: dict[int, _FramedPayload] = {}  # by id of the node
 
@@ -197,7 +201,7 @@ class ModuleSerializer:
             raise ArgumentError(f"payload_alignment must be a power of two >= {ALIGNMENT}")
         plan = self.plan
         entries = [EntryRecord(k, flags=self.entry_flags(i)) for i, k in enumerate(plan.type_keys)]
-        layout = IndexLayout.plan(plan.type_keys, len(plan.child_indices))
+        layout = IndexLayout.plan(plan.type_keys, len(plan.child_indices), self.extras)
         sources = [self.payload_source(i) for i in range(len(plan.nodes))]
         sizes = [0 if n is None else n.payload_size() for n in sources]
         # (size, checksum, entry flags) -> offset of the first copy

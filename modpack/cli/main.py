@@ -14,6 +14,7 @@ missing files) print one line on stderr and exit with status 1; usage errors exi
     modpack push deploy.so oci://HOST/REPO:TAG       # to an OCI registry (cli/oci.py)
     modpack pull oci://HOST/REPO:TAG -o DIR          # into the local store (and DIR)
     modpack cache list|prune                         # the store of pulled layers
+    modpack selftest deploy.so --device opencl:0     # run the self-tests it carries here
 
 and, for C and C++ programs built against this install (modpack/sdk.py):
 
@@ -36,6 +37,7 @@ from .. import __version__
 from ..compat import zip_strict
 from ..errors import ModpackError
 from .oci import add_cache, add_pull, add_push
+from .selftest import add_selftest
 from .slim import add_slim
 from .trust import add_sign, add_verify
 
@@ -175,7 +177,30 @@ def format_inspection(report: dict[str, Any]) -> str:
     signatures = report.get("signatures", {})
     out += [f"  {name}({signatures[name]})" if name in signatures else f"  {name}"
             for name in functions] or ["  (none)"]
+    out += _extras_lines(report)
     return "\n".join(out) + "\n"
+
+
+def _extras_lines(report: dict[str, Any]) -> list[str]:
+    """The metadata (one line per key, its value as JSON) and one line per self-test."""
+    out: list[str] = []
+    metadata = report.get("metadata")
+    if metadata is not None:
+        out += ["", "metadata"]
+        out += [f"  {key}: {json.dumps(value, sort_keys=True, ensure_ascii=False)}"
+                for key, value in sorted(metadata.items())]
+    tests = report.get("selftests")
+    if tests is not None:
+        out += ["", f"self-tests ({len(tests)}; run them: modpack selftest {report['path']})"]
+        for t in tests:
+            args = ", ".join(f"{a['dtype']}{a['shape']}" if isinstance(a, dict)
+                             else json.dumps(a) for a in t["args"])
+            checks = [f"argument {k}" for k in t["checks"]]
+            if "returns" in t:
+                checks.append(f"returns {json.dumps(t['returns'])}")
+            out.append(f"  {t['name']}: {t['function']}({args}) on {t['device']}, checks "
+                       f"{', '.join(checks)}, rtol {t['rtol']:g}, atol {t['atol']:g}")
+    return out
 
 
 def _contents(contents: dict[str, Any]) -> list[str]:
@@ -404,7 +429,8 @@ def _answer_line(a: dict[str, Any]) -> str:
 
 _COMMANDS: list[Callable[[_Subparsers], None]] = [_add_inspect, add_sign, add_verify,
                                                    _add_extract, _add_preflight, add_slim,
-                                                   add_push, add_pull, add_cache]
+                                                   add_push, add_pull, add_cache,
+                                                   add_selftest]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,10 +34,12 @@ from ..extras import require_extra
 from ..files.disk_full import full_disk_reported
 from ..files.scratch import new_workspace
 from ..modules.tree import Node
+from ..selftests.spec import SelfTest
 from .blob_object import PREPARE_IN_MEMORY_BELOW, prepared_blob
 from .finish import finish_linked, finish_placed, finish_system_lib, finish_tar
 from .host_code import compile_host_code, host_linker
 from .plan import ExportPlan, plan_export
+from .selftest_functions import check_selftest_functions
 from .weights import write_weights
 
 __all__ = ["export_library"]
@@ -59,16 +61,19 @@ def export_library(
     system_lib: str | None = None,
     target: str | None = None,
     weights: str | os.PathLike[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    selftests: Sequence[SelfTest | Mapping[str, Any]] | None = None,
 ) -> Path:
     """See :meth:`modpack.Module.export_library`."""
     require_extra("build", "export_library")
     plan = plan_export(root, path, fcompile, options=options, cc=cc, cxx=cxx, packer=packer,
                        fpack_imports=fpack_imports, payload_alignment=payload_alignment,
                        compress_code=compress_code, system_lib=system_lib, target=target,
-                       weights=weights)
+                       weights=weights, metadata=metadata, selftests=selftests)
     try:
         with _workspace(workspace_dir) as workspace, full_disk_reported(plan.output, workspace):
             objects, prepared = _compile_host_code(plan, workspace)
+            check_selftest_functions(plan.selftests, plan.serializer.plan.nodes, objects)
             linker = host_linker(plan)
             if plan.weights is not None:  # after the compilers, which fail more often
                 write_weights(plan.weights, plan.serializer.plan.nodes, plan.alignment)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -19,12 +19,16 @@ from typing import Any
 
 from ..errors import ArgumentError, ModpackError, ModpackWarning
 from ..files.destination import check_destination
-from ..format import ALIGNMENT
+from ..format import ALIGNMENT, IndexExtras
 from ..format.code_frames import compress_level
 from ..format.image import PLACEABLE_MACHINES
+from ..format.layout import MAX_SELFTESTS
 from ..format.section import machine_name
+from ..metadata import encode_metadata, producer_metadata
 from ..modules.tree import HostNode, Node, check_before_export, shadowed_kernels
 from ..packers.llvm import check_llvm_packer
+from ..selftests.bundle import encode_bundle
+from ..selftests.spec import CheckedTest, SelfTest, check_selftests
 from ..serializer import ModuleSerializer
 from ..toolchain.cc import (
     Toolchain,
@@ -60,9 +64,10 @@ class ExportPlan:
     packer: str  # one of _PACKERS
     fpack_imports: Callable[[Path, Path], Path] | None  # the caller's blob packer
     alignment: int  # of each payload, and of the blob in memory
-    has_blob: bool  # the tree has more than host code
+    has_blob: bool  # the tree has more than host code, or metadata or self-tests
     placed: bool  # the blob is written into the linked .so, not linked as an object
     weights: WeightsExport | None  # the weight file the const arrays go to (weights=)
+    selftests: tuple[CheckedTest, ...] = ()  # checked; their functions once the host code is
 
     @cached_property
     def payload_bytes(self) -> int:
@@ -98,6 +103,8 @@ def plan_export(
     system_lib: str | None = None,
     target: str | None = None,
     weights: str | os.PathLike[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    selftests: Sequence[SelfTest | Mapping[str, Any]] | None = None,
 ) -> ExportPlan:
     """Check the arguments of ``export_library`` and decide what it does, before any work
     (raising ``ModpackError`` or ``ValueError`` for a wrong argument; warning of kernels
@@ -120,11 +127,16 @@ def plan_export(
     if fcompile is None:
         fcompile = create_tar if as_tar else create_shared
     level = compress_level(compress_code)
-    serializer = ModuleSerializer(root, level)  # validates the tree before any work
+    checked = check_selftests(selftests)
+    extras = IndexExtras(
+        b"" if metadata is None else encode_metadata(metadata, producer_metadata(cc)),
+        encode_bundle(checked))
+    _check_extras_size(extras)
+    serializer = ModuleSerializer(root, level, extras)  # validates the tree before any work
     nodes = serializer.plan.nodes
     _warn_of_shadowed_kernels(nodes)
     check_before_export(nodes)  # the modules' own (an opencl module's build_check)
-    has_blob = len(nodes) > 1 or nodes[0] is not None
+    has_blob = len(nodes) > 1 or nodes[0] is not None or bool(extras)
     placed = (has_blob and not as_tar and fpack_imports is None and system_lib is None
               and _makes_shared_library(fcompile)
               and machine_name(target_machine(cc)) in PLACEABLE_MACHINES)
@@ -134,7 +146,17 @@ def plan_export(
         output=output, serializer=serializer, fcompile=fcompile, as_tar=as_tar,
         system_lib=system_lib, cc=cc, cxx=cxx, options=tuple(options or ()), packer=packer,
         fpack_imports=fpack_imports, alignment=alignment, has_blob=has_blob, placed=placed,
-        weights=weights_export)
+        weights=weights_export, selftests=tuple(checked))
+
+
+def _check_extras_size(extras: IndexExtras) -> None:
+    """Self-tests are read and hashed with the index at every load: refuse a bundle over
+    the format's limit, saying what to do (the metadata's own limit is checked where it is
+    encoded, naming its largest key)."""
+    if len(extras.selftests) > MAX_SELFTESTS:
+        raise ArgumentError(
+            f"selftests take {len(extras.selftests)} bytes, more than the {MAX_SELFTESTS} a "
+            "library holds (every load reads them with the index): test on smaller inputs")
 
 
 def _makes_shared_library(fcompile: Callable[..., Any]) -> bool:

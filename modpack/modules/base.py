@@ -147,7 +147,17 @@ class Module:
             binaries, SPIR-V, ROCm code objects — compressed with Zstandard, level 19, or an
             int for another level from 1 to 22; decoded when a device first loads that piece,
             and such a library needs a modpack that reads format 1.1. Weights are never
-            compressed: they stay zero-copy and aligned).
+            compressed: they stay zero-copy and aligned), ``metadata`` (a dict of JSON values:
+            producer, compiler and driver versions, source revision, license, anything; stored
+            with modpack's own version, C compiler and target under ``"modpack"``, in the
+            blob's index, so the seal and signatures cover it; read back by
+            ``LoadedModule.metadata``, ``modpack inspect`` and ``mp_module_metadata``; at most
+            1 MiB as JSON, no times added, so the same tree and metadata give the same bytes),
+            ``selftests`` (a list of :class:`modpack.SelfTest`: inputs, expected outputs and
+            tolerances for named functions, stored in the library and run on request only, by
+            ``modpack selftest FILE --device D`` or :func:`modpack.selftest`; a test of a
+            function the library does not define fails the export). Either makes the blob
+            format 1.2, which every modpack runtime of format 1 loads (older ones ignore both).
         """
         from ..exporter import export_library
 

@@ -125,6 +125,22 @@ class LoadedModule:
         library = lib.mp_module_library(self._handle)
         return None if library == ffi.NULL else string(lib.mp_library_path(library))
 
+    @property
+    def metadata(self) -> dict[str, Any] | None:
+        """The metadata the library this module came from was exported with
+        (``export_library(..., metadata=...)``): the user's keys, and what modpack recorded of
+        the export under ``"modpack"`` (its version, the C compiler and target of the host
+        code). A new dict each time; None for a library exported without metadata. It is
+        read from the blob's index, which the seal (and a signed load's signature) covers."""
+        span = ffi.new("mp_const_byte_span_t*")
+        lib.mp_module_metadata(self._handle, span)
+        if span.size == 0:
+            return None
+        from ..metadata import decode_metadata
+
+        return decode_metadata(bytes(ffi.buffer(span.data, span.size)),
+                               self.library_path or "the library")
+
     def get_function(self, name: str, query_imports: bool = False) -> Function:
         """The function |name|, from this module or (if |query_imports|) its imports.
         Raises ``NotFoundError`` (a ``KeyError``) naming the function when it is absent."""

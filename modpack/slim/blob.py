@@ -12,8 +12,8 @@ from typing import Any
 import xxhash
 
 from ..files.kernel_copy import copy_range
-from ..format import EntryRecord, IndexLayout, pack_index
-from ..format.layout import align_up
+from ..format import EntryRecord, IndexExtras, IndexLayout, pack_index
+from ..format.layout import NO_EXTRAS, align_up
 from .payloads import FileRange
 
 __all__ = ["BlobEntry", "write_blob"]
@@ -37,15 +37,17 @@ class BlobEntry:
 
 def write_blob(src: int, src_blob: int, entries: list[BlobEntry],
                row_ptr: list[int], child_indices: list[int], dst: int, dst_blob: int,
-               alignment: int, writer_version: tuple[int, int, int]) -> tuple[int, int]:
+               alignment: int, writer_version: tuple[int, int, int],
+               extras: IndexExtras = NO_EXTRAS) -> tuple[int, int]:
     """Write the blob of |entries| (with the input's tree) into file |dst| at |dst_blob|, the
     unchanged payloads copied from file |src|'s blob at |src_blob|; returns (blob size, index
     size). Payloads shared in the input stay shared. |writer_version|: the input's (slim
     rewrites the index, not what the payloads hold, and its output depends on its input and
-    keep list only, not on the modpack that slims)."""
+    keep list only, not on the modpack that slims). |extras|: the input's metadata and
+    self-tests, kept as they are."""
     blob_entries = entries
     keys = [e.type_key for e in blob_entries]
-    layout = IndexLayout.plan(keys, len(child_indices))
+    layout = IndexLayout.plan(keys, len(child_indices), extras)
     records = [EntryRecord(e.type_key, flags=e.flags) for e in blob_entries]
     cursor = layout.index_size
     placed: dict[tuple[int, int], int] = {}  # an input payload (offset, size) -> new offset

@@ -30,7 +30,7 @@ from ..files.scratch import AnonymousOutput, scratch_name
 from ..files.tar_writer import TarWriter
 from ..format.coverage import NOTE, note_fields, read_coverage
 from ..format.image import Placement
-from ..format.layout import LIB_TYPE_KEY, align_up
+from ..format.layout import LIB_TYPE_KEY, IndexExtras, align_up
 from ..format.seal import check_seal, seal_file
 from ..format.tar_blob import ELF_ARCHES, find_tar_blob
 from ..format.tar_seal import seal_tar
@@ -87,9 +87,9 @@ def slim_library(path: str | os.PathLike[str], out: str | os.PathLike[str],
         raise ModpackError(f"{source} holds host code only: nothing to slim")
     kept = kept_variants(source, devices)
     with open(source, "rb") as f:
-        entries, row_ptr, child_indices, writer = _read_blob(f, seal, kept, report,
-                                                             str(source))
-        _write_library(f, seal, entries, row_ptr, child_indices, writer, output, report,
+        entries, row_ptr, child_indices, writer, extras = _read_blob(f, seal, kept, report,
+                                                                     str(source))
+        _write_library(f, seal, entries, row_ptr, child_indices, writer, extras, output, report,
                        str(source))
     report.output_size = output.stat().st_size
     return report
@@ -109,10 +109,12 @@ def _require_loadable(source: Path) -> None:
 
 
 def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport, shown: str
-               ) -> tuple[list[BlobEntry], list[int], list[int], tuple[int, int, int]]:
+               ) -> tuple[list[BlobEntry], list[int], list[int], tuple[int, int, int],
+                          IndexExtras]:
     """The input's blob entries (|seal|: its blob_offset and blob_size in the file), with
     new payloads for the device modules that lose variants (read through a read-only mapping:
-    only their pages are touched), its tree and its writer version."""
+    only their pages are touched), its tree, its writer version, and its metadata and
+    self-tests."""
     with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         view = memoryview(mapped)
         base = ffi.from_buffer("uint8_t[]", mapped)
@@ -164,11 +166,23 @@ def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport,
                     del payload
                 entries.append(e)
             writer = (info.writer_major, info.writer_minor, info.writer_patch)
+            extras = _extras(blob)
             lib.mp_blob_free(blob)
         finally:
             ffi.release(base)
             view.release()
-    return entries, row_ptr, child_indices, writer
+    return entries, row_ptr, child_indices, writer, extras
+
+
+def _extras(blob: Any) -> IndexExtras:
+    """The metadata and self-tests of the parsed |blob|, as bytes: slim keeps them as they
+    are (the output is the same artifact, with less code)."""
+    span = ffi.new("mp_const_byte_span_t*")
+    found = []
+    for read in (lib.mp_blob_metadata, lib.mp_blob_selftests):
+        read(blob, span)
+        found.append(bytes(ffi.buffer(span.data, span.size)) if span.size else b"")
+    return IndexExtras(*found)
 
 
 def _module_description(key: str, data: Any, size: int, flags: int) -> dict[str, Any]:
@@ -177,8 +191,8 @@ def _module_description(key: str, data: Any, size: int, flags: int) -> dict[str,
 
 
 def _write_library(f: Any, seal: Any, entries: list[BlobEntry], row_ptr: list[int],
-                   child_indices: list[int], writer: tuple[int, int, int], output: Path,
-                   report: SlimReport, shown: str) -> None:
+                   child_indices: list[int], writer: tuple[int, int, int],
+                   extras: IndexExtras, output: Path, report: SlimReport, shown: str) -> None:
     layout = read_layout(f, seal, shown)  # FormatError for section headers cut or damaged
     blob_end = seal.blob_offset + seal.blob_size
     src = f.fileno()
@@ -188,7 +202,7 @@ def _write_library(f: Any, seal: Any, entries: list[BlobEntry], row_ptr: list[in
         dst = out.fileno()
         copy_range(src, dst, 0, 0, seal.blob_offset)
         size, index_size = write_blob(src, seal.blob_offset, entries, row_ptr, child_indices,
-                                      dst, seal.blob_offset, layout.alignment, writer)
+                                      dst, seal.blob_offset, layout.alignment, writer, extras)
         new_tail = align_up(seal.blob_offset + size, layout.tail_alignment)
         shift = new_tail - layout.tail_start
         os.ftruncate(dst, new_tail)
@@ -262,13 +276,14 @@ def _slim_tar(source: Path, output: Path, devices: list[str]) -> SlimReport:
     tmp = scratch_name(output)
     try:
         with open(source, "rb") as f:
-            entries, row_ptr, child_indices, writer = _read_blob(f, blob, kept, report, shown)
+            entries, row_ptr, child_indices, writer, extras = _read_blob(f, blob, kept, report,
+                                                                         shown)
 
             def write(out: Any, offset: int) -> int:
                 out.flush()
                 size, _ = write_blob(f.fileno(), blob.blob_offset, entries, row_ptr,
                                      child_indices, out.fileno(), offset, located.alignment,
-                                     writer)
+                                     writer, extras)
                 return size
 
             with tarfile.open(source, "r") as tar, open(tmp, "w+b") as out:

@@ -88,6 +88,22 @@ def target_machine(cc: str | None = None) -> str | None:
     return _dumpmachine(tuple(c_compiler(cc))) or None
 
 
+@functools.lru_cache(maxsize=8)
+def _version_line(cc: tuple[str, ...]) -> str:
+    try:
+        proc = subprocess.run([*cc, "--version"], capture_output=True, text=True, check=False)
+    except OSError:
+        return ""
+    lines = proc.stdout.strip().splitlines() if proc.returncode == 0 else []
+    return lines[0].strip() if lines else ""
+
+
+def compiler_version(cc: str | None = None) -> str | None:
+    """The first line of ``cc --version`` (``gcc (Debian 12.2.0-14) 12.2.0``): what a library's
+    metadata records of the compiler its host code was built with; None if it cannot tell."""
+    return _version_line(tuple(c_compiler(cc))) or None
+
+
 _ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "i686": "i386", "i586": "i386"}
 
 

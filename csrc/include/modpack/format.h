@@ -14,6 +14,12 @@
  *   [child_indices u64 x edge_count][type-key string table][pad]  <- index_size ends here
  *   [payloads, each starting at a multiple of MP_FORMAT_PAYLOAD_ALIGNMENT]
  *
+ * Format 1.2 grows the header to 96 bytes (mp_format_header_v1_2_t at byte 64), which places
+ * the library's metadata and self-tests in the string table's area, after the type keys: inside
+ * the index, so that the index checksum, the seal and signatures cover them, and where a reader
+ * of 1.0 or 1.1 (which starts the entries at header_size and reads only the keys' ranges of the
+ * string table) never looks.
+ *
  * Compatibility rule: a reader accepts a blob whose major version equals its own, whatever the
  * minor. A newer minor may only add things an older reader can ignore (it keeps every v1 field
  * where it is and may grow `header_size`); anything else is a new major.
@@ -30,10 +36,18 @@ extern "C" {
 /* MP_API_BEGIN */
 enum {
   MP_FORMAT_MAJOR = 1,
-  /* The newest minor this runtime writes: 1 for a blob with code frames (below), else 0. */
-  MP_FORMAT_MINOR = 1,
+  /* The newest minor this runtime writes: 2 for a blob with metadata or self-tests, 1 for one
+   * with code frames (below), else 0 (the oldest minor that holds what the blob holds). */
+  MP_FORMAT_MINOR = 2,
   MP_FORMAT_MINOR_CODE_FRAMES = 1,
+  MP_FORMAT_MINOR_INDEX_EXTRAS = 2,
   MP_FORMAT_HEADER_SIZE = 64,
+  /* The header of format 1.2 and later: the v1 header, then mp_format_header_v1_2_t. */
+  MP_FORMAT_HEADER_SIZE_V1_2 = 96,
+  /* The most bytes of metadata (UTF-8 JSON) and of self-tests one blob may hold: both are read
+   * and hashed with the index at every load, so they stay small beside the payloads. */
+  MP_FORMAT_MAX_METADATA = 1048576,
+  MP_FORMAT_MAX_SELFTESTS = 16777216,
   MP_FORMAT_ENTRY_SIZE = 48,
   /* Every payload starts at a multiple of this (relative to the blob, which is itself aligned
    * to it in the library), so loaders may hand out aligned zero-copy views. */
@@ -121,6 +135,19 @@ typedef struct {
   uint64_t index_size;   /* bytes covered by index_checksum; payloads start at or after it */
   uint64_t index_checksum;
 } mp_format_header_v1_t;
+
+/* Format 1.2's part of the header, at byte 64 (header_size >= 96): where the metadata and the
+ * self-tests lie in the index. Each lies in the string table's area (after child_indices, before
+ * index_size), at a multiple of 64 from the blob's start, the two apart; offset and size both 0:
+ * absent. The metadata is UTF-8 JSON text of one object (export_library's metadata=); the
+ * self-tests are a bundle of inputs and expected outputs (docs/format.md), read by modpack's
+ * `selftest` and run only on request. Neither is interpreted by the reader. */
+typedef struct {
+  uint64_t metadata_offset; /* from the start of the blob */
+  uint64_t metadata_size;   /* <= MP_FORMAT_MAX_METADATA */
+  uint64_t selftests_offset;
+  uint64_t selftests_size; /* <= MP_FORMAT_MAX_SELFTESTS */
+} mp_format_header_v1_2_t;
 
 /* On-disk module entry (48 bytes), one per module in DFS index order. */
 typedef struct {
@@ -265,6 +292,9 @@ typedef struct {
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(mp_format_header_v1_t) == 64, "format v1 header must be 64 bytes");
 _Static_assert(sizeof(mp_format_entry_v1_t) == 48, "format v1 entry must be 48 bytes");
+_Static_assert(sizeof(mp_format_header_v1_t) + sizeof(mp_format_header_v1_2_t) ==
+                   MP_FORMAT_HEADER_SIZE_V1_2,
+               "format 1.2's header is the v1 header and its 32 bytes");
 _Static_assert(sizeof(mp_code_frame_v1_t) == MP_CODE_FRAME_HEADER_SIZE,
                "a code frame header is 64 bytes");
 _Static_assert(sizeof(mp_seal_v1_t) == MP_SEAL_SIZE, "the seal is MP_SEAL_SIZE bytes");

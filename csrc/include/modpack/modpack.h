@@ -381,6 +381,20 @@ MP_API const char* mp_module_function_name(mp_module_t* module, uint64_t index);
 MP_API mp_status_t mp_module_describe(mp_module_t* module, char* buffer, uint64_t capacity,
                                       uint64_t* out_length);
 
+/* What the library |module| was loaded from carries besides its modules (format 1.2): the
+ * metadata it was exported with (`export_library(..., metadata=...)`: UTF-8 JSON text of one
+ * object, with what modpack recorded under "modpack"), and its self-tests (a bundle of inputs
+ * and expected outputs that `modpack selftest` runs; docs/format.md). Both lie in the blob's
+ * index, so the seal and signatures cover them, and are lent: valid while |module| (or any module
+ * of its library) lives. {NULL, 0} when the library has none, or for a module not loaded from a
+ * library (mp_module_load_from_payload). Usage:
+ *   mp_const_byte_span_t json;
+ *   mp_module_metadata(root, &json);
+ *   if (json.size) printf("%.*s\n", (int)json.size, (const char*)json.data);
+ */
+MP_API void mp_module_metadata(const mp_module_t* module, mp_const_byte_span_t* out_metadata);
+MP_API void mp_module_selftests(const mp_module_t* module, mp_const_byte_span_t* out_selftests);
+
 /* Run the loader registered for |type_key| on a payload held by the caller (who keeps it
  * alive and unchanged while the module lives), without any library: for tools that inspect
  * a blob without loading it. Loaders must not touch drivers while loading. */
@@ -516,6 +530,12 @@ MP_API uint64_t mp_blob_child(const mp_blob_t* blob, uint64_t edge);
 MP_API uint64_t mp_checksum(mp_const_byte_span_t bytes);
 /* The entry flags (MP_FORMAT_ENTRY_*) of module |index|; 0 past the end. */
 MP_API uint32_t mp_blob_module_flags(const mp_blob_t* blob, uint64_t index);
+/* The metadata (UTF-8 JSON text of one object) and the self-test bundle the blob's index holds
+ * (format 1.2, modpack/format.h), as stored: views into the bytes the blob was parsed from,
+ * {NULL, 0} when it holds none. The reader checks where they lie, not what they say: the index
+ * checksum vouches for them only as far as the file itself is trusted (a seal, a signature). */
+MP_API void mp_blob_metadata(const mp_blob_t* blob, mp_const_byte_span_t* out_metadata);
+MP_API void mp_blob_selftests(const mp_blob_t* blob, mp_const_byte_span_t* out_selftests);
 
 /* Code frames (modpack/format.h): the one writer and reader of the encoding, for writers and
  * tools. Zstandard comes from the system's libzstd, loaded on first use (MP_ERR_UNAVAILABLE

@@ -23,6 +23,8 @@ struct mp_blob {
   uint64_t* child_indices;   /* edge_count */
   char* type_keys;           /* NUL-separated copies, referenced by modules[i].type_key */
   uint32_t* entry_flags;     /* module_count: MP_FORMAT_ENTRY_* */
+  mp_const_byte_span_t metadata;  /* format 1.2: in |bytes|' index; {NULL, 0} when absent */
+  mp_const_byte_span_t selftests; /* the same */
 };
 
 void mp_blob_free(mp_blob_t* blob) {
@@ -201,6 +203,65 @@ static mp_status_t check_tree(const mp_blob_t* b) {
 
 static mp_status_t check_payload_ranges(const mp_blob_t* b);
 
+#define EXTRAS_FIELD(field) (MP_FORMAT_HEADER_SIZE + offsetof(mp_format_header_v1_2_t, field))
+
+/* One region format 1.2's header places in the index (|name|: "metadata", "self-tests"): absent
+ * (offset and size 0), or non-empty, within |limit| bytes, at a multiple of 64 and inside the
+ * string table's area [strings_at, index_size). */
+static mp_status_t parse_extra(const mp_blob_t* b, const char* name, size_t offset_field,
+                               size_t size_field, uint64_t limit, uint64_t strings_at,
+                               mp_const_byte_span_t* out) {
+  const uint8_t* p = b->bytes.data;
+  uint64_t offset = mp_load_le64(p + offset_field), size = mp_load_le64(p + size_field);
+  uint64_t index_size = b->info.index_size;
+  *out = (mp_const_byte_span_t){NULL, 0};
+  if (offset == 0 && size == 0) return MP_OK;
+  if (size == 0 || size > limit)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "corrupt blob header: its %s has %" PRIu64 " bytes (at offset %" PRIu64
+                     "); a blob holds 1 to %" PRIu64 " bytes of it, or none with offset 0; the "
+                     "file was damaged after export",
+                     name, size, offset, limit);
+  if (offset % MP_FORMAT_PAYLOAD_ALIGNMENT != 0 || offset < strings_at || offset > index_size ||
+      size > index_size - offset)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "corrupt blob header: its %s [%" PRIu64 ", +%" PRIu64
+                     ") is not at a multiple of %d inside the string table's area [%" PRIu64
+                     ", %" PRIu64 "); the file was damaged after export",
+                     name, offset, size, MP_FORMAT_PAYLOAD_ALIGNMENT, strings_at, index_size);
+  *out = (mp_const_byte_span_t){p + offset, size};
+  return MP_OK;
+}
+
+/* Format 1.2 and later: the metadata and the self-tests, which the header (grown to at least
+ * MP_FORMAT_HEADER_SIZE_V1_2 bytes) places after the type keys. A blob of an earlier minor has
+ * neither, whatever its header_size (a reader of 1.0 skips header bytes it does not know). */
+static mp_status_t parse_extras(mp_blob_t* b, uint64_t header_size, uint64_t strings_at) {
+  const mp_blob_info_t* h = &b->info;
+  if (h->format_minor < MP_FORMAT_MINOR_INDEX_EXTRAS) return MP_OK;
+  if (header_size < MP_FORMAT_HEADER_SIZE_V1_2)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "corrupt blob header: format %u.%u has a header of at least %d bytes, but "
+                     "header_size is %" PRIu64 "; the file was damaged after export",
+                     h->format_major, h->format_minor, MP_FORMAT_HEADER_SIZE_V1_2, header_size);
+  MP_RETURN_IF_ERROR(parse_extra(b, "metadata", EXTRAS_FIELD(metadata_offset),
+                                 EXTRAS_FIELD(metadata_size), MP_FORMAT_MAX_METADATA, strings_at,
+                                 &b->metadata));
+  MP_RETURN_IF_ERROR(parse_extra(b, "self-tests", EXTRAS_FIELD(selftests_offset),
+                                 EXTRAS_FIELD(selftests_size), MP_FORMAT_MAX_SELFTESTS,
+                                 strings_at, &b->selftests));
+  const mp_const_byte_span_t* m = &b->metadata;
+  const mp_const_byte_span_t* t = &b->selftests;
+  if (m->size && t->size && m->data < t->data + t->size && t->data < m->data + m->size)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "corrupt blob header: its metadata [%" PRIu64 ", +%" PRIu64
+                     ") and self-tests [%" PRIu64 ", +%" PRIu64
+                     ") overlap; the file was damaged after export",
+                     (uint64_t)(m->data - b->bytes.data), m->size,
+                     (uint64_t)(t->data - b->bytes.data), t->size);
+  return MP_OK;
+}
+
 static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
   const uint8_t* p = b->bytes.data;
   const mp_blob_info_t* h = &b->info;
@@ -229,6 +290,7 @@ static mp_status_t parse_index(mp_blob_t* b, uint32_t flags) {
   uint64_t children_at = row_ptr_at + (n + 1) * 8;
   uint64_t strings_at = children_at + e * 8;
   uint64_t strings_size = avail;
+  MP_RETURN_IF_ERROR(parse_extras(b, header_size, strings_at));
 
   b->modules = calloc(n, sizeof *b->modules);
   b->row_ptr = malloc((n + 1) * sizeof *b->row_ptr);
@@ -485,6 +547,14 @@ mp_status_t mp_blob_module(const mp_blob_t* blob, uint64_t index, mp_blob_module
 
 uint32_t mp_blob_module_flags(const mp_blob_t* blob, uint64_t index) {
   return index < blob->info.module_count ? blob->entry_flags[index] : 0;
+}
+
+void mp_blob_metadata(const mp_blob_t* blob, mp_const_byte_span_t* out_metadata) {
+  *out_metadata = blob->metadata;
+}
+
+void mp_blob_selftests(const mp_blob_t* blob, mp_const_byte_span_t* out_selftests) {
+  *out_selftests = blob->selftests;
 }
 
 uint64_t mp_blob_child(const mp_blob_t* blob, uint64_t edge) {

@@ -1,8 +1,8 @@
 /* A loaded deployable library: the dlopen'd file, the set of libraries alive in the process
  * (so loading a file whose tree lives returns that tree), its "library" node (the host code's
  * place in the tree), the blob's place in its mapping, and what its host code looked up
- * through its context. Made of library.c (its life), library_node.c (its node) and
- * blob_location.c; the state they share is in library_state.h.
+ * through its context. Made of library.c (its life), library_node.c (its node),
+ * blob_location.c and library_extras.c; the state they share is in library_state.h.
  *
  * Locking: loads are serialised by the library lock (load/library_lock.h). */
 #ifndef MODPACK_LOAD_LIBRARY_H_
@@ -76,6 +76,11 @@ const mp_load_settings_t* mp_library_settings(const mp_library_t* library);
 struct mp_weights_binding** mp_library_weight_bindings(mp_library_t* library);
 /* The slot of the library's overlays (load/overlays.h: read and replaced there only). */
 mp_overlays_slot_t* mp_library_overlays(mp_library_t* library);
+
+/* Remember what |blob| (parsed from the library's own blob) carries besides its modules: its
+ * metadata and self-tests, for mp_module_metadata and mp_module_selftests. Only the first call
+ * counts. Caller holds the library lock. */
+void mp_library_keep_extras(mp_library_t* library, const mp_blob_t* blob);
 
 /* The functions the library's host code looked up (load/host_lookups.h). */
 mp_host_lookups_t* mp_library_lookups(mp_library_t* library);

@@ -1,6 +1,7 @@
 /* The state of a loaded library (mp_library_t), shared by the files that make up the library
  * object: library.c (its life and the set of live libraries), library_node.c (its "library"
- * module) and blob_location.c (the blob's place in its mapping). Nothing else includes this:
+ * module), blob_location.c (the blob's place in its mapping) and library_extras.c (what its blob
+ * carries besides modules). Nothing else includes this:
  * the rest of the runtime goes through load/library.h. */
 #ifndef MODPACK_LOAD_LIBRARY_STATE_H_
 #define MODPACK_LOAD_LIBRARY_STATE_H_
@@ -29,6 +30,12 @@ struct mp_library {
   mp_load_settings_t settings; /* how it is being loaded (under the library lock) */
   struct mp_weights_binding* weight_bindings; /* its weight files (not owned; library lock) */
   mp_overlays_slot_t overlays;                /* its adapters (load/overlays.h), owned */
+  /* What its blob's index carries besides modules (load/library_extras.c): views into the
+   * blob, set by the first tree built over it, before any module of it is handed out, and
+   * never changed after (every later tree reads the same bytes). */
+  bool extras_known;
+  mp_const_byte_span_t metadata;
+  mp_const_byte_span_t selftests;
 };
 
 #endif /* MODPACK_LOAD_LIBRARY_STATE_H_ */

@@ -107,6 +107,7 @@ mp_status_t mp_tree_build(mp_library_t* library, mp_const_byte_span_t bytes, uin
                           int holes_fd, uint64_t file_offset, mp_module_t** out_root) {
   mp_blob_t* blob = NULL;
   MP_RETURN_IF_ERROR(parse_blob(library, bytes, flags, holes_fd, file_offset, &blob));
+  mp_library_keep_extras(library, blob);
   double clock = mp_trace_now_ms();
   mp_blob_info_t info;
   mp_blob_info(blob, &info);
