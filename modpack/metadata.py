@@ -97,8 +97,8 @@ def _check_json(metadata: Mapping[str, Any]) -> None:
         if isinstance(value, Mapping):
             for key, item in value.items():
                 if not isinstance(key, str):
-                    raise ArgumentError(f"{where}: the key {key!r} is a "
-                                        f"{type(key).__name__}; metadata keys are str")
+                    raise ArgumentError(f"{where}: the key {key!r} is not a str; metadata keys "
+                                        "are str")
                 _check_text(key, f"{where}: the key {key!r}")
                 stack.append((item, f"{where}[{key!r}]", depth + 1))
         elif isinstance(value, (list, tuple)):

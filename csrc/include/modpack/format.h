@@ -136,8 +136,9 @@ typedef struct {
   uint64_t index_checksum;
 } mp_format_header_v1_t;
 
-/* Format 1.2's part of the header, at byte 64 (header_size >= 96): where the metadata and the
- * self-tests lie in the index. Each lies in the string table's area (after child_indices, before
+/* Format 1.2's part of the header, at byte 64: where the metadata and the self-tests lie in the
+ * index, in a blob of format 1.2 or later whose header_size is at least 96 (a shorter header, or
+ * an earlier minor, has neither). Each lies in the string table's area (after child_indices, before
  * index_size), at a multiple of 64 from the blob's start, the two apart; offset and size both 0:
  * absent. The metadata is UTF-8 JSON text of one object (export_library's metadata=); the
  * self-tests are a bundle of inputs and expected outputs (docs/format.md), read by modpack's

@@ -218,14 +218,14 @@ static mp_status_t parse_extra(const mp_blob_t* b, const char* name, size_t offs
   if (offset == 0 && size == 0) return MP_OK;
   if (size == 0 || size > limit)
     return mp_errorf(MP_ERR_FORMAT,
-                     "corrupt blob header: its %s has %" PRIu64 " bytes (at offset %" PRIu64
-                     "); a blob holds 1 to %" PRIu64 " bytes of it, or none with offset 0; the "
-                     "file was damaged after export",
-                     name, size, offset, limit);
+                     "corrupt blob header: %s of %" PRIu64 " bytes at offset %" PRIu64
+                     "; a blob holds 1 to %" PRIu64 " bytes of %s, or none (offset and size 0); "
+                     "the file was damaged after export",
+                     name, size, offset, limit, name);
   if (offset % MP_FORMAT_PAYLOAD_ALIGNMENT != 0 || offset < strings_at || offset > index_size ||
       size > index_size - offset)
     return mp_errorf(MP_ERR_FORMAT,
-                     "corrupt blob header: its %s [%" PRIu64 ", +%" PRIu64
+                     "corrupt blob header: %s at [%" PRIu64 ", +%" PRIu64
                      ") is not at a multiple of %d inside the string table's area [%" PRIu64
                      ", %" PRIu64 "); the file was damaged after export",
                      name, offset, size, MP_FORMAT_PAYLOAD_ALIGNMENT, strings_at, index_size);
@@ -233,17 +233,15 @@ static mp_status_t parse_extra(const mp_blob_t* b, const char* name, size_t offs
   return MP_OK;
 }
 
-/* Format 1.2 and later: the metadata and the self-tests, which the header (grown to at least
- * MP_FORMAT_HEADER_SIZE_V1_2 bytes) places after the type keys. A blob of an earlier minor has
- * neither, whatever its header_size (a reader of 1.0 skips header bytes it does not know). */
+/* Format 1.2 and later: the metadata and the self-tests, which a header of at least
+ * MP_FORMAT_HEADER_SIZE_V1_2 bytes places after the type keys. A blob of an earlier minor has
+ * neither, whatever its header_size (a reader of 1.0 skips header bytes it does not know), and
+ * so has one whose header is shorter (the fields are there when the header holds them: a later
+ * minor need not write them when it has nothing to place). */
 static mp_status_t parse_extras(mp_blob_t* b, uint64_t header_size, uint64_t strings_at) {
   const mp_blob_info_t* h = &b->info;
-  if (h->format_minor < MP_FORMAT_MINOR_INDEX_EXTRAS) return MP_OK;
-  if (header_size < MP_FORMAT_HEADER_SIZE_V1_2)
-    return mp_errorf(MP_ERR_FORMAT,
-                     "corrupt blob header: format %u.%u has a header of at least %d bytes, but "
-                     "header_size is %" PRIu64 "; the file was damaged after export",
-                     h->format_major, h->format_minor, MP_FORMAT_HEADER_SIZE_V1_2, header_size);
+  if (h->format_minor < MP_FORMAT_MINOR_INDEX_EXTRAS || header_size < MP_FORMAT_HEADER_SIZE_V1_2)
+    return MP_OK;
   MP_RETURN_IF_ERROR(parse_extra(b, "metadata", EXTRAS_FIELD(metadata_offset),
                                  EXTRAS_FIELD(metadata_size), MP_FORMAT_MAX_METADATA, strings_at,
                                  &b->metadata));
@@ -254,8 +252,8 @@ static mp_status_t parse_extras(mp_blob_t* b, uint64_t header_size, uint64_t str
   const mp_const_byte_span_t* t = &b->selftests;
   if (m->size && t->size && m->data < t->data + t->size && t->data < m->data + m->size)
     return mp_errorf(MP_ERR_FORMAT,
-                     "corrupt blob header: its metadata [%" PRIu64 ", +%" PRIu64
-                     ") and self-tests [%" PRIu64 ", +%" PRIu64
+                     "corrupt blob header: metadata at [%" PRIu64 ", +%" PRIu64
+                     ") and self-tests at [%" PRIu64 ", +%" PRIu64
                      ") overlap; the file was damaged after export",
                      (uint64_t)(m->data - b->bytes.data), m->size,
                      (uint64_t)(t->data - b->bytes.data), t->size);
