@@ -21,9 +21,10 @@ from modpack.inspection import inspect_library
 
 TOP_KEYS = ["path", "producer", "format_version", "writer_version", "blob", "modules",
             "import_tree", "functions", "signatures", "seal", "content_digest", "signed_by",
-            "loads"]
+            "loads", "metadata", "selftests"]
 BLOB_KEYS = ["symbol", "section", "file_offset", "size", "index_size", "index_checksum",
-             "payload_checksums"]
+             "payload_checksums", "metadata_offset", "metadata_size", "selftests_offset",
+             "selftests_size"]
 MODULE_KEYS = [
     "index", "type_key", "offset", "size", "checksum", "children", "parents", "contents",
 ]
@@ -132,6 +133,8 @@ def test_library_without_blob(tmp):
         "functions": ["add_int", "vadd"],
         "signatures": {},
         "signed_by": [],
+        "metadata": None,
+        "selftests": None,
     }
     proc = run_cli("inspect", str(path))
     assert proc.returncode == 0, proc.stderr

@@ -1,6 +1,7 @@
 """Reproducible exports: the same tree exported twice, in two processes with different temp
 folders, working folders and times, gives byte-identical libraries, archives and system
-libraries, which content-addressed caches and signatures over the whole file rely on."""
+libraries (metadata and self-tests included), which content-addressed caches and signatures
+over the whole file rely on."""
 
 from __future__ import annotations
 
@@ -39,9 +40,13 @@ out = sys.argv[1]
 host.export_library(out + "/deploy.so")
 host.export_library(out + "/deploy.tar")
 host.export_library(out + "/model.o", system_lib="model")
+host.export_library(out + "/meta.so", metadata={"revision": "4f2a9c1", "batch": [1, 8]},
+                    selftests=[modpack.SelfTest("first", returns=0.0),
+                               modpack.SelfTest("k", [np.ones(4, np.float32)], device="opencl",
+                                                expected={0: np.ones(4, np.float32)})])
 """
 
-NAMES = ("deploy.so", "deploy.tar", "model.o")
+NAMES = ("deploy.so", "deploy.tar", "model.o", "meta.so")
 
 
 def export_in_a_fresh_process(folder, tmpdir) -> dict[str, str]:

@@ -119,11 +119,13 @@ def decode_bundle(data: bytes, where: str) -> list[CheckedTest]:
     try:
         manifest = json.loads(bytes(view[_HEADER.size:_HEADER.size + manifest_size]))
         if not isinstance(manifest, dict) or manifest.get("version") != VERSION:
-            raise ValueError("not a version 1 manifest")
+            raise _Damaged("it is not a version 1 manifest")
         arrays = [_array(a, view, data_offset) for a in manifest["arrays"]]
         tests = [_test(t, arrays) for t in manifest["tests"]]
     except _NeedsPackage as exc:
         raise UnavailableError(f"{where}: its self-tests need a package: {exc}") from None
+    except _Damaged as exc:
+        raise _damaged(where, f"its manifest does not hold: {exc}") from None
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError,
             OverflowError) as exc:
         raise _damaged(where, f"its manifest does not hold ({type(exc).__name__}: {exc})"
@@ -131,7 +133,11 @@ def decode_bundle(data: bytes, where: str) -> list[CheckedTest]:
     return tests
 
 
-class _NeedsPackage(Exception):
+class _Damaged(FormatError):
+    """What is wrong with a bundle, before the file it is in is named (decode_bundle)."""
+
+
+class _NeedsPackage(UnavailableError):
     """A dtype whose numpy type comes from a package this install lacks (ml_dtypes)."""
 
 
@@ -146,10 +152,10 @@ def _array(record: dict[str, Any], view: memoryview, data_offset: int) -> np.nda
     shape = tuple(_count(n) for n in record["shape"])
     offset, size = _count(record["offset"]), _count(record["size"])
     if len(shape) > _MAX_NDIM or math.prod(shape) * dtype.itemsize != size:
-        raise ValueError(f"an array of {size} bytes is not {record['dtype']}{list(shape)}")
+        raise _Damaged(f"an array of {size} bytes is not {record['dtype']}{list(shape)}")
     if offset % ALIGNMENT or offset > len(view) - data_offset or \
             size > len(view) - data_offset - offset:
-        raise ValueError(f"an array [{offset}, +{size}) lies outside the data")
+        raise _Damaged(f"an array [{offset}, +{size}) lies outside the data")
     start = data_offset + offset
     array = np.frombuffer(view[start:start + size], dtype=dtype).reshape(shape)
     array.flags.writeable = False
@@ -158,7 +164,7 @@ def _array(record: dict[str, Any], view: memoryview, data_offset: int) -> np.nda
 
 def _count(value: Any) -> int:
     if type(value) is not int or value < 0:
-        raise ValueError(f"{value!r} is not a count")
+        raise _Damaged(f"{value!r} is not a count")
     return value
 
 
@@ -171,15 +177,15 @@ def _test(record: dict[str, Any], arrays: list[np.ndarray]) -> CheckedTest:
         arg = args[k]
         if not isinstance(arg, np.ndarray) or arg.shape != array.shape or \
                 arg.dtype != array.dtype:
-            raise ValueError(f"expected[{k}] does not match argument {k}")
+            raise _Damaged(f"expected[{k}] does not match argument {k}")
         expected.append((k, array))
     returns = _scalar(record["returns"]) if "returns" in record else None
     texts = [record["name"], record["function"], record["device"]]
     if not all(isinstance(t, str) and t for t in texts):
-        raise ValueError("a test's name, function and device are non-empty str")
+        raise _Damaged("a test's name, function and device are non-empty str")
     rtol, atol = (float(record[k]) for k in ("rtol", "atol"))
     if not all(math.isfinite(x) and x >= 0 for x in (rtol, atol)):
-        raise ValueError("tolerances are finite and >= 0")
+        raise _Damaged("tolerances are finite and >= 0")
     return CheckedTest(texts[0], texts[1], args, tuple(expected), returns, rtol, atol, texts[2])
 
 
@@ -194,7 +200,7 @@ def _scalar(record: dict[str, Any]) -> Scalar:
         return float.fromhex(value)
     if kind == "str" and isinstance(value, str):
         return value
-    raise ValueError(f"{record!r} is not an argument")
+    raise _Damaged(f"{record!r} is not an argument")
 
 
 def _damaged(where: str, what: str) -> FormatError:

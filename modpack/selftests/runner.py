@@ -58,7 +58,9 @@ class SelfTestResult:
         return self.status == "pass"
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The result as strict JSON holds it (an infinite error as the string "inf")."""
+        return {k: repr(v) if isinstance(v, float) and not math.isfinite(v) else v
+                for k, v in asdict(self).items()}
 
 
 def selftest(library: str | os.PathLike[str] | LoadedModule, device: str | None = None, *,
@@ -212,15 +214,12 @@ class _Result:
         else:
             a, e = _numeric(actual), _numeric(expected)
             with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-                diff = np.abs(a - e)
-                both_nan = np.isnan(a) & np.isnan(e)
-                bad = ~(both_nan | (diff <= atol + rtol * np.abs(e)) | (a == e))
-                finite = np.isfinite(diff)
-                rel = np.where(e != 0, diff / np.abs(e), np.where(diff == 0, 0.0, np.inf))
-            self._errors(float(diff[finite].max(initial=0.0)),
-                         float(np.where(both_nan, 0.0, rel).max(initial=0.0)))
-            if (~finite & ~both_nan).any():  # an infinity or NaN where the other has none
-                self.abs_error = self.rel_error = math.inf
+                same = (a == e) | (np.isnan(a) & np.isnan(e))  # infinities, NaN as themselves
+                diff = np.where(same, 0.0, np.abs(a - e))
+                diff = np.where(np.isnan(diff), np.inf, diff)  # a NaN or an infinity alone
+                bad = ~same & ~(diff <= atol + rtol * np.abs(e))
+                rel = np.where(same, 0.0, np.where(e != 0, diff / np.abs(e), np.inf))
+            self._errors(float(diff.max(initial=0.0)), float(rel.max(initial=0.0)))
         count = int(np.count_nonzero(bad))
         if not count:
             return ""
