@@ -119,7 +119,7 @@ def libraries(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     tmp = tmp_path_factory.mktemp("cpp")
     host = modpack.csource_module(HOST)
     host.import_module(modpack.const_module({"w": np.arange(4, dtype=np.float32) / 2}))
-    lib = host.export_library(tmp / "lib.so")
+    lib = host.export_library(tmp / "lib.so", metadata={"revision": "4f2a9c1"})
     private, public, other = _keys(tmp)
     run(Path(sys.executable).parent / "modpack", "sign", lib, "--key", private)
 

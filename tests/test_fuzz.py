@@ -53,7 +53,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     seeds = sorted(p.name for p in folder.iterdir())
     assert {"blob-golden", "const-writer", "opencl-writer", "cuda-writer"} <= set(seeds), seeds
     assert {"blob-frames-writer", "cuda-frames19-writer", "opencl-frames19-writer",
-            "vulkan-frames19-writer", "rocm-frames19-writer"} <= set(seeds), seeds
+            "vulkan-frames19-writer", "rocm-frames19-writer",
+            "blob-extras-writer"} <= set(seeds), seeds
     return folder
 
 

@@ -71,6 +71,7 @@ def test_round_trip_in_python_and_through_the_c_api(library):
     assert got["modpack"]["compiler"]  # `cc --version`'s first line
     assert all(m.metadata == got for m in root.imported_modules)
     assert root.metadata is not got  # a new dict each time: the caller may change it
+    assert modpack.load_module_from_bytes(library.read_bytes()).metadata == got  # a memfd copy
 
     span = ffi.new("mp_const_byte_span_t*")
     lib.mp_module_metadata(root._handle, span)
@@ -147,6 +148,17 @@ def test_host_code_alone_gets_a_blob_for_it(tmp_path):
     assert root.metadata["k"] == 1 and root["add_int"](2, 3) == 5
     report = inspect_library(path)
     assert [m["type_key"] for m in report["modules"]] == ["_lib"]
+
+
+def test_with_compressed_code(tmp_path):
+    """Code frames (format 1.1's flag) and metadata together: format 1.2, frames flagged, the
+    kernels decoded at their first use as before."""
+    path = tree().export_library(tmp_path / "z.so", metadata={"k": 1}, compress_code=True)
+    report = inspect_library(path)
+    assert report["format_version"] == "1.2" and report["metadata"]["k"] == 1
+    assert [m.get("code_frames") for m in report["modules"]] == [None, None, True]
+    root = modpack.load_module(path)
+    assert root.metadata["k"] == 1 and root["add_int"](1, 2) == 3
 
 
 @pytest.mark.parametrize("suffix", [".tar", ".o"])

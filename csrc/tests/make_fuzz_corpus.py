@@ -4,7 +4,8 @@ seed starts with the selector byte the fuzz target reads (0 blob, 1 weight file,
 payload, then one per built-in kind in the runtime's list, ``mp_builtin_kind``, then one per
 built-in kind again for a payload whose code is in code frames, ``KIND+frames``); the golden
 weight file and a written one are seeds too, and so are the device kinds' payloads with their
-code compressed (as ``export_library(compress_code=...)`` writes them) and a blob of them.
+code compressed (as ``export_library(compress_code=...)`` writes them) and a blob of them, and a
+blob of format 1.2 (metadata and self-tests in its index).
 Every built-in kind must have writer seeds here (``writer_modules``): tests/test_kind_recipe.py
 checks it.
 
@@ -160,6 +161,23 @@ def framed_seeds() -> dict[str, bytes]:
     ModuleSerializer(root, 19).write_blob_to(out, 0, 64)
     seeds["blob-frames-writer"] = bytes([SELECTOR["blob"]]) + out.getvalue()
     return seeds
+
+
+def extras_seeds() -> dict[str, bytes]:
+    """A blob of format 1.2: metadata and a self-test bundle in its index, after the keys."""
+    from modpack.format import IndexExtras
+    from modpack.metadata import encode_metadata
+    from modpack.selftests.bundle import encode_bundle
+    from modpack.selftests.spec import check_selftests
+    from modpack.serializer import ModuleSerializer
+
+    tests = check_selftests([modpack.SelfTest("f", [np.arange(4, dtype=np.float32), 2],
+                                              expected={0: np.zeros(4, np.float32)})])
+    extras = IndexExtras(encode_metadata({"revision": "4f2a9c1"}, {"version": "0.1.0"}),
+                         encode_bundle(tests))
+    out = io.BytesIO()
+    ModuleSerializer(writer_modules()["const"], 0, extras).write_blob_to(out, 0, 64)
+    return {"blob-extras-writer": bytes([SELECTOR["blob"]]) + out.getvalue()}
 
 
 def weight_seeds(scratch: Path) -> dict[str, bytes]:
@@ -340,7 +358,8 @@ def main(folder: str, target: str = "payloads") -> None:
     if target == "tools":
         seeds = tools_seeds(scratch)
     else:
-        seeds = {**golden_seeds(), **writer_seeds(), **framed_seeds(), **weight_seeds(scratch)}
+        seeds = {**golden_seeds(), **writer_seeds(), **framed_seeds(), **extras_seeds(),
+                 **weight_seeds(scratch)}
     for path in sorted(scratch.iterdir()):
         path.unlink()
     scratch.rmdir()

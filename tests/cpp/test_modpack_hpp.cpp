@@ -319,9 +319,12 @@ void test_modules(const std::string& path, const std::string& bad) {
   modpack::Module root = modpack::Module::load(path);
   CHECK(root.type_key() == "library");
   CHECK(root.library_path().has_value());
+  CHECK(root.metadata().has_value() &&
+        root.metadata()->find("\"revision\":\"4f2a9c1\"") != std::string_view::npos);
   CHECK(root.import_count() == 1);
   modpack::Module consts = root.import_at(0);
   CHECK(consts.type_key() == "const");
+  CHECK(consts.metadata() == root.metadata());  /* one library: the same bytes */
   CHECK(consts.array_count() == 1 && consts.array_at(0).name == "w");
   CHECK(consts.arrays().size() == 1);
   CHECK(root.imports().size() == 1);

@@ -919,6 +919,16 @@ class Module {
     const char* path = library ? mp_library_path(library) : nullptr;
     return path ? std::optional<std::string>(path) : std::nullopt;
   }
+  /* The metadata its library was exported with (`export_library(..., metadata=...)`): JSON
+   * text of one object, a view valid while a module of that library lives; none when it has
+   * none (mp_module_metadata). */
+  std::optional<std::string_view> metadata() const {
+    mp_const_byte_span_t span{};
+    mp_module_metadata(require(), &span);
+    if (span.size == 0) return std::nullopt;
+    return std::string_view(reinterpret_cast<const char*>(span.data),
+                            static_cast<size_t>(span.size));
+  }
 
   size_t import_count() const { return static_cast<size_t>(mp_module_import_count(require())); }
   Module import_at(size_t index) const {
