@@ -251,6 +251,18 @@ def test_a_missing_function_is_refused_at_export(tmp_path):
         tree().export_library(out, selftests=[modpack.SelfTest("other/vadd_k", [1], returns=0)])
 
 
+def test_a_bundle_over_the_limit_is_refused(tmp_path):
+    """Self-tests are read with the index at every load: more than 4 MiB is refused at export,
+    saying so."""
+    big = np.zeros(1 << 19, np.float32)  # 2 MiB: three of them are over the limit
+    out = tmp_path / "big.so"
+    with pytest.raises(modpack.ArgumentError, match=r"selftests take \d+ bytes, more than the "
+                       r"4194304 a library holds \(every load reads them with the index\)"):
+        tree().export_library(out, selftests=[
+            modpack.SelfTest("vadd", [big, big, big], expected={2: big})])
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("selftests, message", [
     (modpack.SelfTest("vadd"), "selftests must be a list of modpack.SelfTest"),
     ([{"function": "vadd", "inputs": []}], r"unknown keys \['inputs'\]"),

@@ -47,7 +47,7 @@ enum {
   /* The most bytes of metadata (UTF-8 JSON) and of self-tests one blob may hold: both are read
    * and hashed with the index at every load, so they stay small beside the payloads. */
   MP_FORMAT_MAX_METADATA = 1048576,
-  MP_FORMAT_MAX_SELFTESTS = 16777216,
+  MP_FORMAT_MAX_SELFTESTS = 4194304,
   MP_FORMAT_ENTRY_SIZE = 48,
   /* Every payload starts at a multiple of this (relative to the blob, which is itself aligned
    * to it in the library), so loaders may hand out aligned zero-copy views. */
