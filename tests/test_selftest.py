@@ -380,26 +380,46 @@ def test_a_damaged_or_newer_bundle_is_refused(tmp_path):
         assert cli(copy).returncode == 1
 
 
-def test_oci_references_go_through_the_oci_pull(tmp_path, monkeypatch):
-    """``oci://`` is pulled by modpack.oci.pull.pull(reference, device=...) where this install
-    has it (the path it returns is what runs), and says how to get it where not."""
-    path = tree().export_library(tmp_path / "pulled.so", selftests=cpu_tests()[:1])
-    monkeypatch.setitem(sys.modules, "modpack.oci.pull", None)  # as if not installed
-    with pytest.raises(modpack.UnavailableError, match=r"pip install modpack\[oci\]"):
-        modpack.selftest("oci://registry.example/model:v1")
-    calls = []
+def test_from_a_registry(tmp_path, monkeypatch):
+    """``modpack selftest oci://...`` pulls the library for this machine's devices into the
+    store, as load_module does, and runs its tests there (on each device of a fleet, the same
+    command); the pushed artifact's config holds the metadata and the self-tests, in the
+    library's inspect report."""
+    pytest.importorskip("oras")
+    import registry as registry_helper
 
-    class Pull:
-        @staticmethod
-        def pull(reference: str, device: str | None = None) -> Path:
-            calls.append((reference, device))
-            return path
+    if not registry_helper.available():
+        pytest.skip("docker-registry is not installed (scripts/dev.sh installs it)")
+    monkeypatch.setenv("MODPACK_CACHE", str(tmp_path / "store"))
+    monkeypatch.setenv("MODPACK_OCI_PLAIN_HTTP", "1")
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    (tmp_path / "src").mkdir()
+    path = tree().export_library(tmp_path / "src" / "deploy.so",
+                                 metadata={"revision": "4f2a9c1"}, selftests=cpu_tests())
+    with registry_helper.Registry(tmp_path / "registry") as registry:
+        reference = f"{registry.url}/team/model:v1"
+        modpack.push(path, reference)
+        results = modpack.selftest(reference)
+        assert [r.status for r in results] == ["pass"] * 4
+        proc = cli(reference, "--device", "cpu")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "PASSED: 4 passed" in proc.stdout
+        manifest = json.loads(urlopen(f"http://{registry.host}/v2/team/model/manifests/v1",
+                                      "application/vnd.oci.image.manifest.v1+json"))
+        config = json.loads(urlopen(f"http://{registry.host}/v2/team/model/blobs/"
+                                    f"{manifest['config']['digest']}"))
+    assert config["modpack"]["metadata"]["revision"] == "4f2a9c1"
+    assert [t["name"] for t in config["modpack"]["selftests"]] == [
+        "vadd-small", "halve", "add_int", "tenth_sum"]
 
-    monkeypatch.setitem(sys.modules, "modpack.oci", type(sys)("modpack.oci"))
-    monkeypatch.setitem(sys.modules, "modpack.oci.pull", Pull)
-    results = modpack.selftest("oci://registry.example/model:v1", device="cpu")
-    assert [r.status for r in results] == ["pass"]
-    assert calls == [("oci://registry.example/model:v1", "cpu")]
+
+def urlopen(url: str, accept: str = "*/*") -> bytes:
+    from urllib.request import Request
+    from urllib.request import urlopen as fetch
+
+    with fetch(Request(url, headers={"Accept": accept}), timeout=30) as response:
+        data: bytes = response.read()
+    return data
 
 
 def test_slim_keeps_metadata_and_self_tests(tmp_path):

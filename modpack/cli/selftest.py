@@ -31,13 +31,17 @@ def add_selftest(subparsers: Any) -> None:
             "DEVICE that names no device."
         ),
     )
-    p.add_argument("library", help="the library (e.g. deploy.so, deploy.tar), or an oci:// "
-                   "reference to pull first (needs modpack[oci])")
+    p.add_argument("library", help="the library (e.g. deploy.so, deploy.tar), or an "
+                   "oci://HOST/REPO:TAG reference, pulled for this machine's devices into the "
+                   "local store first, as load_module pulls it (needs modpack[oci])")
     p.add_argument("--device", help="cpu, opencl:N, cuda:N, rocm:N, vulkan:N (a type alone: "
                    "device 0); default: each test on device 0 of its own type")
     p.add_argument("--key", action="append", default=[], metavar="PUB.pem",
                    help="load only if a signature by this Ed25519 public key (PEM) holds; may "
                         "be given several times")
+    p.add_argument("--oms-key", action="append", default=[], metavar="PUB.pem",
+                   help="verify the library's OMS bundle with this EC public key first (as "
+                        "modpack pull --oms-key); may be given several times")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.set_defaults(run=_run_selftest)
 
@@ -53,7 +57,8 @@ def _run_selftest(args: argparse.Namespace) -> int:
         except ArgumentError as exc:
             print(f"modpack selftest: error: {exc}", file=sys.stderr)
             return 2
-    results = selftest(args.library, args.device, trusted_keys=args.key or None)
+    results = selftest(args.library, args.device, trusted_keys=args.key or None,
+                       trusted_oms=args.oms_key or None)
     ran = [r for r in results if r.status != "skipped"]
     passed = bool(ran) and all(r.passed for r in ran)
     if args.json:

@@ -32,7 +32,6 @@ from .spec import CheckedTest, Scalar
 
 __all__ = ["SelfTestResult", "library_selftests", "run_selftests", "selftest"]
 
-OCI_PREFIX = "oci://"
 _EXACT_KINDS = "bUSO"  # bool, str, bytes, object: compared for equality, no tolerance
 
 
@@ -64,15 +63,19 @@ class SelfTestResult:
 
 
 def selftest(library: str | os.PathLike[str] | LoadedModule, device: str | None = None, *,
-             trusted_keys: Iterable[Any] | None = None) -> list[SelfTestResult]:
+             trusted_keys: Iterable[Any] | None = None,
+             trusted_oms: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None = None
+             ) -> list[SelfTestResult]:
     """Run the self-tests the library carries (``export_library(..., selftests=[...])``) and
     return one :class:`SelfTestResult` each, in the order they were exported.
 
-    |library| is a path (``.so``, ``.tar``), an ``oci://`` reference (pulled first, where
-    modpack's OCI support is installed) or a loaded module. |device| (``"opencl:1"``, or a
-    type, ``"cuda"`` for device 0) runs the tests of that device type on that device, the
-    CPU's tests too, and skips the others; ``None`` runs each test on device 0 of its type.
-    ``trusted_keys``: as :func:`modpack.load_module`, a signed load.
+    |library| is a path (``.so``, ``.tar``), a registry reference ``oci://HOST/REPO:TAG``
+    (pulled for this machine's devices into the local store first, as
+    :func:`modpack.load_module` pulls it: the ``oci`` extra) or a loaded module. |device|
+    (``"opencl:1"``, or a type, ``"cuda"`` for device 0) runs the tests of that device type on
+    that device, the CPU's tests too, and skips the others; ``None`` runs each test on device 0
+    of its type. ``trusted_keys`` and ``trusted_oms``: as :func:`modpack.load_module` (a signed
+    load; an OMS bundle to verify first).
 
     Raises NotFoundError for a library without self-tests, FormatError for a damaged bundle;
     a test that fails or cannot run is a result, not an exception.
@@ -85,35 +88,16 @@ def selftest(library: str | os.PathLike[str] | LoadedModule, device: str | None 
     """
     chosen = _device(device)
     if isinstance(library, LoadedModule):
-        root, where = library, library.library_path or "the library"
-    else:
-        path = resolve_reference(library, device)
-        from ..loader import load_module
+        return run_selftests(library, library_selftests(
+            library, library.library_path or "the library"), chosen)
+    from ..loader import load_module
 
-        loaded = load_module(path, trusted_keys=trusted_keys)
-        if not isinstance(loaded, LoadedModule):
-            raise ArgumentError(f"{path}: its root is a module a Python loader made; self-tests "
-                                "run on libraries whose root modpack loads")
-        root, where = loaded, os.fspath(path)
-    return run_selftests(root, library_selftests(root, where), chosen)
-
-
-def resolve_reference(library: str | os.PathLike[str], device: str | None) -> str:
-    """A local path for |library|: itself, or for an ``oci://`` reference the file that
-    ``modpack.oci.pull.pull(reference, device=...)`` fetched (modpack's OCI support, where this
-    install has it)."""
-    name = os.fspath(library)
-    if not isinstance(name, str) or not name.startswith(OCI_PREFIX):
-        return os.fsdecode(name)
-    try:
-        from ..oci.pull import pull  # type: ignore[import-not-found,unused-ignore]
-    except ImportError as exc:
-        raise UnavailableError(
-            f"{name}: oci:// references need modpack's OCI support, which is not available in "
-            f"this install ({exc}): pip install modpack[oci], or pull the artifact and give "
-            "its path") from None
-    pulled: str | os.PathLike[str] = pull(name, device=device)
-    return os.fsdecode(os.fspath(pulled))
+    shown = os.fsdecode(os.fspath(library))
+    loaded = load_module(library, trusted_keys=trusted_keys, trusted_oms=trusted_oms)
+    if not isinstance(loaded, LoadedModule):
+        raise ArgumentError(f"{shown}: its root is a module a Python loader made; self-tests "
+                            "run on libraries whose root modpack loads")
+    return run_selftests(loaded, library_selftests(loaded, shown), chosen)
 
 
 def library_selftests(root: LoadedModule, where: str) -> list[CheckedTest]:
