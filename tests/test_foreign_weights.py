@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from racing import race
 from test_signing import write_key
 
 import modpack
@@ -284,28 +285,11 @@ def test_a_bad_safetensors_file_is_a_format_error_naming_it(tmp_path, edit, mess
     assert "bad.safetensors" in str(raised.value)
 
 
-FLIP = r"""
-import os, sys, time
-path = sys.argv[1]
-versions = [bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3])]
-fd = os.open(path, os.O_WRONLY)
-print("flipping", flush=True)
-flips = 0
-while True:
-    os.pwrite(fd, versions[flips % 2], 0)
-    flips += 1
-    time.sleep(0.0003)
-"""
-
-
 def test_a_header_flipping_writer_never_gets_an_unsigned_extent(tmp_path, key):
     """Another process flips the safetensors file's header between the one the library signed
     and one that stretches w over the whole data, while this one makes 200 signed loads: each
     load either holds w as signed (its shape, its values) or is refused with a modpack error.
     The header is parsed from a private copy and hashed from that copy, never read twice."""
-    import subprocess
-    import sys
-
     path = save_safetensors(tmp_path / "model.safetensors", {"w": W, "b": B})
     library = library_over(tmp_path, path)
     sign_library(library, key[0])
@@ -322,26 +306,16 @@ def test_a_header_flipping_writer_never_gets_an_unsigned_extent(tmp_path, key):
     assert len(shown) == size  # the same length: the flip rewrites the header in place
     signed = data[:8 + size]
     shown = data[:8] + shown
-    flipper = subprocess.Popen([sys.executable, "-c", FLIP, str(path), signed.hex(), shown.hex()],
-                               stdout=subprocess.PIPE, text=True)
-    outcomes: dict[str, int] = {}
-    try:
-        assert flipper.stdout is not None and flipper.stdout.readline() == "flipping\n"
-        for _ in range(200):
-            try:
-                root = modpack.load_module(library, trusted_keys=[key[1]])
-            except modpack.ModpackError as e:
-                outcome = type(e).__name__
-            else:
-                w = root.imported_modules[0].arrays["w"]
-                assert w.shape == W.shape and np.array_equal(w, W)
-                outcome = "loaded"
-                del root, w
-                gc.collect()
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    finally:
-        flipper.kill()
-        flipper.wait()
+
+    def load() -> str:
+        root = modpack.load_module(library, trusted_keys=[key[1]])
+        w = root.imported_modules[0].arrays["w"]
+        assert w.shape == W.shape and np.array_equal(w, W)
+        del root, w
+        gc.collect()
+        return "loaded"
+
+    outcomes = race(path, 0, (signed, shown), load)
     assert outcomes.get("loaded", 0) > 0 and len(outcomes) > 1, outcomes
 
 

@@ -29,6 +29,23 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def fuzz_for(fuzzer: Path, corpus: Path, seconds: int, tmp_path: Path) -> None:
+    """Run |fuzzer| from |corpus| for |seconds|: it must find nothing (what it finds is kept
+    in tmp_path/artifacts, named in the failure) and end its run."""
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    proc = subprocess.run(
+        [fuzzer, f"-max_total_time={seconds}", "-seed=1", "-timeout=10", "-rss_limit_mb=2048",
+         f"-artifact_prefix={artifacts}/", corpus],
+        capture_output=True, text=True, timeout=seconds + 120,
+    )
+    found = sorted(p.name for p in artifacts.iterdir())
+    assert proc.returncode == 0 and not found, (
+        f"the fuzzer found {found} (kept in {artifacts}):\n{proc.stderr[-6000:]}"
+    )
+    assert "Done" in proc.stderr, proc.stderr[-2000:]
+
+
 @pytest.fixture(scope="module")
 def fuzz_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The targets, built once over one sanitized copy of the runtime."""
@@ -102,18 +119,7 @@ def test_the_seeds_load(fuzzer: Path, corpus: Path):
 
 
 def test_a_short_fuzzing_run_finds_nothing(fuzzer: Path, corpus: Path, tmp_path: Path):
-    artifacts = tmp_path / "artifacts"
-    artifacts.mkdir()
-    proc = subprocess.run(
-        [fuzzer, f"-max_total_time={SECONDS}", "-seed=1", "-timeout=10", "-rss_limit_mb=2048",
-         f"-artifact_prefix={artifacts}/", corpus],
-        capture_output=True, text=True, timeout=SECONDS + 120,
-    )
-    found = sorted(p.name for p in artifacts.iterdir())
-    assert proc.returncode == 0 and not found, (
-        f"the fuzzer found {found} (kept in {artifacts}):\n{proc.stderr[-6000:]}"
-    )
-    assert "Done" in proc.stderr, proc.stderr[-2000:]
+    fuzz_for(fuzzer, corpus, SECONDS, tmp_path)
 
 
 # ---- the arrays host code receives ------------------------------------------------------------
@@ -168,18 +174,7 @@ def test_the_dltensor_seeds_are_checked_as_expected(dltensor_fuzzer: Path, dlten
 
 def test_a_short_dltensor_fuzzing_run_finds_nothing(dltensor_fuzzer: Path, dltensor_corpus: Path,
                                                     tmp_path: Path):
-    artifacts = tmp_path / "artifacts"
-    artifacts.mkdir()
-    proc = subprocess.run(
-        [dltensor_fuzzer, f"-max_total_time={DLTENSOR_SECONDS}", "-seed=1", "-timeout=10",
-         "-rss_limit_mb=2048", f"-artifact_prefix={artifacts}/", dltensor_corpus],
-        capture_output=True, text=True, timeout=DLTENSOR_SECONDS + 120,
-    )
-    found = sorted(p.name for p in artifacts.iterdir())
-    assert proc.returncode == 0 and not found, (
-        f"the fuzzer found {found} (kept in {artifacts}):\n{proc.stderr[-6000:]}"
-    )
-    assert "Done" in proc.stderr, proc.stderr[-2000:]
+    fuzz_for(dltensor_fuzzer, dltensor_corpus, DLTENSOR_SECONDS, tmp_path)
 
 
 # ---- what the read-only tools parse -----------------------------------------------------------
@@ -226,15 +221,4 @@ def test_the_tools_seeds_run(tools_fuzzer: Path, tools_corpus: Path):
 
 def test_a_short_tools_fuzzing_run_finds_nothing(tools_fuzzer: Path, tools_corpus: Path,
                                                  tmp_path: Path):
-    artifacts = tmp_path / "artifacts"
-    artifacts.mkdir()
-    proc = subprocess.run(
-        [tools_fuzzer, f"-max_total_time={TOOLS_SECONDS}", "-seed=1", "-timeout=10",
-         "-rss_limit_mb=2048", f"-artifact_prefix={artifacts}/", tools_corpus],
-        capture_output=True, text=True, timeout=TOOLS_SECONDS + 120,
-    )
-    found = sorted(p.name for p in artifacts.iterdir())
-    assert proc.returncode == 0 and not found, (
-        f"the fuzzer found {found} (kept in {artifacts}):\n{proc.stderr[-6000:]}"
-    )
-    assert "Done" in proc.stderr, proc.stderr[-2000:]
+    fuzz_for(tools_fuzzer, tools_corpus, TOOLS_SECONDS, tmp_path)

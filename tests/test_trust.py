@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from blobtools import blob_extent, layout, reseal
 from conftest import ROOT, run
+from racing import race
 from test_signing import write_key
 
 import modpack
@@ -329,20 +330,6 @@ def rewrite_bytes(path: Path, at: int, data: bytes) -> None:
         f.write(data)
 
 
-FLIP = r"""
-import os, sys, time
-path, at = sys.argv[1], int(sys.argv[2])
-versions = [bytes.fromhex(sys.argv[3]), bytes.fromhex(sys.argv[4])]
-fd = os.open(path, os.O_WRONLY)
-print("flipping", flush=True)
-flips = 0
-while True:
-    os.pwrite(fd, versions[flips % 2], at)
-    flips += 1
-    time.sleep(0.0003)
-"""
-
-
 @pytest.mark.parametrize("weight_mib", [1, 32])
 def test_an_index_flipping_writer_gets_no_unsigned_byte_used(key, tmp_path, weight_mib):
     """The reproducer's technique: another process flips the blob index between the signed one
@@ -351,27 +338,19 @@ def test_an_index_flipping_writer_gets_no_unsigned_byte_used(key, tmp_path, weig
     signed const data, and every failure is a modpack error."""
     lib = attack_library(tmp_path, key, weight_mib << 20)
     path = lib["path"]
-    flipper = subprocess.Popen(
-        [sys.executable, "-c", FLIP, str(path), str(lib["at"]), lib["signed"].hex(),
-         lib["shown"].hex()], stdout=subprocess.PIPE, text=True)
-    outcomes: dict[str, int] = {}
-    try:
-        assert flipper.stdout is not None and flipper.stdout.readline() == "flipping\n"
-        for _ in range(200):
-            try:
-                root = modpack.load_module(path, trusted_keys=[key[1]])
-            except modpack.ModpackError as e:
-                outcome = str(e).split(":")[0].split(" (")[0].replace(str(path), "FILE")
-            else:
-                assert unsigned_mappings(path, lib["const"]) == [], mappings_of(path)
-                assert root.imported_modules[0].arrays["w"].shape == ((weight_mib << 20) // 4,)
-                outcome = "loaded"
-                del root
-                gc.collect()
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    finally:
-        flipper.kill()
-        flipper.wait()
+
+    def load() -> str:
+        try:
+            root = modpack.load_module(path, trusted_keys=[key[1]])
+        except modpack.ModpackError as e:
+            return str(e).split(":")[0].split(" (")[0].replace(str(path), "FILE")
+        assert unsigned_mappings(path, lib["const"]) == [], mappings_of(path)
+        assert root.imported_modules[0].arrays["w"].shape == ((weight_mib << 20) // 4,)
+        del root
+        gc.collect()
+        return "loaded"
+
+    outcomes = race(path, lib["at"], (lib["signed"], lib["shown"]), load)
     # Both ends of the race were reached: loads that hashed the signed index, loads that hashed
     # the shown one (the few whose planner saw one and hash the other are refused as changed
     # while verified: about 3 % here, and the timed writer above makes that case certain).
@@ -477,23 +456,13 @@ def test_an_index_flipping_writer_never_gets_an_unsigned_extent(key, tmp_path):
     path = modpack.save_weights({"w": WEIGHTS}, tmp_path / "model.mpw")
     sign_library(path, key[0])
     signed, shown = stretched_index(path)
-    flipper = subprocess.Popen([sys.executable, "-c", FLIP, str(path), "0", signed.hex(),
-                                shown.hex()], stdout=subprocess.PIPE, text=True)
-    outcomes: dict[str, int] = {}
-    try:
-        assert flipper.stdout is not None and flipper.stdout.readline() == "flipping\n"
-        for _ in range(200):
-            try:
-                weights = modpack.load_weights(path, trusted_keys=[key[1]])
-            except modpack.ModpackError as e:
-                outcome = type(e).__name__
-            else:
-                assert weights["w"].shape == WEIGHTS.shape
-                outcome = "loaded"
-                del weights
-                gc.collect()
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    finally:
-        flipper.kill()
-        flipper.wait()
+
+    def load() -> str:
+        weights = modpack.load_weights(path, trusted_keys=[key[1]])
+        assert weights["w"].shape == WEIGHTS.shape
+        del weights
+        gc.collect()
+        return "loaded"
+
+    outcomes = race(path, 0, (signed, shown), load)
     assert outcomes.get("loaded", 0) > 0 and len(outcomes) > 1, outcomes

@@ -16,19 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "test_check.h"
 #include "weights/foreign_index.h"
 
-static int failures = 0;
-
-#define CHECK(cond, ...)                                     \
-  do {                                                       \
-    if (!(cond)) {                                           \
-      ++failures;                                            \
-      printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      printf(__VA_ARGS__);                                   \
-      printf("\n");                                          \
-    }                                                        \
-  } while (0)
 
 /* ---- writing GGUF files ------------------------------------------------------------------ */
 

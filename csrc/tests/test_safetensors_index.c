@@ -15,20 +15,10 @@
 #include <unistd.h>
 
 #include "core/bytes.h"
+#include "test_check.h"
 #include "weights/foreign_index.h"
 
-static int failures = 0;
 static char path[] = "/tmp/modpack_test_safetensors_XXXXXX";
-
-#define CHECK(cond, ...)                                     \
-  do {                                                       \
-    if (!(cond)) {                                           \
-      ++failures;                                            \
-      printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      printf(__VA_ARGS__);                                   \
-      printf("\n");                                          \
-    }                                                        \
-  } while (0)
 
 static void write_bytes(const uint8_t* bytes, size_t size) {
   FILE* f = fopen(path, "wb");

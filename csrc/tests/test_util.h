@@ -1,5 +1,5 @@
-/* Helpers for the runtime's C tests: a little-endian byte writer for hand-made payloads, and
- * checks that count failures and print what happened. Public API only. */
+/* Helpers for the runtime's C tests of payloads: a little-endian byte writer for hand-made
+ * payloads, and loading them through the public API (the checks: test_check.h). */
 #ifndef MODPACK_TEST_UTIL_H_
 #define MODPACK_TEST_UTIL_H_
 
@@ -8,18 +8,8 @@
 #include <string.h>
 
 #include "modpack/kind.h"
+#include "test_check.h"
 
-static int failures = 0;
-
-#define CHECK(cond, ...)                                     \
-  do {                                                       \
-    if (!(cond)) {                                           \
-      ++failures;                                            \
-      printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-      printf(__VA_ARGS__);                                   \
-      printf("\n");                                          \
-    }                                                        \
-  } while (0)
 
 /* A payload being written: 64-byte aligned, as payloads are inside a blob. */
 typedef struct {
@@ -121,17 +111,5 @@ static inline const char* describe(mp_module_t* module) {
   return text;
 }
 
-static inline int starts_with(const char* text, const char* prefix) {
-  return strncmp(text, prefix, strlen(prefix)) == 0;
-}
-
-static inline int finish(const char* name) {
-  if (failures) {
-    printf("%s: %d failure(s)\n", name, failures);
-    return 1;
-  }
-  printf("%s: all passed\n", name);
-  return 0;
-}
 
 #endif /* MODPACK_TEST_UTIL_H_ */

@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "core/call_scope.h"
-#include "core/dtype.h"
 #include "core/error.h"
 #include "core/module.h"
 #include "load/weights_open.h"
@@ -43,25 +42,6 @@ static void release_kept(void* overlays) {
   mp_overlays_release(overlays);
 }
 
-/* "float32[4096, 11008]" */
-static void describe_type(DLDataType dtype, int32_t ndim, const int64_t* shape, char* out,
-                          size_t capacity) {
-  char name[32];
-  int n = snprintf(out, capacity, "%s[", mp_dtype_string(dtype, name, sizeof name));
-  for (int32_t d = 0; d < ndim && n > 0 && (size_t)n < capacity; ++d)
-    n += snprintf(out + n, capacity - (size_t)n, "%s%" PRId64, d ? ", " : "", shape[d]);
-  if (n > 0 && (size_t)n < capacity) snprintf(out + n, capacity - (size_t)n, "]");
-}
-
-static bool same_type(const DLTensor* a, const DLTensor* b) {
-  if (a->dtype.code != b->dtype.code || a->dtype.bits != b->dtype.bits ||
-      a->dtype.lanes != b->dtype.lanes || a->ndim != b->ndim)
-    return false;
-  for (int32_t d = 0; d < a->ndim; ++d)
-    if (a->shape[d] != b->shape[d]) return false;
-  return true;
-}
-
 /* Each array of |file| that has a namesake in the tree of |root| replaces it: same dtype and
  * shape, or host code written for the base would misread it. */
 static mp_status_t check_against_tree(mp_module_t* root, const mp_weight_file_t* file) {
@@ -74,16 +54,11 @@ static mp_status_t check_against_tree(mp_module_t* root, const mp_weight_file_t*
       continue;
     }
     MP_RETURN_IF_ERROR(status);
-    if (!same_type(&a->tensor, base)) {
-      char have[256], want[256];
-      describe_type(a->tensor.dtype, a->tensor.ndim, a->tensor.shape, have, sizeof have);
-      describe_type(base->dtype, base->ndim, base->shape, want, sizeof want);
-      return mp_errorf(MP_ERR_MISMATCH,
-                       "the overlay '%s' replaces array '%s' of the tree, which is %s, with %s: "
-                       "an overlay adds arrays of new names and replaces arrays with ones of "
-                       "their dtype and shape",
-                       mp_weight_file_path(file), a->name, want, have);
-    }
+    mp_array_spec_t spec = {a->name, base->dtype, base->ndim, base->shape};
+    MP_RETURN_IF_ERROR(mp_weight_file_match(
+        file, &spec, 1, false,
+        "the tree it overlays (an overlay adds arrays of new names, and replaces arrays with "
+        "ones of their dtype and shape)"));
   }
   return MP_OK;
 }
