@@ -52,7 +52,8 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
                 verify_on_first_use: bool = False,
                 overlays: Iterable[str | os.PathLike[str]] | None = None,
                 trusted_oms: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None
-                = None) -> LoadedModule:
+                = None,
+                kernel_cache: bool = True) -> LoadedModule:
     """Load a library made by ``export_library`` and return the root of its module tree (a
     :class:`~modpack.runtime.module.LoadedModule`, or the object a Python loader made when the
     root is such a module).
@@ -112,17 +113,26 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
     (``deploy.so.sig``, from ``modpack sign --oms``), for a registry artifact the bundle that
     refers to its manifest; otherwise :class:`~modpack.SignatureError`. It combines with
     ``trusted_keys`` (both must hold).
+
+    What a device compiles from the library's code at its first launch (an OpenCL program, the
+    cubin the CUDA driver makes from PTX) is kept in the kernel cache (``$MODPACK_KERNEL_CACHE``,
+    by default ``~/.cache/modpack/kernels``) under a key of that code's SHA-256, the device and
+    its driver, so the next process on that device loads it instead of compiling; a damaged or
+    foreign entry is ignored and built anew. ``kernel_cache=False`` (or the environment variable
+    set empty) neither reads nor writes it for this tree. ``modpack cache`` lists and prunes it;
+    docs/trust.md says what a writer of its folder can do.
     """
     if trusted_oms is not None or (type(path) is str and path.startswith("oci://")):
         return _load_checked(path, trusted_oms, weights, dict(
             verify_checksums=verify_checksums, allow_unsealed=allow_unsealed,
             trusted_keys=trusted_keys, private_copy=private_copy,
-            verify_on_first_use=verify_on_first_use, overlays=overlays))
+            verify_on_first_use=verify_on_first_use, overlays=overlays,
+            kernel_cache=kernel_cache))
     # A str, not a Path, and no helper that a plain str does not need: on a process's first
     # load each first call of a Python function costs microseconds (pathlib's: 40 us).
     name = path if type(path) is str else os.fsdecode(os.fspath(path))
     # private_copy and verify_on_first_use without trusted_keys: the runtime refuses them.
-    flags = _flags(verify_checksums, allow_unsealed) | (
+    flags = _flags(verify_checksums, allow_unsealed, kernel_cache) | (
         lib.MP_LOAD_PRIVATE_COPY if private_copy else 0) | (
         lib.MP_LOAD_VERIFY_ON_FIRST_USE if verify_on_first_use else 0)
     if name.endswith(".tar"):
@@ -134,7 +144,7 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
             raise ArgumentError(f"{tar}: signatures are for shared libraries (.so); export one "
                                 "and sign it to load with trusted_keys (and private_copy, "
                                 "verify_on_first_use)")
-        return _load_relinked(tar, verify_checksums, allow_unsealed, weights)
+        return _load_relinked(tar, verify_checksums, allow_unsealed, weights, kernel_cache)
     options = load_options(flags, trusted_keys, weights, overlays)
     out = ffi.new(_MODULE_OUT)
     follow_logger()  # the load's phases to the modpack.load logger, if it logs DEBUG
@@ -214,15 +224,17 @@ def _check_file(path: Path) -> None:
                             ".so or .tar")
 
 
-def _flags(verify_checksums: bool, allow_unsealed: bool) -> int:
+def _flags(verify_checksums: bool, allow_unsealed: bool, kernel_cache: bool) -> int:
     return (0 if verify_checksums else lib.MP_LOAD_SKIP_PAYLOAD_CHECKSUMS) | (
-        lib.MP_LOAD_ALLOW_UNSEALED if allow_unsealed else 0)
+        lib.MP_LOAD_ALLOW_UNSEALED if allow_unsealed else 0) | (
+        0 if kernel_cache else lib.MP_LOAD_NO_KERNEL_CACHE)
 
 
 def load_module_from_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *,
                            verify_checksums: bool = True,
                            allow_unsealed: bool = False,
-                           weights: WeightsLocation | None = None) -> LoadedModule:
+                           weights: WeightsLocation | None = None,
+                           kernel_cache: bool = True) -> LoadedModule:
     """Load a library from its bytes (decrypted, downloaded or embedded, never written to a
     path), with the checks :func:`load_module` makes. The bytes are copied once into a sealed
     memfd, which is what is mapped and what the payloads are zero-copy views of: ``data`` may
@@ -230,6 +242,7 @@ def load_module_from_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *,
     the same bytes. Takes anything with the buffer protocol that is contiguous (``bytes``,
     ``bytearray``, ``memoryview``, ``mmap``, a numpy ``uint8`` array). A library that refers to
     weight files finds them only where ``weights`` says (there is no folder to look in).
+    ``kernel_cache=False``: as for :func:`load_module`.
     """
     if isinstance(data, str):
         raise ArgumentError("load_module_from_bytes takes the library's bytes, not a str; for a "
@@ -245,7 +258,7 @@ def load_module_from_bytes(data: bytes | bytearray | memoryview | mmap.mmap, *,
         raise ArgumentError("these are the bytes of a tar archive (a .tar export): "
                             "load_module_from_bytes takes a shared library's bytes; write the "
                             ".tar to a file and load it with load_module, which links it")
-    options = load_options(_flags(verify_checksums, allow_unsealed), None, weights)
+    options = load_options(_flags(verify_checksums, allow_unsealed, kernel_cache), None, weights)
     out = ffi.new("mp_module_t**")
     follow_logger()
     try:
@@ -316,7 +329,7 @@ def _refuse_twins(symbol: str, found: int | None) -> None:
 
 
 def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool,
-                   weights: WeightsLocation | None) -> LoadedModule:
+                   weights: WeightsLocation | None, kernel_cache: bool) -> LoadedModule:
     """Link the objects of a ``.tar`` export into a private ``.so`` and load that.
     A ``.tar``'s seal is checked before anything is extracted; the library linked from it is
     sealed in turn. The file can be deleted once loaded: the mapping stays."""
@@ -333,7 +346,8 @@ def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool,
         # Its weight files are beside the .tar, not beside the library linked from it.
         return load_module(shared, verify_checksums=verify_checksums,
                            allow_unsealed=allow_unsealed,
-                           weights=weights if weights is not None else path.parent)
+                           weights=weights if weights is not None else path.parent,
+                           kernel_cache=kernel_cache)
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
 

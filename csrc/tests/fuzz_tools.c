@@ -211,7 +211,7 @@ static mp_status_t read_memory(void* context, uint64_t offset, uint64_t size,
 static void fuzz_head(const mp_kind_t* kind, const uint8_t* data, size_t size) {
   if (!kind || !kind->preflight) return;
   memory_t memory = {data, size};
-  mp_payload_reader_t reader = {size, &memory, read_memory};
+  mp_payload_reader_t reader = {size, &memory, read_memory, 0};
   char text[4096];
   for (size_t a = 0; a < sizeof ARCHES / sizeof ARCHES[0]; ++a) {
     char canonical[256];

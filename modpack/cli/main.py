@@ -13,7 +13,8 @@ missing files) print one line on stderr and exit with status 1; usage errors exi
     modpack slim deploy.so -o fleet.so --keep sm_90  # only the code those devices need
     modpack push deploy.so oci://HOST/REPO:TAG       # to an OCI registry (cli/oci.py)
     modpack pull oci://HOST/REPO:TAG -o DIR          # into the local store (and DIR)
-    modpack cache list|prune                         # the store of pulled layers
+    modpack cache list                               # what modpack keeps (cli/cache.py)
+    modpack cache prune --max-size 512M              # least recently used first
     modpack selftest deploy.so --device opencl:0     # run the self-tests it carries here
 
 and, for C and C++ programs built against this install (modpack/sdk.py):
@@ -36,7 +37,8 @@ from typing import Any
 from .. import __version__
 from ..compat import zip_strict
 from ..errors import ModpackError
-from .oci import add_cache, add_pull, add_push
+from .cache import add_cache
+from .oci import add_pull, add_push
 from .selftest import add_selftest
 from .slim import add_slim
 from .trust import add_sign, add_verify
@@ -365,7 +367,9 @@ def _add_preflight(subparsers: _Subparsers) -> None:
             "Say, per module of a library, which of its code a device would get and why, or "
             "why none fits: what the file has against what the device is. Only the library's "
             "seal, its blob index and the variant table at the head of each device module's "
-            "payload are read (never code), and nothing runs. The choice is the loader's. Exit "
+            "payload are read (never code, but with --device host the code a device would "
+            "compile, hashed to say whether the kernel cache holds its build: hit or miss), "
+            "and nothing runs. The choice is the loader's. Exit "
             "status 0 when every module has code for the device, 1 when one has none, 2 for a "
             "DEVICE that names no device."
         ),
@@ -410,6 +414,9 @@ def format_preflight(report: dict[str, Any]) -> str:
             if "kernels" in a:
                 for k in a["kernels"]:
                     out.append(f"{where}, kernel {k['kernel']}: " + _answer_line(k))
+                if a.get("kernel_cache"):
+                    cache = a["kernel_cache"]
+                    out.append(f"{where}: kernel cache: {cache['state']}: {cache['detail']}")
             else:
                 out.append(f"{where}: " + _answer_line(a))
     read = report["read"]
@@ -424,6 +431,9 @@ def _answer_line(a: dict[str, Any]) -> str:
     line = f"{a['variant']} ({a['kind']}): {a['reason']}"
     if a.get("fallbacks"):
         line += f"; then {', '.join(a['fallbacks'])}"
+    cache = a.get("kernel_cache")  # a device of this machine (--device host) only
+    if cache:
+        line += f" [kernel cache: {cache['state']}: {cache['detail']}]"
     return line
 
 

@@ -36,6 +36,8 @@ static const char *const MP_SEAL_NOTE_NAME;
 static const char *const MP_WEIGHTS_MAGIC;
 static const char *const MP_WEIGHTS_SIGNATURE_CONTEXT;
 static const char *const MP_WEIGHTS_KIND;
+static const char *const MP_KERNEL_CACHE_MAGIC;
+static const char *const MP_KERNEL_CACHE_KEY_CONTEXT;
 static const char *const MP_BLOB_SYMBOL;
 static const char *const MP_LIB_TYPE_KEY;
 static const char *const MP_LIBRARY_TYPE_KEY;
@@ -46,7 +48,7 @@ static const char *const MP_CTX_LIBRARY_SYMBOL;
 
 # Callbacks the runtime makes into Python (loaders, module vtables and functions written in
 # Python, modpack/runtime/callbacks.py; load phases for the logger, modpack/runtime/load_log.py),
-# the runtime's internal hook for the latter (load/trace.h), and the binding's own C
+# the runtime's internal hook for the latter (core/trace.h), and the binding's own C
 # (binding.c). Declared here only, because the binding alone uses them.
 PYTHON_CALLBACKS = """
 extern "Python" mp_status_t _mp_py_loader(void*, const mp_loader_args_t*, mp_module_t**);
@@ -63,7 +65,7 @@ mp_status_t modpack_probe_module(mp_module_t**);
 
 # The binding's C: every header the declarations come from, then the binding's own C (which may
 # use Python's C API, unlike csrc/): see binding.c.
-BINDING_SOURCE = "".join(f'#include "{name}"\n' for name in [*HEADERS, "load/trace.h"]) + (
+BINDING_SOURCE = "".join(f'#include "{name}"\n' for name in [*HEADERS, "core/trace.h"]) + (
     Path(__file__).parent / "binding.c"
 ).read_text()
 

@@ -1,6 +1,6 @@
 """Load phases for the ``modpack.load`` logger (:mod:`modpack.log`), from the runtime.
 
-The runtime times each phase of a load (load/trace.h) and reports it to stderr when
+The runtime times each phase of a load (core/trace.h) and reports it to stderr when
 ``MODPACK_LOG_LOADING`` is set, and to a callback when one is installed. The callback, which
 calls into Python, is installed only while ``modpack.load`` is enabled for ``DEBUG``:
 :func:`follow_logger` runs at the start of each load (one level check when logging is off)

@@ -9,7 +9,14 @@
  * $STUB_LOG. It has no memory (801, CUDA_ERROR_NOT_SUPPORTED), and a launch aborts.
  *
  * With $STUB_ACCEPT=1 it accepts every image instead and logs each function looked up and
- * each launch (grid, block, shared memory and the first $STUB_PARAMS parameters). */
+ * each launch (grid, block, shared memory and the first $STUB_PARAMS parameters).
+ *
+ * Its linker (cuLinkCreate_v2, cuLinkAddData_v2, cuLinkComplete, cuLinkDestroy) takes PTX
+ * ("link ptx TARGET", refused with $STUB_PTX_RESULT unless accepting) and makes a fake cubin:
+ * an ELF header for the device's SM followed by "stub cubin from ptx TARGET, fnv1a HASH" (the
+ * hash of the PTX's bytes), logged as "linked cubin sm_XY from ptx TARGET". Loading that cubin
+ * logs "cubin sm_XY linked from ptx TARGET": what was linked, and what a kernel cache stored and
+ * loaded, tell apart in the log. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,13 +81,21 @@ CUresult cuMemcpyDtoH_v2(void* h, unsigned long long d, size_t n) {
 CUresult cuMemcpyDtoD_v2(unsigned long long d, unsigned long long s, size_t n) {
   (void)d; (void)s; (void)n; return 801;
 }
+/* A fake cubin (from the linker): 64 bytes of ELF header, then this text. */
+static const char stub_cubin_text[] = "stub cubin from ptx ";
+enum { STUB_ELF_HEADER = 64 };
 CUresult cuModuleLoadData(void** module, const void* image) {
   const unsigned char* bytes = image;
   FILE* log = getenv("STUB_LOG") ? fopen(getenv("STUB_LOG"), "a") : NULL;
   CUresult r;
   if (memcmp(bytes, "\x7f" "ELF", 4) == 0) {
     /* The SM number: e_flags byte 1 from ELF ABI version 8 on, byte 0 before. */
-    if (log) fprintf(log, "cubin sm_%u\n", (unsigned)(bytes[8] >= 8 ? bytes[49] : bytes[48]));
+    const char* text = (const char*)bytes + STUB_ELF_HEADER;
+    int fake = strncmp(text, stub_cubin_text, sizeof stub_cubin_text - 1) == 0;
+    if (log) fprintf(log, "cubin sm_%u%s%.*s\n", (unsigned)(bytes[8] >= 8 ? bytes[49] : bytes[48]),
+                     fake ? " linked from ptx " : "",
+                     fake ? (int)strcspn(text + sizeof stub_cubin_text - 1, ",") : 0,
+                     fake ? text + sizeof stub_cubin_text - 1 : "");
     r = env("STUB_SASS_RESULT", 209);
   } else if (memcmp(bytes, "\x50\xed\x55\xba", 4) == 0) {
     if (log) fprintf(log, "fatbin\n");
@@ -96,6 +111,63 @@ CUresult cuModuleLoadData(void** module, const void* image) {
   return accepting() ? 0 : r;
 }
 CUresult cuModuleUnload(void* module) { (void)module; return 0; }
+/* The linker: one PTX input, a fake cubin out. */
+typedef struct {
+  char target[64];
+  unsigned long long hash;
+  int added;
+  unsigned char* cubin;
+} link_t;
+CUresult cuLinkCreate_v2(unsigned n, int* options, void** values, void** state) {
+  (void)n; (void)options; (void)values;
+  *state = calloc(1, sizeof(link_t));
+  return *state ? 0 : 2;
+}
+CUresult cuLinkAddData_v2(void* state, int type, void* data, size_t size, const char* name,
+                          unsigned n, int* options, void** values) {
+  (void)name; (void)n; (void)options; (void)values;
+  link_t* link = state;
+  if (type != 1) return 1; /* CU_JIT_INPUT_PTX only */
+  const char* target = strstr(data, ".target ");
+  snprintf(link->target, sizeof link->target, "%.*s",
+           target ? (int)strcspn(target + 8, "\n") : 0, target ? target + 8 : "");
+  char line[128];
+  snprintf(line, sizeof line, "link ptx %s\n", link->target);
+  log_line(line);
+  if (!accepting()) return env("STUB_PTX_RESULT", 222);
+  link->hash = 14695981039346656037ull;
+  for (size_t i = 0; i < size; ++i) link->hash = (link->hash ^ ((unsigned char*)data)[i]) * 1099511628211ull;
+  link->added = 1;
+  return 0;
+}
+CUresult cuLinkComplete(void* state, void** cubin, size_t* size) {
+  link_t* link = state;
+  if (!link->added) return 1;
+  const char* cc = getenv("STUB_CC");
+  int major = 9, minor = 0;
+  if (cc) sscanf(cc, "%d.%d", &major, &minor);
+  char text[160];
+  int n = snprintf(text, sizeof text, "%s%s, fnv1a %016llx", stub_cubin_text, link->target,
+                   link->hash);
+  link->cubin = calloc(1, STUB_ELF_HEADER + (size_t)n + 1);
+  if (!link->cubin) return 2;
+  memcpy(link->cubin, "\x7f" "ELF", 4);
+  link->cubin[8] = 8; /* ELF ABI version 8: the SM in e_flags byte 1 */
+  link->cubin[49] = (unsigned char)(major * 10 + minor);
+  memcpy(link->cubin + STUB_ELF_HEADER, text, (size_t)n + 1);
+  *cubin = link->cubin;
+  *size = STUB_ELF_HEADER + (size_t)n + 1;
+  char line[128];
+  snprintf(line, sizeof line, "linked cubin sm_%d%d from ptx %s\n", major, minor, link->target);
+  log_line(line);
+  return 0;
+}
+CUresult cuLinkDestroy(void* state) {
+  link_t* link = state;
+  free(link->cubin);
+  free(link);
+  return 0;
+}
 CUresult cuModuleGetFunction(void** f, void* m, const char* n) {
   (void)m;
   if (!accepting()) return 500;

@@ -290,7 +290,42 @@ typedef struct {
 #define MP_SEAL_NOTE_NAME "modpack"
 #define MP_SIGNATURE_CONTEXT_V2 "modpack signature v2\n" /* signed before the SHA-256 */
 
+/*
+ * A kernel cache entry (modpack.h: the kernel cache): one file in the cache's folder, named by
+ * its key as 64 lowercase hex digits, holding this header and then data_size bytes of what a
+ * device built (an OpenCL program binary, a cubin). The key is the SHA-256 of
+ * MP_KERNEL_CACHE_KEY_CONTEXT, the entry version (u32) and six length-prefixed fields (u64
+ * length, then the bytes): modpack's version ("0.1.0"), the kind ("opencl"), the SHA-256 of
+ * the code the driver compiles, the build options, the device and the driver's version
+ * (docs/format.md gives each kind's). A reader takes an entry only when every field holds: the
+ * magic, the version, the header's size, the reserved fields 0, the header's checksum, the key
+ * it was looked up by, data_size equal to what follows the header, and the data's checksum.
+ */
+/* MP_API_BEGIN */
+enum {
+  MP_KERNEL_CACHE_VERSION = 1,
+  MP_KERNEL_CACHE_HEADER_SIZE = 128,
+  MP_KERNEL_CACHE_KEY_SIZE = 32,
+  MP_KERNEL_CACHE_MAX_KIND = 16, /* the kind's type key, NUL-padded */
+};
+typedef struct {
+  uint8_t magic[8];        /* MP_KERNEL_CACHE_MAGIC */
+  uint32_t version;        /* MP_KERNEL_CACHE_VERSION */
+  uint32_t header_size;    /* MP_KERNEL_CACHE_HEADER_SIZE */
+  uint8_t key[MP_KERNEL_CACHE_KEY_SIZE]; /* the key the entry was stored under */
+  char kind[MP_KERNEL_CACHE_MAX_KIND];   /* "opencl", "cuda": who built it (for listing) */
+  uint64_t data_size;      /* the bytes after the header */
+  uint64_t data_checksum;  /* XXH3-64 of them */
+  uint64_t reserved[5];    /* 0 */
+  uint64_t header_checksum; /* XXH3-64 of the header's bytes before this field */
+} mp_kernel_cache_entry_v1_t;
+/* MP_API_END */
+#define MP_KERNEL_CACHE_MAGIC "MPKCACH\n"
+#define MP_KERNEL_CACHE_KEY_CONTEXT "modpack kernel cache key\n"
+
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(mp_kernel_cache_entry_v1_t) == MP_KERNEL_CACHE_HEADER_SIZE,
+               "a kernel cache entry's header");
 _Static_assert(sizeof(mp_format_header_v1_t) == 64, "format v1 header must be 64 bytes");
 _Static_assert(sizeof(mp_format_entry_v1_t) == 48, "format v1 entry must be 48 bytes");
 _Static_assert(sizeof(mp_format_header_v1_t) + sizeof(mp_format_header_v1_2_t) ==

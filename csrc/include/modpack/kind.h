@@ -77,6 +77,12 @@ typedef struct {
    * the payload's device code is stored in code frames, which only the built-in device kinds
    * read (the runtime refuses the flag for any other loader). */
   uint32_t entry_flags;
+  /* The MP_LOAD_* flags the load was asked with (modpack.h): a device kind reads
+   * MP_LOAD_NO_KERNEL_CACHE. 0 when a tool loads a payload on its own. */
+  uint32_t load_flags;
+  /* The library's path as the load names it, for messages and log lines (NULL when a tool
+   * loads a payload on its own). */
+  const char* library_path;
 } mp_loader_args_t;
 
 typedef mp_status_t (*mp_loader_fn_t)(void* user_data, const mp_loader_args_t* args,

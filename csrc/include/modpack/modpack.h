@@ -128,6 +128,10 @@ enum {
   /* Check every array of a weight file against its SHA-256 digest at load, even when no
    * signature asks for it (`modpack verify` does). */
   MP_LOAD_CHECK_DIGESTS = 16,
+  /* Neither read nor write the kernel cache for this tree: every device builds its code from
+   * the payload at its first launch (the cache: mp_kernel_cache_list, docs/trust.md). The
+   * environment's MODPACK_KERNEL_CACHE="" turns it off for every load. */
+  MP_LOAD_NO_KERNEL_CACHE = 32,
 };
 
 /* A weight file a library refers to, found somewhere other than beside the library. */
@@ -299,6 +303,50 @@ MP_API mp_status_t mp_preflight_blob(const char* path, uint64_t blob_offset, uin
  * matches it; MP_ERR_NOT_FOUND when it carries none; MP_ERR_FORMAT, naming the damage, when it
  * does not match; MP_ERR_INCOMPATIBLE for a seal newer than this runtime. */
 MP_API mp_status_t mp_seal_check_file(const char* path, mp_seal_v1_t* out_seal);
+
+/* ---- the kernel cache -------------------------------------------------------------------
+ * What a device compiles from a payload's code at its first launch (an OpenCL program binary
+ * after the build, the cubin the CUDA driver links from PTX) is kept in a folder, so the next
+ * process on the same device and driver loads it instead of compiling. An entry's key is the
+ * SHA-256 of the code as the driver sees it, the build options, the device, the driver's
+ * version and modpack's version: a signed tree uses only entries made from its own verified
+ * bytes. The folder is $MODPACK_KERNEL_CACHE, else $XDG_CACHE_HOME/modpack/kernels, else
+ * ~/.cache/modpack/kernels (made 0700); MODPACK_KERNEL_CACHE="" or MP_LOAD_NO_KERNEL_CACHE
+ * turns it off. A folder others can write, an entry not owned by this user, a damaged,
+ * truncated or foreign entry is never used: the code is built again (a line on the
+ * modpack.load logger says why), never an error. $MODPACK_KERNEL_CACHE_MAX bounds its size
+ * (bytes, or with a K/M/G suffix; default 1G), the entries least recently used removed first.
+ * docs/format.md gives the entry format, docs/trust.md what a writer of the folder can do. */
+
+/* What this process's lookups found (each device build asks once). */
+typedef struct {
+  uint32_t struct_size; /* sizeof(mp_kernel_cache_stats_t), set by the caller */
+  uint32_t reserved;
+  uint64_t hits;     /* an entry was loaded instead of compiling */
+  uint64_t misses;   /* none was there: the device compiled, and the result was stored */
+  uint64_t stores;   /* entries written */
+  uint64_t ignored;  /* entries refused (damaged, truncated, foreign, not this user's) */
+  uint64_t refused;  /* entries the driver did not accept (then compiled anew) */
+  uint64_t off;      /* builds with the cache off (option, environment or unusable folder) */
+  uint64_t waited;   /* misses that waited for another process building the same key */
+} mp_kernel_cache_stats_t;
+MP_API mp_status_t mp_kernel_cache_stats(mp_kernel_cache_stats_t* out_stats);
+
+/* The cache's folder and entries as one JSON object, written NUL-terminated into |buffer|
+ * (truncated to |capacity|; |*out_length| receives the length it needs):
+ *   {"folder", "enabled", "reason", "max_size", "total_size", "entries": [{"name", "kind",
+ *    "size", "data_size", "last_used", "valid", "problem"}]}
+ * "last_used" is the entry's modification time (each hit touches it), in seconds since the
+ * epoch; "valid" is false for an entry a lookup would ignore, "problem" says why. The folder is
+ * read, never created or changed. */
+MP_API mp_status_t mp_kernel_cache_list(char* buffer, uint64_t capacity, uint64_t* out_length);
+
+/* Remove the entries least recently used until the folder's entries take at most |max_size|
+ * bytes (0: remove every entry), and entries a lookup would ignore, and the leftovers of
+ * writes that never finished. The number of entries removed and the bytes freed are written
+ * to |out_removed| and |out_freed| (each may be NULL). */
+MP_API mp_status_t mp_kernel_cache_prune(uint64_t max_size, uint64_t* out_removed,
+                                         uint64_t* out_freed);
 
 /* ---- weight files (modpack/weights.h) ------------------------------------------------------ */
 

@@ -44,6 +44,7 @@ typedef struct {
   /* |*out| points at the |size| bytes at |offset| of the payload (valid until the next read);
    * MP_ERR_FORMAT past its end. */
   mp_status_t (*read)(void* context, uint64_t offset, uint64_t size, const uint8_t** out);
+  uint32_t entry_flags; /* the blob entry's (MP_FORMAT_ENTRY_CODE_FRAMES: code in frames) */
 } mp_payload_reader_t;
 
 typedef struct {
@@ -58,6 +59,12 @@ typedef struct {
    * cannot read. The choice must be the loader's: the same parser and ranking. */
   mp_status_t (*answer)(const mp_kind_t* kind, const mp_payload_reader_t* payload,
                         const char* arch, mp_json_t* out, bool* out_fits);
+  /* Optional: for this machine's device |id| (DEVICE "host"), whether the kernel cache holds
+   * what that device would build from the payload (files/kernel_cache.h), as the member
+   * `"kernel_cache": {"state": "hit" | "miss" | "off" | "unused", "detail": ...}`. It reads
+   * the code the device would build, to hash it as the build's key does. */
+  mp_status_t (*kernel_cache)(const mp_kind_t* kind, const mp_payload_reader_t* payload,
+                              int32_t id, mp_json_t* out);
 } mp_preflight_api_t;
 
 /* A built-in kind. */

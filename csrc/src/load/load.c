@@ -26,7 +26,7 @@
 #include "load/overlays.h"
 #include "files/seal.h"
 #include "files/signatures.h"
-#include "load/trace.h"
+#include "core/trace.h"
 #include "load/tree.h"
 #include "load/verified_library.h"
 #include "load/weights_binding.h"

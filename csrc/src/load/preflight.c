@@ -81,6 +81,7 @@ typedef struct {
   const mp_kind_t* kind;
   char label[ARCH + 32]; /* "cuda:sm_90", "rocm:0 (gfx90a:sramecc+:xnack-)" */
   char arch[ARCH];
+  int32_t id; /* this machine's device (DEVICE "host"), else -1 */
 } target_t;
 
 typedef struct {
@@ -128,6 +129,7 @@ static mp_status_t parse_devices(const char* device, devices_t* out) {
         char arch[ARCH];
         MP_RETURN_IF_ERROR(kind->preflight->host_device(d, arch, sizeof arch));
         t->kind = kind;
+        t->id = d;
         memcpy(t->arch, arch, sizeof arch);
         snprintf(t->label, sizeof t->label, "%s:%d%s%s%s", kind->device->name, (int)d,
                  arch[0] ? " (" : "", arch, arch[0] ? ")" : "");
@@ -151,6 +153,7 @@ static mp_status_t parse_devices(const char* device, devices_t* out) {
   MP_RETURN_IF_ERROR(kind->preflight->parse_device(device[n] ? device + n + 1 : NULL, t->arch,
                                                    sizeof t->arch));
   t->kind = kind;
+  t->id = -1;
   snprintf(t->label, sizeof t->label, "%s%s%s", name, t->arch[0] ? ":" : "", t->arch);
   out->count = 1;
   return MP_OK;
@@ -261,7 +264,8 @@ static mp_status_t answer_module(counted_t* f, const mp_seal_v1_t* seal, const m
     return MP_OK;
   }
   payload_t p = {f, seal->blob_offset + m.payload_offset, m.payload_size, NULL, 0, 0, 0};
-  mp_payload_reader_t reader = {m.payload_size, &p, payload_read};
+  mp_payload_reader_t reader = {m.payload_size, &p, payload_read,
+                                mp_blob_module_flags(blob, index)};
   bool any = false, all = true;
   mp_status_t status = MP_OK;
   mp_json_printf(j, "\"answers\": [");
@@ -272,6 +276,10 @@ static mp_status_t answer_module(counted_t* f, const mp_seal_v1_t* seal, const m
     mp_json_printf(j, ", ");
     bool fits = false;
     status = kind->preflight->answer(kind, &reader, devices->targets[t].arch, j, &fits);
+    if (status == MP_OK && fits && devices->targets[t].id >= 0 && kind->preflight->kernel_cache) {
+      mp_json_printf(j, ", ");
+      status = kind->preflight->kernel_cache(kind, &reader, devices->targets[t].id, j);
+    }
     mp_json_printf(j, "}");
     any = true;
     all &= fits;

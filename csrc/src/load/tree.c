@@ -15,7 +15,7 @@
 #include "core/registry.h"
 #include "load/context.h"
 #include "load/library.h"
-#include "load/trace.h"
+#include "core/trace.h"
 
 /* The library's node, context installed (a reused node keeps the context it has). */
 static mp_status_t library_node(mp_library_t* library, mp_module_t** out_node, bool* out_reused) {
@@ -32,7 +32,8 @@ mp_status_t mp_tree_host_only(mp_library_t* library, mp_module_t** out_root) {
 /* Module |index| of the blob, made by its loader (or the library's node for "_lib"). */
 static mp_status_t load_entry(mp_library_t* library, mp_const_byte_span_t bytes,
                               const mp_blob_module_t* entry, uint32_t entry_flags,
-                              uint64_t index, mp_module_t** out_module, bool* out_reused) {
+                              uint32_t load_flags, uint64_t index, mp_module_t** out_module,
+                              bool* out_reused) {
   const char* path = mp_library_path(library);
   if (strcmp(entry->type_key, MP_LIB_TYPE_KEY) == 0)
     return library_node(library, out_module, out_reused);
@@ -53,6 +54,8 @@ static mp_status_t load_entry(mp_library_t* library, mp_const_byte_span_t bytes,
       .payload = {bytes.data + entry->payload_offset, entry->payload_size},
       .library = library,
       .entry_flags = entry_flags,
+      .load_flags = load_flags,
+      .library_path = path,
   };
   mp_error_clear();
   mp_status_t status = loader(user_data, &args, out_module);
@@ -123,8 +126,8 @@ mp_status_t mp_tree_build(mp_library_t* library, mp_const_byte_span_t bytes, uin
   for (uint64_t i = 0; i < info.module_count && status == MP_OK; ++i) {
     mp_blob_module_t entry;
     mp_blob_module(blob, i, &entry);
-    status = load_entry(library, bytes, &entry, mp_blob_module_flags(blob, i), i, &modules[i],
-                        &reused[i]);
+    status = load_entry(library, bytes, &entry, mp_blob_module_flags(blob, i), flags, i,
+                        &modules[i], &reused[i]);
   }
   for (uint64_t i = 0; i < info.module_count && status == MP_OK; ++i) {
     mp_blob_module_t entry;

@@ -23,7 +23,7 @@
 #include "files/seal.h"
 #include "files/seal_note.h"
 #include "files/signatures.h"
-#include "load/trace.h"
+#include "core/trace.h"
 
 enum {
   CHUNK = 1 << 20,

@@ -1,7 +1,11 @@
 /* The loader every device kind shares (kinds/common/device_module.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* strdup */
+#endif
 #include "kinds/common/device_module.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "modpack/format.h"
@@ -15,6 +19,11 @@ mp_status_t mp_device_module_load(const mp_device_loader_t* loader, const mp_loa
   base->table.call = loader->call;
   base->payload = args->payload.data;
   base->code_frames = (args->entry_flags & MP_FORMAT_ENTRY_CODE_FRAMES) != 0;
+  base->load_flags = args->load_flags;
+  if (args->library_path && !(base->library_path = strdup(args->library_path))) {
+    loader->vtable->destroy(base);
+    return mp_out_of_memory("a device module");
+  }
   mp_status_t status = loader->parse(base, loader->kind, args->payload);
   if (status != MP_OK) {
     loader->vtable->destroy(base);
@@ -33,6 +42,7 @@ mp_status_t mp_device_module_load(const mp_device_loader_t* loader, const mp_loa
 void mp_device_module_free(mp_device_module_t* base) {
   mp_kernel_table_free(&base->table);
   free(base->name);
-  base->name = NULL;
+  free(base->library_path);
+  base->name = base->library_path = NULL;
   pthread_mutex_destroy(&base->lock);
 }

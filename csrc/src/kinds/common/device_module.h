@@ -8,7 +8,9 @@
  *
  * Its loader is mp_device_module_load: allocate the state, let the kind parse its payload into
  * it (no driver call: a library loads where the device is missing), then create the module of
- * the kind's type key and name it. A kind supplies only its parser, its vtable and its
+ * the kind's type key and name it. The base keeps how the load was asked for (its flags, the
+ * library's path), which a kind's first-launch build reads for the kernel cache
+ * (files/kernel_cache.h). A kind supplies only its parser, its vtable and its
  * launcher (mp_device_loader_t). */
 #ifndef MODPACK_KINDS_COMMON_DEVICE_MODULE_H_
 #define MODPACK_KINDS_COMMON_DEVICE_MODULE_H_
@@ -25,6 +27,8 @@ typedef struct {
   const uint8_t* payload;  /* where the payload starts: code is described by offset from it */
   pthread_mutex_t lock;    /* guards the kind's per-device state */
   bool code_frames;        /* the payload's pieces of code are code frames (kinds/common/code.h) */
+  uint32_t load_flags;     /* the load's MP_LOAD_* flags: MP_LOAD_NO_KERNEL_CACHE for builds */
+  char* library_path;      /* the library's path for log lines (owned; NULL: a payload alone) */
 } mp_device_module_t;
 
 /* A device kind's loader, described. */

@@ -21,6 +21,7 @@ typedef struct CUctx_st* CUcontext;
 typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
 typedef struct CUstream_st* CUstream;
+typedef struct CUlinkState_st* CUlinkState;
 
 enum {
   CUDA_SUCCESS = 0,
@@ -50,6 +51,7 @@ enum {
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+  CU_JIT_INPUT_PTX = 1,
 };
 
 /* The entry points modpack uses, listed once: X(member, symbol, return type, parameter list).
@@ -94,6 +96,18 @@ typedef struct {
 #undef MP__CU_MEMBER
 } mp_cu_api_t;
 
+/* The linker, which the kernel cache uses to get the cubin the driver's JIT makes from PTX
+ * (cuLinkCreate, cuLinkAddData with CU_JIT_INPUT_PTX, cuLinkComplete): resolved when the driver
+ * has it (every driver since CUDA 5.5), NULL members otherwise, and then PTX is loaded with
+ * cuModuleLoadData as without the cache. */
+typedef struct {
+  CUresult (*Create)(unsigned int num_options, int* options, void** values, CUlinkState* state);
+  CUresult (*AddData)(CUlinkState state, int type, void* data, size_t size, const char* name,
+                      unsigned int num_options, int* options, void** values);
+  CUresult (*Complete)(CUlinkState state, void** cubin, size_t* size);
+  CUresult (*Destroy)(CUlinkState state);
+} mp_cu_link_api_t;
+
 enum { MP_CUDA_MAX_DEVICES = 64 };
 
 /* The process-wide CUDA state, created on first use: the driver entry points, the driver
@@ -101,6 +115,7 @@ enum { MP_CUDA_MAX_DEVICES = 64 };
  * retained on first use (and kept for the life of the process). */
 typedef struct {
   mp_cu_api_t cu;
+  mp_cu_link_api_t link; /* optional: all NULL when the driver lacks one of them */
   int driver_version; /* e.g. 12040 for CUDA 12.4 */
   int32_t device_count;
   CUdevice devices[MP_CUDA_MAX_DEVICES];
@@ -123,6 +138,11 @@ mp_status_t mp_cuda_fail(CUresult result, const char* what);
 const char* mp_cuda_error_name(CUresult result);
 /* The driver's description of |result|, or "". */
 const char* mp_cuda_error_string(CUresult result);
+/* What the kernel cache keys the cubin linked from PTX for |device| by: the device's name and
+ * compute capability into |name|, the driver's CUDA version into |driver| (cuda_device.c; the
+ * cuda kind's load and modpack preflight make the same). */
+void mp_cuda_cache_identity(const mp_cuda_t* cuda, int32_t device, char* name, size_t name_capacity,
+                            char* driver, size_t driver_capacity);
 /* The CUDA device (cuda_device.c), for the kind's descriptor. */
 extern const mp_device_api_t mp_cuda_device;
 

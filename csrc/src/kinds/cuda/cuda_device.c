@@ -186,6 +186,12 @@ static void initialise(void) {
     return;
   }
   const char* missing = mp_resolve_symbols(lib, entries, sizeof entries / sizeof entries[0]);
+  mp_cu_link_api_t* link = &state.link;
+  if (!mp_resolve_symbol(lib, "cuLinkCreate_v2", &link->Create) ||
+      !mp_resolve_symbol(lib, "cuLinkAddData_v2", &link->AddData) ||
+      !mp_resolve_symbol(lib, "cuLinkComplete", &link->Complete) ||
+      !mp_resolve_symbol(lib, "cuLinkDestroy", &link->Destroy))
+    memset(link, 0, sizeof *link); /* PTX is then loaded as it is, with cuModuleLoadData */
   if (missing) {
     mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE,
                     "the NVIDIA driver library %s lacks %s: update the NVIDIA driver", path,
@@ -271,6 +277,17 @@ void mp_cuda_leave(CUcontext saved) {
   CUcontext current = NULL;
   if (state.cu.CtxGetCurrent(&current) == CUDA_SUCCESS && current != saved)
     state.cu.CtxSetCurrent(saved);
+}
+
+void mp_cuda_cache_identity(const mp_cuda_t* cuda, int32_t device, char* name, size_t name_capacity,
+                            char* driver, size_t driver_capacity) {
+  char device_name[256] = "";
+  if (cuda->cu.DeviceGetName(device_name, (int)sizeof device_name - 1, cuda->devices[device]) !=
+      CUDA_SUCCESS)
+    device_name[0] = '\0';
+  snprintf(name, name_capacity, "%s/sm_%d%d", device_name, (int)cuda->cc_major[device],
+           (int)cuda->cc_minor[device]);
+  snprintf(driver, driver_capacity, "%d", cuda->driver_version);
 }
 
 /* ---- the device API ------------------------------------------------------------------------- */

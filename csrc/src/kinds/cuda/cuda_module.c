@@ -6,7 +6,9 @@
  * so a library with CUDA modules loads (and `modpack inspect` describes it) on a machine without
  * a GPU. On the first call of a kernel on a device, the variant for that device is chosen
  * (cuda_select.c), loaded with cuModuleLoadData straight from the library mapping (no copy),
- * and every kernel's CUfunction cached for that device. Later calls only pack the arguments and
+ * and every kernel's CUfunction cached for that device. A PTX variant goes through the kernel
+ * cache (files/kernel_cache.h): the cubin an earlier process had the driver link from it
+ * (cuLink*) is loaded instead of compiling, else it is linked here and kept. Later calls only pack the arguments and
  * launch.
  *
  * Kernels launch asynchronously in the device's primary context, on the calling thread's
@@ -24,6 +26,7 @@
 #include <string.h>
 
 #include "core/registry.h"
+#include "files/kernel_cache.h"
 #include "kinds/cuda/cuda_select.h"
 
 extern const mp_kind_t mp_cuda_kind; /* this kind's descriptor, at the end */
@@ -139,6 +142,76 @@ static mp_status_t load_failed(const mp_cuda_module_t* m, const mp_cuda_t* cuda,
   }
 }
 
+/* The cubin the driver's JIT makes from |ptx| (|size| bytes with its NUL), linked
+ * (cuLinkCreate, cuLinkAddData, cuLinkComplete), loaded into |out| and kept in the cache's
+ * |slot|. The link's result is the load's: a PTX the JIT refuses is refused here as
+ * cuModuleLoadData would refuse it. */
+static CUresult link_ptx(const mp_cuda_t* cuda, const uint8_t* ptx, uint64_t size,
+                         mp_kernel_cache_slot_t* slot, CUmodule* out, const char** out_call) {
+  CUlinkState state = NULL;
+  *out_call = "cuLinkCreate";
+  if (cuda->link.Create(0, NULL, NULL, &state) != CUDA_SUCCESS) { /* the JIT, as without */
+    *out_call = "cuModuleLoadData";
+    return cuda->cu.ModuleLoadData(out, ptx);
+  }
+  void* cubin = NULL;
+  size_t cubin_size = 0;
+  *out_call = "cuLinkAddData";
+  CUresult result = cuda->link.AddData(state, CU_JIT_INPUT_PTX, (void*)ptx, (size_t)size, "modpack.ptx", 0,
+                              NULL, NULL);
+  if (result == CUDA_SUCCESS) {
+    *out_call = "cuLinkComplete";
+    result = cuda->link.Complete(state, &cubin, &cubin_size);
+  }
+  if (result == CUDA_SUCCESS) {
+    *out_call = "cuModuleLoadData";
+    result = cuda->cu.ModuleLoadData(out, cubin);
+  }
+  if (result == CUDA_SUCCESS) mp_kernel_cache_put(slot, cubin, cubin_size); /* before Destroy */
+  cuda->link.Destroy(state);
+  return result;
+}
+
+/* Load variant |v|'s |image| on |device| (its context current) into |out|: a PTX image through
+ * the kernel cache (the cubin kept from an earlier process, else linked and kept), anything
+ * else, or PTX with the cache off, with cuModuleLoadData. |*out_call| names the call a failure
+ * comes from. */
+static CUresult load_image(const mp_cuda_module_t* m, const mp_cuda_t* cuda, int32_t device,
+                           uint32_t v, const uint8_t* image, CUmodule* out,
+                           const char** out_call) {
+  const mp_cuda_variant_t* variant = &m->variants[v];
+  *out_call = "cuModuleLoadData";
+  if (variant->kind != MP_CUDA_VARIANT_PTX || !cuda->link.Create)
+    return cuda->cu.ModuleLoadData(out, image);
+  char name[320], driver[32];
+  mp_cuda_cache_identity(cuda, device, name, sizeof name, driver, sizeof driver);
+  mp_kernel_cache_input_t input = {.kind = "cuda", .code = image,
+                                   .code_size = variant->code.raw_size, .options = "",
+                                   .device = name, .driver = driver, .what = "cubin"};
+  mp_kernel_cache_slot_t slot;
+  mp_kernel_cache_open(&slot, &input, m->base.load_flags, m->base.library_path);
+  CUresult result;
+  if (!slot.enabled) {
+    result = cuda->cu.ModuleLoadData(out, image); /* the driver's JIT, as without a cache */
+  } else {
+    uint8_t* cubin;
+    uint64_t size;
+    result = CUDA_ERROR_NOT_FOUND;
+    if (mp_kernel_cache_get(&slot, &cubin, &size)) {
+      result = cuda->cu.ModuleLoadData(out, cubin);
+      free(cubin);
+      if (result != CUDA_SUCCESS) {
+        *out = NULL;
+        mp_kernel_cache_refused(&slot, mp_cuda_error_name(result));
+      }
+    }
+    if (result != CUDA_SUCCESS)
+      result = link_ptx(cuda, image, variant->code.raw_size, &slot, out, out_call);
+  }
+  mp_kernel_cache_close(&slot);
+  return result;
+}
+
 /* |device|'s state, made at its first launch: per variant images, per kernel functions. Its
  * context is current; the caller holds the lock. */
 static mp_status_t device_state_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda, int32_t device) {
@@ -207,14 +280,18 @@ static mp_status_t load_kernel_locked(mp_cuda_module_t* m, const mp_cuda_t* cuda
     }
     const uint8_t* image;
     MP_RETURN_IF_ERROR(mp_cuda_variant_image(m, v, &image));
-    CUresult result = cuda->cu.ModuleLoadData(&images[v], image);
+    const char* call;
+    CUresult result = load_image(m, cuda, device, v, image, &images[v], &call);
     if (result == CUDA_SUCCESS) {
       chosen = (int32_t)v;
       break;
     }
     images[v] = NULL;
-    if (!image_rejected(result))
-      return mp_cuda_fail(result, "loading a CUDA module (cuModuleLoadData)");
+    if (!image_rejected(result)) {
+      char what[64];
+      snprintf(what, sizeof what, "loading a CUDA module (%s)", call);
+      return mp_cuda_fail(result, what);
+    }
     int n;
     if (first_status == MP_OK) {
       first_status = load_failed(m, cuda, device, k, v, arches[order[r]], result);

@@ -1,12 +1,14 @@
 /* modpack preflight for the cuda kind: which variant a GPU of a given compute capability would
  * get, from the payload's head (header, variant headers, records: never a variant's bytes),
  * parsed by the loader's own parser and ranked by the loader's own rule (mp_cuda_candidates,
- * mp_cuda_rank_arches). */
+ * mp_cuda_rank_arches); and for a GPU of this machine, whether the kernel cache holds the cubin
+ * of the PTX it would compile (which reads that PTX, to hash it). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "files/kernel_cache.h"
 #include "kinds/common/preflight.h"
 #include "kinds/cuda/cuda_abi.h"
 #include "kinds/cuda/cuda_module.h"
@@ -32,13 +34,13 @@ static mp_status_t host_device(int32_t id, char* canonical, size_t capacity) {
 
 typedef struct {
   const mp_kind_t* kind;
+  uint64_t end; /* of the head */
   mp_cuda_module_t m;
 } head_t;
 
 static mp_status_t parse(void* state, mp_const_byte_span_t bytes) {
   head_t* h = state;
-  uint64_t end;
-  return mp_cuda_payload_parse_head(&h->m, h->kind, bytes, &end);
+  return mp_cuda_payload_parse_head(&h->m, h->kind, bytes, &h->end);
 }
 
 static void reset(void* state) {
@@ -127,8 +129,99 @@ static mp_status_t answer(const mp_kind_t* kind, const mp_payload_reader_t* payl
   return status;
 }
 
+/* The best variant of kernel |k| on compute capability |major|.|minor|, or -1. */
+static int32_t best_variant(const mp_cuda_module_t* m, uint32_t k, int32_t major, int32_t minor) {
+  const char* arches[MP_CUDA_MAX_VARIANTS];
+  uint32_t owner[MP_CUDA_MAX_VARIANTS], order[MP_CUDA_MAX_VARIANTS], usable = 0;
+  int64_t scores[MP_CUDA_MAX_VARIANTS];
+  uint32_t count = mp_cuda_candidates(m, k, arches, owner);
+  if (mp_cuda_rank_arches(arches, count, major, minor, order, scores, &usable) != MP_OK ||
+      !usable)
+    return -1;
+  return (int32_t)owner[order[0]];
+}
+
+/* Whether the cubin linked from PTX variant |v| (its bytes found after the head, each variant
+ * 64-byte aligned) for this machine's device |id| is in the cache. */
+static mp_status_t probe_variant(const mp_cuda_t* cuda, const head_t* h,
+                                 const mp_payload_reader_t* payload, uint32_t v, int32_t id,
+                                 const char** out_state, char* detail, size_t capacity) {
+  uint64_t at = h->end;
+  for (uint32_t i = 0;; ++i) {
+    at += (MP_CUDA_VARIANT_ALIGNMENT - at % MP_CUDA_VARIANT_ALIGNMENT) % MP_CUDA_VARIANT_ALIGNMENT;
+    if (i == v) break;
+    if (h->m.variants[i].size > payload->size - at)
+      return mp_errorf(MP_ERR_FORMAT, "cuda payload: variant %u runs past its end", i);
+    at += h->m.variants[i].size;
+  }
+  const uint8_t* stored;
+  MP_RETURN_IF_ERROR(payload->read(payload->context, at, h->m.variants[v].size, &stored));
+  mp_code_t code;
+  memset(&code, 0, sizeof code);
+  const uint8_t* raw = NULL;
+  mp_status_t status = mp_code_open(&code, stored, h->m.variants[v].size,
+                                    (payload->entry_flags & MP_FORMAT_ENTRY_CODE_FRAMES) != 0);
+  if (status == MP_OK) status = mp_code_get(&code, NULL, NULL, &raw);
+  if (status == MP_OK) {
+    char name[320], driver[32];
+    mp_cuda_cache_identity(cuda, id, name, sizeof name, driver, sizeof driver);
+    mp_kernel_cache_input_t input = {.kind = "cuda", .code = raw, .code_size = code.raw_size,
+                                     .options = "", .device = name, .driver = driver,
+                                     .what = "cubin"};
+    mp_kernel_cache_probe(&input, out_state, detail, capacity);
+  }
+  mp_code_free(&code);
+  return status;
+}
+
+/* The kernel cache for this machine's device |id|: "unused" when every kernel gets SASS (there
+ * is nothing to compile), else whether the cubin linked from each PTX variant chosen is kept
+ * ("hit" only when all are). */
+static mp_status_t kernel_cache(const mp_kind_t* kind, const mp_payload_reader_t* payload,
+                                int32_t id, mp_json_t* out) {
+  const mp_cuda_t* cuda = mp_cuda();
+  if (!cuda) return mp_error_code();
+  head_t* h = calloc(1, sizeof *h);
+  if (!h) return mp_out_of_memory("a preflight");
+  h->kind = kind;
+  mp_status_t status = mp_preflight_parse_head(payload, 0, parse, reset, h);
+  bool chosen[MP_CUDA_MAX_VARIANTS] = {false};
+  uint32_t kernels = h->m.base.table.count ? h->m.base.table.count : 1;
+  for (uint32_t k = 0; status == MP_OK && k < kernels; ++k) {
+    int32_t v = best_variant(&h->m, k, cuda->cc_major[id], cuda->cc_minor[id]);
+    if (v >= 0 && h->m.variants[v].kind == MP_CUDA_VARIANT_PTX) chosen[v] = true;
+  }
+  const char* state = "unused";
+  char detail[1024] = "every kernel gets SASS for this device: nothing to compile";
+  uint32_t hits = 0, asked = 0;
+  for (uint32_t v = 0; status == MP_OK && v < h->m.variant_count; ++v) {
+    if (!chosen[v]) continue;
+    const char* one;
+    char found[900];
+    status = probe_variant(cuda, h, payload, v, id, &one, found, sizeof found);
+    if (status != MP_OK) break;
+    ++asked;
+    hits += strcmp(one, "hit") == 0;
+    if (asked == 1 || strcmp(one, "hit") != 0) { /* the first, or the first that is not there */
+      state = one;
+      snprintf(detail, sizeof detail, "%s: %s", h->m.variants[v].arches[0], found);
+    }
+  }
+  if (status == MP_OK && asked > 1 && hits == asked)
+    snprintf(detail, sizeof detail, "the cubins of %u PTX variants", asked);
+  if (status == MP_OK) {
+    mp_json_printf(out, "\"kernel_cache\": {\"state\": \"%s\", \"detail\": ", state);
+    mp_json_string(out, detail);
+    mp_json_printf(out, "}");
+  }
+  reset(h);
+  free(h);
+  return status;
+}
+
 const mp_preflight_api_t mp_cuda_preflight = {
     .parse_device = parse_device,
     .host_device = host_device,
     .answer = answer,
+    .kernel_cache = kernel_cache,
 };

@@ -57,6 +57,7 @@ static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32
                               "opencl module: its source");
   MP_RETURN_IF_ERROR(mp_opencl_program_build(cl, device, (const char*)source, m->source_size,
                                              m->build_options, m->binaries, m->binary_count,
+                                             m->base.load_flags, m->base.library_path,
                                              &program));
   cl_kernel* kernels = calloc(m->base.table.count ? m->base.table.count : 1, sizeof *kernels);
   if (!kernels) {

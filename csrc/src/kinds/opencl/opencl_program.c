@@ -51,9 +51,79 @@ static mp_status_t build_failed(const mp_opencl_t* cl, cl_program program, int32
   return status;
 }
 
+static mp_status_t program_binary(const mp_opencl_t* cl, cl_program program, cl_device_id dev,
+                                  uint8_t* buffer, uint64_t capacity, uint64_t* out_size);
+
+void mp_opencl_cache_input(const mp_opencl_t* cl, int32_t device, const uint8_t* source,
+                           uint64_t source_size, const char* options, char* driver,
+                           size_t driver_capacity, mp_kernel_cache_input_t* out_input) {
+  driver[0] = '\0';
+  if (cl->cl.GetDeviceInfo(cl->devices[device], CL_DRIVER_VERSION, driver_capacity - 1, driver,
+                           NULL) != CL_SUCCESS)
+    driver[0] = '\0';
+  driver[driver_capacity - 1] = '\0';
+  *out_input = (mp_kernel_cache_input_t){
+      .kind = "opencl",
+      .code = source,
+      .code_size = source_size,
+      .options = options,
+      .device = cl->device_keys[device], /* "platform/device/driver" */
+      .driver = driver,
+      .what = "program binary",
+  };
+}
+
+/* |program| from the binary at |data|, built for |dev|; NULL when the driver refuses it. */
+static cl_program from_binary(const mp_opencl_t* cl, cl_device_id dev, const uint8_t* data,
+                              size_t size, const char* options, cl_int* out_err) {
+  cl_int binary_status = CL_SUCCESS;
+  const unsigned char* bytes = data;
+  cl_program program =
+      cl->cl.CreateProgramWithBinary(cl->context, 1, &dev, &size, &bytes, &binary_status, out_err);
+  if (program && (*out_err = cl->cl.BuildProgram(program, 1, &dev, options, NULL, NULL)) !=
+                     CL_SUCCESS) {
+    cl->cl.ReleaseProgram(program);
+    program = NULL;
+  }
+  return program;
+}
+
+/* The program from |source|, built; its binary kept in the cache's |slot|. */
+static mp_status_t from_source(const mp_opencl_t* cl, int32_t device, const char* source,
+                               uint64_t source_size, const char* options,
+                               mp_kernel_cache_slot_t* slot, cl_program* out_program) {
+  cl_device_id dev = cl->devices[device];
+  cl_int err = CL_SUCCESS;
+  size_t length = source_size;
+  cl_program program = cl->cl.CreateProgramWithSource(cl->context, 1, &source, &length, &err);
+  if (!program)
+    return mp_errorf(MP_ERR_RUNTIME, "cannot create an OpenCL program: %s (%d)",
+                     mp_cl_error_name(err), (int)err);
+  err = cl->cl.BuildProgram(program, 1, &dev, options, NULL, NULL);
+  if (err != CL_SUCCESS) {
+    mp_status_t status = build_failed(cl, program, device, options, err);
+    cl->cl.ReleaseProgram(program);
+    return status;
+  }
+  if (slot->enabled) { /* the binary, for the next process: a failure here only costs that */
+    uint64_t size = 0;
+    uint8_t* binary = NULL;
+    if (program_binary(cl, program, dev, NULL, 0, &size) == MP_OK && size &&
+        (binary = malloc((size_t)size)) != NULL &&
+        program_binary(cl, program, dev, binary, size, &size) == MP_OK)
+      mp_kernel_cache_put(slot, binary, size);
+    else
+      mp_error_clear();
+    free(binary);
+  }
+  *out_program = program;
+  return MP_OK;
+}
+
 mp_status_t mp_opencl_program_build(const mp_opencl_t* cl, int32_t device, const char* source,
                                     uint64_t source_size, const char* options,
                                     mp_opencl_binary_t* binaries, uint32_t binary_count,
+                                    uint32_t load_flags, const char* library_path,
                                     cl_program* out_program) {
   *out_program = NULL;
   cl_int err = CL_SUCCESS;
@@ -64,31 +134,31 @@ mp_status_t mp_opencl_program_build(const mp_opencl_t* cl, int32_t device, const
     const uint8_t* raw;
     MP_RETURN_IF_ERROR_PREFIX(mp_code_get(&binaries[b].code, NULL, NULL, &raw),
                               "opencl module: the program binary for '%s'", binaries[b].key);
-    size_t size = (size_t)binaries[b].code.raw_size;
-    const unsigned char* data = raw;
-    cl_int binary_status = CL_SUCCESS;
-    program =
-        cl->cl.CreateProgramWithBinary(cl->context, 1, &dev, &size, &data, &binary_status, &err);
-    if (program && cl->cl.BuildProgram(program, 1, &dev, options, NULL, NULL) != CL_SUCCESS) {
-      cl->cl.ReleaseProgram(program); /* a stale binary: fall back to the source */
-      program = NULL;
-    }
+    /* A stale binary (NULL): the source, below. */
+    program = from_binary(cl, dev, raw, (size_t)binaries[b].code.raw_size, options, &err);
   }
-  if (!program) {
-    size_t length = source_size;
-    program = cl->cl.CreateProgramWithSource(cl->context, 1, &source, &length, &err);
-    if (!program)
-      return mp_errorf(MP_ERR_RUNTIME, "cannot create an OpenCL program: %s (%d)",
-                       mp_cl_error_name(err), (int)err);
-    err = cl->cl.BuildProgram(program, 1, &dev, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-      mp_status_t status = build_failed(cl, program, device, options, err);
-      cl->cl.ReleaseProgram(program);
-      return status;
-    }
+  if (program) {
+    *out_program = program;
+    return MP_OK;
   }
-  *out_program = program;
-  return MP_OK;
+  char driver[128];
+  mp_kernel_cache_input_t input;
+  mp_opencl_cache_input(cl, device, (const uint8_t*)source, source_size, options, driver,
+                        sizeof driver, &input);
+  mp_kernel_cache_slot_t slot;
+  mp_kernel_cache_open(&slot, &input, load_flags, library_path);
+  uint8_t* cached;
+  uint64_t cached_size;
+  if (mp_kernel_cache_get(&slot, &cached, &cached_size)) {
+    program = from_binary(cl, dev, cached, (size_t)cached_size, options, &err);
+    free(cached);
+    if (!program) mp_kernel_cache_refused(&slot, mp_cl_error_name(err));
+  }
+  mp_status_t status =
+      program ? MP_OK : from_source(cl, device, source, source_size, options, &slot, &program);
+  mp_kernel_cache_close(&slot);
+  if (status == MP_OK) *out_program = program;
+  return status;
 }
 
 /* ---- prebuilt binaries --------------------------------------------------------------------- */
@@ -155,8 +225,10 @@ mp_status_t mp_opencl_build_binary(const char* source, uint64_t source_size,
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "OpenCL device %d does not exist (%u available)",
                      (int)device_id, cl->device_count);
   cl_program program;
-  MP_RETURN_IF_ERROR(mp_opencl_program_build(
-      cl, device_id, source, source_size, build_options ? build_options : "", NULL, 0, &program));
+  /* The cache is not asked: a binary to carry is the driver's build, whatever was kept. */
+  MP_RETURN_IF_ERROR(mp_opencl_program_build(cl, device_id, source, source_size,
+                                             build_options ? build_options : "", NULL, 0,
+                                             MP_LOAD_NO_KERNEL_CACHE, NULL, &program));
   mp_status_t status =
       program_binary(cl, program, cl->devices[device_id], buffer, capacity, out_size);
   cl->cl.ReleaseProgram(program);

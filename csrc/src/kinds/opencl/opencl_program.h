@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "files/kernel_cache.h"
 #include "kinds/common/code.h"
 #include "kinds/opencl/opencl_abi.h"
 
@@ -18,10 +19,21 @@ typedef struct {
 } mp_opencl_binary_t;
 
 /* The program for |device|: built from the binary whose key is the device's, if one is there
- * and the driver accepts it, else from |source|; |options| are the OpenCL build options. */
+ * and the driver accepts it, else from the kernel cache's entry for |source| on this device
+ * (files/kernel_cache.h; unless |load_flags| has MP_LOAD_NO_KERNEL_CACHE), else from |source|,
+ * whose program binary the cache then keeps; |options| are the OpenCL build options.
+ * |library_path| (may be NULL) names the library in the cache's log lines. */
 mp_status_t mp_opencl_program_build(const mp_opencl_t* cl, int32_t device, const char* source,
                                     uint64_t source_size, const char* options,
                                     mp_opencl_binary_t* binaries, uint32_t binary_count,
+                                    uint32_t load_flags, const char* library_path,
                                     cl_program* out_program);
+
+/* What the kernel cache keys a build of |source_size| bytes at |source| with |options| on
+ * |device| by (|driver|: room for the driver's version, filled in); the opencl kind's build and
+ * modpack preflight make the same. */
+void mp_opencl_cache_input(const mp_opencl_t* cl, int32_t device, const uint8_t* source,
+                           uint64_t source_size, const char* options, char* driver,
+                           size_t driver_capacity, mp_kernel_cache_input_t* out_input);
 
 #endif /* MODPACK_KINDS_OPENCL_PROGRAM_H_ */

@@ -1,8 +1,8 @@
-/* Load phases and their times (load/trace.h): MODPACK_LOG_LOADING on stderr, and a callback. */
+/* Load phases and their times (core/trace.h): MODPACK_LOG_LOADING on stderr, and a callback. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* clock_gettime */
 #endif
-#include "load/trace.h"
+#include "core/trace.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

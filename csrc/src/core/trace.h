@@ -1,7 +1,7 @@
 /* Load phases and their times: on stderr with MODPACK_LOG_LOADING=1, and to a callback a
  * binding installs (the Python binding's feeds the `modpack.load` logger). */
-#ifndef MODPACK_LOAD_TRACE_H_
-#define MODPACK_LOAD_TRACE_H_
+#ifndef MODPACK_CORE_TRACE_H_
+#define MODPACK_CORE_TRACE_H_
 
 #include <stdbool.h>
 
@@ -20,4 +20,4 @@ double mp_trace_now_ms(void);
  * when tracing is off. */
 void mp_trace_phase(const char* path, const char* phase, double* since, const char* detail);
 
-#endif /* MODPACK_LOAD_TRACE_H_ */
+#endif /* MODPACK_CORE_TRACE_H_ */
