@@ -46,6 +46,20 @@ def tmp(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_kernel_cache(tmp_path_factory: pytest.TempPathFactory):
+    """The kernel cache of the test session's processes (and of the processes they start): a
+    folder of the session's, on as by default, never the user's own. Tests of the cache give
+    their processes a folder each."""
+    saved = os.environ.get("MODPACK_KERNEL_CACHE")
+    os.environ["MODPACK_KERNEL_CACHE"] = str(tmp_path_factory.mktemp("kernel_cache") / "kernels")
+    yield
+    if saved is None:
+        os.environ.pop("MODPACK_KERNEL_CACHE", None)
+    else:
+        os.environ["MODPACK_KERNEL_CACHE"] = saved
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
