@@ -133,9 +133,11 @@ def test_launches_pass_the_grid_the_block_and_null_hidden_pointers(module, compi
         "launch grid 4 1 1 block 128 1 1 shared 0 params 0 0 0 1000 0 0",
         "cubin sm_90", "function softmax_kernel",  # its own image
         f"launch grid 50 1 1 block 256 1 1 shared {shared} params 0 0 64 64 50 0"]
-    # A GPU newer than every cubin: the sm_80 PTX, through the driver's JIT.
-    assert stub_launch(path, stub_driver, tmp_path / "100.log", "10.0", 0)[:2] == [
-        "ptx sm_80", "function add_kernel"]
+    # A GPU newer than every cubin: the sm_80 PTX, linked by the driver's JIT (cuLink*: the
+    # kernel cache keeps the cubin).
+    assert stub_launch(path, stub_driver, tmp_path / "100.log", "10.0", 0)[:4] == [
+        "link ptx sm_80", "linked cubin sm_100 from ptx sm_80",
+        "cubin sm_100 linked from ptx sm_80", "function add_kernel"]
 
 
 def test_one_kernel_compiled_twice_is_named_apart(compiled, stub_driver, tmp_path: Path):
