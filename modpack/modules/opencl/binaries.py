@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ...errors import ArgumentError
+from ...errors import ArgumentError, ModpackError
 from ...runtime.array import parse_device
 from ...runtime.binding import check, ffi, lib
 from ...runtime.devices import device_name
@@ -28,8 +28,19 @@ def opencl_binaries(source: str, devices: Iterable[str] = ("opencl:0",),
             raise ArgumentError(f"{device!r} is not an OpenCL device")
         size = ffi.new("uint64_t*")
         check(lib.mp_opencl_build_binary(code, len(code), options, device_id, ffi.NULL, 0, size))
-        buffer = ffi.new("uint8_t[]", size[0])
-        check(lib.mp_opencl_build_binary(code, len(code), options, device_id, buffer, size[0],
-                                         size))
+        # Each call builds anew, and a driver may make a binary of another size the second time
+        # (PoCL 3.1 made 49,392 bytes, then 49,508): the call copies nothing into a buffer too
+        # small and says the size it needs, so build again until one fits (the bytes were read
+        # past the buffer's end before).
+        for _ in range(4):
+            capacity = size[0]
+            buffer = ffi.new("uint8_t[]", capacity)
+            check(lib.mp_opencl_build_binary(code, len(code), options, device_id, buffer,
+                                             capacity, size))
+            if size[0] <= capacity:
+                break
+        else:
+            raise ModpackError(f"the OpenCL driver of {device} made a program binary of another "
+                               "size at each of 4 builds: it cannot be carried")
         out[device_name(device)] = ffi.buffer(buffer, size[0])[:]
     return out
