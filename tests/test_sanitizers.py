@@ -119,7 +119,7 @@ PYTHON_TESTS = ["test_roundtrip.py", "test_lifetimes.py", "test_bad_input.py",
                 "test_host_code.py", "test_signatures.py", "test_loaders.py",
                 "test_module_graph.py", "test_errors.py", "test_opencl.py", "test_device_api.py",
                 "test_api.py", "test_cli.py", "test_kernel_records.py", "test_golden.py",
-                "test_signing.py", "test_memory_loads.py"]
+                "test_signing.py", "test_memory_loads.py", "test_kernel_cache.py"]
 
 
 @pytest.fixture(scope="module")

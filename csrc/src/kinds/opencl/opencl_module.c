@@ -48,19 +48,25 @@ static void opencl_destroy(void* impl) {
 
 /* ---- building on a device ------------------------------------------------------------------ */
 
-/* Builds the program for |device| and creates every kernel. Caller holds the lock. */
-static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32_t device) {
+/* Builds the program for |device| and creates every kernel. Caller holds the lock. After a
+ * build from source *|out_keep| is true, and |slot| (the kernel cache's) waits for the first
+ * launch: the caller then keeps the binary (mp_opencl_program_keep). */
+static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32_t device,
+                                mp_kernel_cache_slot_t* slot, bool* out_keep) {
   cl_program program;
+  *out_keep = false;
   const uint8_t* source = (const uint8_t*)m->source;
   if (!source)
     MP_RETURN_IF_ERROR_PREFIX(mp_code_get(&m->source_code, NULL, NULL, &source),
                               "opencl module: its source");
   MP_RETURN_IF_ERROR(mp_opencl_program_build(cl, device, (const char*)source, m->source_size,
                                              m->build_options, m->binaries, m->binary_count,
-                                             m->base.load_flags, m->base.library_path,
-                                             &program));
+                                             m->base.load_flags, m->base.library_path, slot,
+                                             out_keep, &program));
   cl_kernel* kernels = calloc(m->base.table.count ? m->base.table.count : 1, sizeof *kernels);
   if (!kernels) {
+    if (*out_keep) mp_kernel_cache_close(slot);
+    *out_keep = false;
     cl->cl.ReleaseProgram(program);
     return mp_out_of_memory("OpenCL kernels");
   }
@@ -70,6 +76,8 @@ static mp_status_t build_locked(opencl_module_t* m, const mp_opencl_t* cl, int32
     if (!kernels[k]) {
       for (uint32_t j = 0; j < k; ++j) cl->cl.ReleaseKernel(kernels[j]);
       free(kernels);
+      if (*out_keep) mp_kernel_cache_close(slot);
+      *out_keep = false;
       cl->cl.ReleaseProgram(program);
       return mp_errorf(MP_ERR_NOT_FOUND,
                        "OpenCL kernel '%s' is declared in the module's function info but the "
@@ -156,7 +164,9 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "OpenCL device %d does not exist", (int)device);
 
   pthread_mutex_lock(&m->base.lock);
-  mp_status_t status = m->programs[device] ? MP_OK : build_locked(m, cl, device);
+  mp_kernel_cache_slot_t slot;
+  bool keep = false; /* built from source: the binary is kept once this launch has run */
+  mp_status_t status = m->programs[device] ? MP_OK : build_locked(m, cl, device, &slot, &keep);
   cl_kernel kernel = status == MP_OK ? m->kernels[device][ref->kernel] : NULL;
   for (uint32_t i = 0; status == MP_OK && i < info->arg_count; ++i) {
     switch (info->args[i].kind) {
@@ -183,6 +193,12 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
                          "failed: %s (%d)",
                          info->name, global[0], global[1], global[2], local[0], local[1], local[2],
                          mp_cl_error_name(err), (int)err);
+  }
+  if (keep) {
+    /* This first launch waited for, so that what the driver compiled for it (PoCL compiles a
+     * kernel for its launch's sizes when it runs) is in the binary the cache keeps. */
+    if (status == MP_OK) cl->cl.Finish(cl->queues[device]);
+    mp_opencl_program_keep(cl, device, m->programs[device], &slot);
   }
   pthread_mutex_unlock(&m->base.lock);
   return status;

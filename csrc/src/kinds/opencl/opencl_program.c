@@ -88,10 +88,10 @@ static cl_program from_binary(const mp_opencl_t* cl, cl_device_id dev, const uin
   return program;
 }
 
-/* The program from |source|, built; its binary kept in the cache's |slot|. */
+/* The program from |source|, built. */
 static mp_status_t from_source(const mp_opencl_t* cl, int32_t device, const char* source,
                                uint64_t source_size, const char* options,
-                               mp_kernel_cache_slot_t* slot, cl_program* out_program) {
+                               cl_program* out_program) {
   cl_device_id dev = cl->devices[device];
   cl_int err = CL_SUCCESS;
   size_t length = source_size;
@@ -105,27 +105,34 @@ static mp_status_t from_source(const mp_opencl_t* cl, int32_t device, const char
     cl->cl.ReleaseProgram(program);
     return status;
   }
-  if (slot->enabled) { /* the binary, for the next process: a failure here only costs that */
-    uint64_t size = 0;
-    uint8_t* binary = NULL;
-    if (program_binary(cl, program, dev, NULL, 0, &size) == MP_OK && size &&
-        (binary = malloc((size_t)size)) != NULL &&
-        program_binary(cl, program, dev, binary, size, &size) == MP_OK)
-      mp_kernel_cache_put(slot, binary, size);
-    else
-      mp_error_clear();
-    free(binary);
-  }
   *out_program = program;
   return MP_OK;
+}
+
+void mp_opencl_program_keep(const mp_opencl_t* cl, int32_t device, cl_program program,
+                            mp_kernel_cache_slot_t* slot) {
+  uint64_t size = 0;
+  uint8_t* binary = NULL;
+  cl_device_id dev = cl->devices[device];
+  /* A failure here costs only the next process its build. */
+  if (program_binary(cl, program, dev, NULL, 0, &size) == MP_OK && size &&
+      (binary = malloc((size_t)size)) != NULL &&
+      program_binary(cl, program, dev, binary, size, &size) == MP_OK)
+    mp_kernel_cache_put(slot, binary, size);
+  else
+    mp_error_clear();
+  free(binary);
+  mp_kernel_cache_close(slot);
 }
 
 mp_status_t mp_opencl_program_build(const mp_opencl_t* cl, int32_t device, const char* source,
                                     uint64_t source_size, const char* options,
                                     mp_opencl_binary_t* binaries, uint32_t binary_count,
                                     uint32_t load_flags, const char* library_path,
+                                    mp_kernel_cache_slot_t* slot, bool* out_keep,
                                     cl_program* out_program) {
   *out_program = NULL;
+  *out_keep = false;
   cl_int err = CL_SUCCESS;
   cl_program program = NULL;
   cl_device_id dev = cl->devices[device];
@@ -145,18 +152,20 @@ mp_status_t mp_opencl_program_build(const mp_opencl_t* cl, int32_t device, const
   mp_kernel_cache_input_t input;
   mp_opencl_cache_input(cl, device, (const uint8_t*)source, source_size, options, driver,
                         sizeof driver, &input);
-  mp_kernel_cache_slot_t slot;
-  mp_kernel_cache_open(&slot, &input, load_flags, library_path);
+  mp_kernel_cache_open(slot, &input, load_flags, library_path);
   uint8_t* cached;
   uint64_t cached_size;
-  if (mp_kernel_cache_get(&slot, &cached, &cached_size)) {
+  if (mp_kernel_cache_get(slot, &cached, &cached_size)) {
     program = from_binary(cl, dev, cached, (size_t)cached_size, options, &err);
     free(cached);
-    if (!program) mp_kernel_cache_refused(&slot, mp_cl_error_name(err));
+    if (!program) mp_kernel_cache_refused(slot, mp_cl_error_name(err));
   }
-  mp_status_t status =
-      program ? MP_OK : from_source(cl, device, source, source_size, options, &slot, &program);
-  mp_kernel_cache_close(&slot);
+  mp_status_t status = MP_OK;
+  if (!program) {
+    status = from_source(cl, device, source, source_size, options, &program);
+    *out_keep = status == MP_OK && slot->enabled;
+  }
+  if (!*out_keep) mp_kernel_cache_close(slot);
   if (status == MP_OK) *out_program = program;
   return status;
 }
@@ -226,9 +235,12 @@ mp_status_t mp_opencl_build_binary(const char* source, uint64_t source_size,
                      (int)device_id, cl->device_count);
   cl_program program;
   /* The cache is not asked: a binary to carry is the driver's build, whatever was kept. */
+  mp_kernel_cache_slot_t slot;
+  bool keep;
   MP_RETURN_IF_ERROR(mp_opencl_program_build(cl, device_id, source, source_size,
                                              build_options ? build_options : "", NULL, 0,
-                                             MP_LOAD_NO_KERNEL_CACHE, NULL, &program));
+                                             MP_LOAD_NO_KERNEL_CACHE, NULL, &slot, &keep,
+                                             &program));
   mp_status_t status =
       program_binary(cl, program, cl->devices[device_id], buffer, capacity, out_size);
   cl->cl.ReleaseProgram(program);
