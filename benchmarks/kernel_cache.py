@@ -62,7 +62,7 @@ import json, sys, time
 t0 = time.perf_counter()
 import numpy as np
 import modpack
-from modpack.runtime.kernel_cache import kernel_cache_stats
+from modpack import kernel_cache_stats
 t1 = time.perf_counter()
 root = modpack.load_module(sys.argv[1])
 vadd = root.get_function("vadd", query_imports=True)
@@ -95,7 +95,7 @@ PTX = """\
 CUDA_CHILD = r"""
 import json, sys, time
 import modpack
-from modpack.runtime.kernel_cache import kernel_cache_stats
+from modpack import kernel_cache_stats
 t1 = time.perf_counter()
 root = modpack.load_module(sys.argv[1])
 tick = root.get_function("tick", query_imports=True)

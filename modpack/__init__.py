@@ -58,6 +58,7 @@ from .runtime.binding import lib as _lib
 from .runtime.devices import device_count, device_name, get_stream, set_stream, synchronize
 from .runtime.float4 import pack_float4, unpack_float4
 from .runtime.function import Function
+from .runtime.kernel_cache import kernel_cache_entries, kernel_cache_stats, prune_kernel_cache
 from .runtime.module import LoadedModule
 from .runtime.subbyte import FLOAT4_E2M1FN_X2 as float4_e2m1fn_x2
 from .runtime.values import local_memory
@@ -115,6 +116,8 @@ __all__ = [
     "from_dlpack",
     "from_triton",
     "get_stream",
+    "kernel_cache_entries",
+    "kernel_cache_stats",
     "llvm_module",
     "load_module",
     "load_module_from_bytes",
@@ -126,6 +129,7 @@ __all__ = [
     "opencl_module",
     "pack_float4",
     "preflight",
+    "prune_kernel_cache",
     "pull",
     "push",
     "register_loader",

@@ -48,7 +48,7 @@ OPENCL_CHILD = r"""
 import json, sys, time
 import numpy as np
 import modpack
-from modpack.runtime.kernel_cache import kernel_cache_stats
+from modpack import kernel_cache_stats
 path, cache, *keys = sys.argv[1:]
 root = modpack.load_module(path, kernel_cache=cache == "on", trusted_keys=keys or None)
 vadd = root.get_function("vadd", query_imports=True)
@@ -303,7 +303,7 @@ TICK_PTX = """\
 CUDA_CHILD = r"""
 import json, sys
 import modpack
-from modpack.runtime.kernel_cache import kernel_cache_stats
+from modpack import kernel_cache_stats
 root = modpack.load_module(sys.argv[1], kernel_cache=sys.argv[2] == "on")
 root.get_function("tick", query_imports=True)(5, 1, 1, 1, 1, 1, 1)
 print(json.dumps(kernel_cache_stats()))
@@ -604,7 +604,7 @@ def test_the_load_logger_says_hit_or_miss(ptx_library, stub_driver, tmp_path):
 def test_the_cache_folder_default_is_the_user_cache_folder(tmp_path):
     """Unset, the folder is $XDG_CACHE_HOME/modpack/kernels, else ~/.cache/modpack/kernels;
     a relative MODPACK_KERNEL_CACHE is refused rather than taken against the working folder."""
-    code = ("import json; from modpack.runtime.kernel_cache import kernel_cache_entries as e; "
+    code = ("import json; from modpack import kernel_cache_entries as e; "
             "r = e(); print(json.dumps([r['folder'], r['reason']]))")
     env = {k: v for k, v in os.environ.items() if k not in ("MODPACK_KERNEL_CACHE",
                                                             "XDG_CACHE_HOME")}
