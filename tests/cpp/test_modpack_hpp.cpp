@@ -356,6 +356,8 @@ void test_modules(const std::string& path, const std::string& bad) {
                                           modpack::LoadOptions().skip_payload_checksums())
             .get_function("add_int")
             .call<int64_t>(2, 2) == 4);
+  CHECK(modpack::LoadOptions().kernel_cache(false).flags() == MP_LOAD_NO_KERNEL_CACHE);
+  CHECK(modpack::LoadOptions().kernel_cache(false).kernel_cache().flags() == 0);
 
   EXPECT_THROW(modpack::FormatError, MP_ERR_FORMAT, bad, modpack::Module::load(bad));
   EXPECT_THROW(modpack::Error, MP_ERR_NOT_FOUND, "/no/such/dir/x.so",

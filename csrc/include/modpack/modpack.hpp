@@ -762,6 +762,8 @@ class LoadOptions {
   LoadOptions& verify_on_first_use(bool on = true) { return flag(MP_LOAD_VERIFY_ON_FIRST_USE, on); }
   /* Check weight-file digests even unsigned (MP_LOAD_CHECK_DIGESTS). */
   LoadOptions& check_digests(bool on = true) { return flag(MP_LOAD_CHECK_DIGESTS, on); }
+  /* Neither read nor write the kernel cache for this tree (MP_LOAD_NO_KERNEL_CACHE). */
+  LoadOptions& kernel_cache(bool on = true) { return flag(MP_LOAD_NO_KERNEL_CACHE, !on); }
   LoadOptions& flags(uint32_t flags) {
     flags_ = flags;
     return *this;
