@@ -136,7 +136,8 @@ CUresult cuLinkAddData_v2(void* state, int type, void* data, size_t size, const 
   log_line(line);
   if (!accepting()) return env("STUB_PTX_RESULT", 222);
   link->hash = 14695981039346656037ull;
-  for (size_t i = 0; i < size; ++i) link->hash = (link->hash ^ ((unsigned char*)data)[i]) * 1099511628211ull;
+  for (size_t i = 0; i < size; ++i)
+    link->hash = (link->hash ^ ((unsigned char*)data)[i]) * 1099511628211ull;
   link->added = 1;
   return 0;
 }

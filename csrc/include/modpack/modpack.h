@@ -277,7 +277,9 @@ MP_API mp_status_t mp_library_check_blob(const char* path, uint64_t blob_offset,
  * A module's "status" is "fits" (every device of its type gets code), "no-code" (one gets
  * none), "other-device" (a device module for another device type than those asked), "no-device-code"
  * (host code, arrays) or "unknown-kind". "fits" is true when no module is "no-code" and, if the
- * library has device modules, at least one fits. MP_OK whenever the answer is made (|out|'s
+ * library has device modules, at least one fits. With "host", an answer that fits also says
+ * whether the kernel cache holds what that device would build: "kernel_cache": {"state":
+ * "hit" | "miss" | "off" | "unused", "detail"} (which reads that code, to hash it). MP_OK whenever the answer is made (|out|'s
  * fits says whether it fits); MP_ERR_INVALID_ARGUMENT for a DEVICE string that names no device
  * (the message gives the forms); MP_ERR_FORMAT for a file that is not a sealed library, or whose
  * index or a payload's head is damaged. modpack preflight and modpack.preflight ask this. */

@@ -248,8 +248,7 @@ typedef struct {
  * own) must be the one it holds. false with why in |why|. */
 static bool check_header(const uint8_t* h, uint64_t file_size, const char* name, const uint8_t* key,
                          entry_info_t* info, char* why, size_t capacity) {
-  const uint8_t* field = h;
-  if (memcmp(field, MP_KERNEL_CACHE_MAGIC, 8) != 0) {
+  if (memcmp(h, MP_KERNEL_CACHE_MAGIC, 8) != 0) {
     snprintf(why, capacity, "not a kernel cache entry (its magic is wrong)");
     return false;
   }
@@ -286,7 +285,8 @@ static bool check_header(const uint8_t* h, uint64_t file_size, const char* name,
   memcpy(info->kind, kind, MP_KERNEL_CACHE_MAX_KIND);
   uint64_t data_size = mp_load_le64(h + offsetof(mp_kernel_cache_entry_v1_t, data_size));
   if (data_size != file_size - HEADER) {
-    snprintf(why, capacity, "%s: its header says %" PRIu64 " bytes of data, the file holds %" PRIu64,
+    snprintf(why, capacity,
+             "%s: its header says %" PRIu64 " bytes of data, the file holds %" PRIu64,
              data_size > file_size - HEADER ? "truncated" : "bytes past its end", data_size,
              file_size - HEADER);
     return false;
@@ -397,7 +397,8 @@ static bool is_lock_name(const char* name) {
  * when an hour old and nobody holds it. */
 static void remove_stale_lock(int dir_fd, const char* name, time_t now) {
   struct stat st;
-  if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || now - st.st_mtime <= STALE_TEMP_SECONDS)
+  if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+      now - st.st_mtime <= STALE_TEMP_SECONDS)
     return;
   int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return;
@@ -800,8 +801,9 @@ mp_status_t mp_kernel_cache_list(char* buffer, uint64_t capacity, uint64_t* out_
       mp_json_string(&j, info.kind);
     else
       mp_json_printf(&j, "null");
-    mp_json_printf(&j, ", \"size\": %" PRIu64 ", \"data_size\": %" PRIu64 ", \"last_used\": %" PRId64
-                   ", \"valid\": %s, \"problem\": ",
+    mp_json_printf(&j,
+                   ", \"size\": %" PRIu64 ", \"data_size\": %" PRIu64
+                   ", \"last_used\": %" PRId64 ", \"valid\": %s, \"problem\": ",
                    info.size, state == ENTRY_VALID ? info.size - HEADER : 0, info.last_used,
                    state == ENTRY_VALID ? "true" : "false");
     if (state == ENTRY_VALID)

@@ -8,8 +8,8 @@
  * (cuda_select.c), loaded with cuModuleLoadData straight from the library mapping (no copy),
  * and every kernel's CUfunction cached for that device. A PTX variant goes through the kernel
  * cache (files/kernel_cache.h): the cubin an earlier process had the driver link from it
- * (cuLink*) is loaded instead of compiling, else it is linked here and kept. Later calls only pack the arguments and
- * launch.
+ * (cuLink*) is loaded instead of compiling, else it is linked here and kept. Later calls only
+ * pack the arguments and launch.
  *
  * Kernels launch asynchronously in the device's primary context, on the calling thread's
  * current stream (mp_device_set_stream; the default stream until set). Copies run on the
@@ -157,8 +157,8 @@ static CUresult link_ptx(const mp_cuda_t* cuda, const uint8_t* ptx, uint64_t siz
   void* cubin = NULL;
   size_t cubin_size = 0;
   *out_call = "cuLinkAddData";
-  CUresult result = cuda->link.AddData(state, CU_JIT_INPUT_PTX, (void*)ptx, (size_t)size, "modpack.ptx", 0,
-                              NULL, NULL);
+  CUresult result = cuda->link.AddData(state, CU_JIT_INPUT_PTX, (void*)ptx, (size_t)size,
+                                       "modpack.ptx", 0, NULL, NULL);
   if (result == CUDA_SUCCESS) {
     *out_call = "cuLinkComplete";
     result = cuda->link.Complete(state, &cubin, &cubin_size);
