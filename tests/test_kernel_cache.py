@@ -510,13 +510,14 @@ def test_list_and_prune_least_recently_used_first(tmp_path, monkeypatch, capsys)
     assert cli(["cache", "list"]) == 0
     text = capsys.readouterr().out
     assert "4 entries" in text and "IGNORED: its data is damaged" in text
-    assert cli(["cache", "prune", "--max-size", "2000"]) == 0
+    assert cli(["cache", "prune", "--max-size", "2000", "--store", "kernels"]) == 0
     assert "removed 2 entries" in capsys.readouterr().out
     assert sorted(p.name for p in entries(cache)) == [middle.name, new.name]
     assert not old.exists() and not bad.exists()
-    assert cli(["cache", "prune", "--all"]) == 0
+    assert cli(["cache", "prune", "--all", "--store", "kernels"]) == 0
     assert entries(cache) == []
     assert cli(["cache", "prune", "--max-size", "lots"]) == 2
+    assert cli(["cache", "prune", "--store", "kernels", "oci://host/repo:tag"]) == 2
 
 
 def test_a_store_keeps_the_folder_within_its_bound(ptx_library, stub_driver, tmp_path):

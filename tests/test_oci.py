@@ -141,7 +141,7 @@ def test_command_line_push_pull_and_cache(registry, env):
     assert Path(answer["library"]) == env / "out" / "deploy.so"
     assert (env / "out" / "deploy.so").read_bytes() == lib.read_bytes()
     listing = json.loads(cli("cache", "list", "--json").stdout)
-    (entry,) = [e for e in listing["entries"] if e["kind"] == "reference"]
+    (entry,) = [e for e in listing["layers"]["entries"] if e["kind"] == "reference"]
     assert entry["reference"] == f"{registry.url}/cli/model:v1"
     assert sorted(entry["files"]) == ["deploy.so", "model.mpw"]
     pruned = cli("cache", "prune", f"{registry.url}/cli/model:v1")

@@ -1,9 +1,9 @@
-"""``modpack push``, ``modpack pull`` and ``modpack cache list|prune`` (the registry store):
-shipping libraries through OCI registries (modpack.oci).
+"""``modpack push`` and ``modpack pull``: shipping libraries through OCI registries
+(modpack.oci). The store pulls fill is listed and pruned by ``modpack cache`` (cli/cache.py,
+its ``layers`` store).
 
     modpack push deploy.so oci://ghcr.io/team/model:v1 [--weights W] [--variants sm_80,sm_90]
     modpack pull oci://ghcr.io/team/model:v1 [--device cuda:sm_90] [-o DIR] [--oms-key PUB.pem]
-    modpack cache list [--json]       modpack cache prune [REFERENCE ...] [--all]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 import sys
 from typing import Any
 
-__all__ = ["add_cache", "add_pull", "add_push"]
+__all__ = ["add_pull", "add_push"]
 
 
 def _registry_flags(p: argparse.ArgumentParser) -> None:
@@ -134,55 +134,4 @@ def _run_pull(args: argparse.Namespace) -> int:
         print(f"  weights {name}: {path}")
     if pulled.bundle:
         print(f"  OMS bundle {pulled.bundle}")
-    return 0
-
-
-def add_cache(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "cache",
-        help="list or prune the local store of pulled layers ($MODPACK_CACHE)",
-        description=(
-            "The local content-addressed store that pulls fill and oci:// loads read. "
-            "`list` shows each pulled reference with its files and size, blobs no reference "
-            "names and interrupted downloads; `prune` removes the given references' records "
-            "(all with --all), then every blob no remaining record names and every "
-            "interrupted download."),
-    )
-    actions = p.add_subparsers(dest="cache_action", metavar="list|prune")
-    listing = actions.add_parser("list", help="what the store holds")
-    listing.add_argument("--json", action="store_true", help="as JSON")
-    pruning = actions.add_parser("prune", help="remove what nothing needs")
-    pruning.add_argument("references", nargs="*", metavar="REFERENCE",
-                         help="forget these pulled references first (oci://...)")
-    pruning.add_argument("--all", action="store_true", help="empty the store")
-    p.set_defaults(run=_run_cache)
-
-
-def _run_cache(args: argparse.Namespace) -> int:
-    from ..oci.store import default_root, list_entries, prune
-
-    if args.cache_action == "prune":
-        removed = prune(references=args.references, everything=args.all)
-        print(f"removed {removed['references']} references and {removed['blobs']} blobs "
-              f"({removed['bytes']} bytes) from {default_root()}")
-        return 0
-    if args.cache_action != "list":
-        print("modpack cache: error: name an action: list or prune", file=sys.stderr)
-        return 2
-    entries = list_entries()
-    if args.json:
-        sys.stdout.write(json.dumps({"store": str(default_root()), "entries": entries},
-                                    indent=2) + "\n")
-        return 0
-    print(f"store {default_root()}")
-    for e in entries:
-        if e["kind"] == "reference":
-            print(f"  {e['reference']}  {e['bytes']} bytes  {', '.join(e['files'])}"
-                  f"{'  (' + e['device'] + ')' if e.get('device') else ''}")
-        elif e["kind"] == "unreferenced":
-            print(f"  (no reference)  {e['blobs']} blobs, {e['bytes']} bytes")
-        else:
-            print(f"  (interrupted)  {e['downloads']} downloads, {e['bytes']} bytes")
-    if not entries:
-        print("  (empty)")
     return 0
