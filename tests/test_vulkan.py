@@ -79,7 +79,7 @@ def test_records_come_from_the_spirv():
     assert info.launch_tags == ("workgroups.x", "workgroups.y", "workgroups.z")
     assert info.symbol == "main"
     (kernel,) = m.kernels
-    assert kernel.entry.workgroup_size == (8, 4, 2)
+    assert kernel.workgroup_size == (8, 4, 2)
     assert [(b.set, b.binding) for b in kernel.entry.buffers] == [(0, 1), (0, 3), (1, 0)]
     assert [(s.name, s.offset) for s in kernel.entry.scalars] == [("a", 0), ("b", 4), ("c", 8)]
     assert kernel.entry.push_constant_size == 12
@@ -302,6 +302,216 @@ def test_host_code_copies_through_the_backend(tmp_path, staging):
     env = {**os.environ, "MODPACK_VULKAN_STAGING": "1" if staging else "0"}
     out = run(sys.executable, "-c", code, path, env=env)
     assert "copies OK" in out
+
+
+# ---- specialization constants ---------------------------------------------------------------
+# Shaders in the style of real projects' softmax, row-sum and argmax kernels (written for these
+# tests): each workgroup reduces one row, its size a specialization constant the host sets.
+
+SOFTMAX = """#version 450
+layout(constant_id = 0) const uint BLOCK_SIZE = 32;
+layout(local_size_x_id = 0) in;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform P { uint ncols; } p;
+shared float partial[BLOCK_SIZE];
+void main() {
+  const uint base = gl_WorkGroupID.x * p.ncols, tid = gl_LocalInvocationID.x;
+  float m = -1.0 / 0.0;
+  for (uint c = tid; c < p.ncols; c += BLOCK_SIZE) m = max(m, x[base + c]);
+  partial[tid] = m;
+  barrier();
+  for (uint s = BLOCK_SIZE / 2; s > 0; s >>= 1) {
+    if (tid < s) partial[tid] = max(partial[tid], partial[tid + s]);
+    barrier();
+  }
+  m = partial[0];
+  barrier();
+  float sum = 0.0;
+  for (uint c = tid; c < p.ncols; c += BLOCK_SIZE) sum += exp(x[base + c] - m);
+  partial[tid] = sum;
+  barrier();
+  for (uint s = BLOCK_SIZE / 2; s > 0; s >>= 1) {
+    if (tid < s) partial[tid] += partial[tid + s];
+    barrier();
+  }
+  for (uint c = tid; c < p.ncols; c += BLOCK_SIZE) y[base + c] = exp(x[base + c] - m) / partial[0];
+}
+"""
+# The workgroup size by SpecId only (glslang names no constant), and a float constant.
+ROW_SUM = """#version 450
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const float SCALE = 1.0;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform P { uint ncols; } p;
+shared float partial[gl_WorkGroupSize.x];
+void main() {
+  const uint base = gl_WorkGroupID.x * p.ncols, tid = gl_LocalInvocationID.x;
+  const uint n = gl_WorkGroupSize.x;
+  float s = 0.0;
+  for (uint c = tid; c < p.ncols; c += n) s += x[base + c];
+  partial[tid] = s;
+  barrier();
+  for (uint k = n / 2; k > 0; k >>= 1) {
+    if (tid < k) partial[tid] += partial[tid + k];
+    barrier();
+  }
+  if (tid == 0) y[gl_WorkGroupID.x] = SCALE * partial[0];
+}
+"""
+# A bool and a signed int constant besides the workgroup size.
+ARGMAX = """#version 450
+layout(constant_id = 0) const uint BLOCK_SIZE = 1;
+layout(constant_id = 1) const bool ABSOLUTE = false;
+layout(constant_id = 2) const int OFFSET = 0;
+layout(local_size_x_id = 0) in;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer I { int index[]; };
+layout(push_constant) uniform P { uint ncols; } p;
+shared float best[BLOCK_SIZE];
+shared uint at[BLOCK_SIZE];
+void main() {
+  const uint base = gl_WorkGroupID.x * p.ncols, tid = gl_LocalInvocationID.x;
+  float b = -1.0 / 0.0;
+  uint w = 0;
+  for (uint c = tid; c < p.ncols; c += BLOCK_SIZE) {
+    float v = ABSOLUTE ? abs(x[base + c]) : x[base + c];
+    if (v > b) { b = v; w = c; }
+  }
+  best[tid] = b;
+  at[tid] = w;
+  barrier();
+  for (uint k = BLOCK_SIZE / 2; k > 0; k >>= 1) {
+    if (tid < k && (best[tid + k] > best[tid] ||
+                    (best[tid + k] == best[tid] && at[tid + k] < at[tid]))) {
+      best[tid] = best[tid + k];
+      at[tid] = at[tid + k];
+    }
+    barrier();
+  }
+  if (tid == 0) index[gl_WorkGroupID.x] = int(at[0]) + OFFSET;
+}
+"""
+REDUCTIONS = {"softmax": SOFTMAX, "row_sum": ROW_SUM, "argmax": ARGMAX}
+# BLOCK_SIZE for every kernel that has it; row_sum's unnamed SpecId 0 and the others per kernel.
+SPECIALIZATION = {"BLOCK_SIZE": 128, "row_sum": {0: 32, "SCALE": 0.5},
+                  "argmax": {"ABSOLUTE": True, "OFFSET": -5, "BLOCK_SIZE": 64}}
+
+
+@needs_tools
+def test_specialization_sets_workgroup_sizes_and_constants():
+    """Each kernel gets the values given for every kernel and its own (its own winning), typed
+    by each constant's SPIR-V type; the workgroup size is the specialised one; a module with no
+    constants keeps writing payload version 1 (older runtimes read it)."""
+    m = modpack.vulkan_module(REDUCTIONS, specialization=SPECIALIZATION)
+    kernels = {k.info.name: k for k in m.kernels}
+    assert kernels["softmax"].workgroup_size == (128, 1, 1)
+    assert kernels["row_sum"].workgroup_size == (32, 1, 1)
+    assert kernels["argmax"].workgroup_size == (64, 1, 1)
+    values = {name: {(c.constant.name, c.constant.id): (c.value, c.given) for c in k.constants}
+              for name, k in kernels.items()}
+    assert values["row_sum"] == {(None, 0): (32, True), ("SCALE", 1): (0.5, True)}
+    assert values["argmax"] == {("BLOCK_SIZE", 0): (64, True), ("ABSOLUTE", 1): (True, True),
+                                ("OFFSET", 2): (-5, True)}
+    assert m.vulkan_payload_version == 2
+    assert modpack.vulkan_module({"scale": SCALE}).vulkan_payload_version == 1
+    # Left out, a constant other than the workgroup size keeps the shader's default.
+    plain = modpack.vulkan_module({"argmax": ARGMAX}, specialization={"BLOCK_SIZE": 8})
+    assert [(c.value, c.given) for c in plain.kernels[0].constants] == [
+        (8, True), (False, False), (0, False)]
+
+
+@needs_vulkan
+def test_specialised_reductions_match_numpy(tmp_path):
+    """Softmax, row sums and argmax with their workgroup sizes set by specialization run on the
+    device and equal numpy's, and inspect shows the specialised sizes and the constants."""
+    module = modpack.vulkan_module(REDUCTIONS, specialization=SPECIALIZATION, name="red")
+    path = _export(tmp_path, module)
+    kernels = modpack.load_module(path).imported_modules[0]
+    rows, cols = 20, 1000
+    x = np.random.default_rng(7).standard_normal((rows, cols)).astype(np.float32)
+    xd = modpack.array(x.ravel(), device="vulkan:0")
+    y = modpack.empty(x.size, "float32", device="vulkan:0")
+    kernels["softmax"](xd, y, cols, rows, 1, 1)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y.numpy().reshape(rows, cols), e / e.sum(axis=1, keepdims=True),
+                               rtol=1e-5, atol=1e-7)
+    sums = modpack.empty(rows, "float32", device="vulkan:0")
+    kernels["row_sum"](xd, sums, cols, rows, 1, 1)
+    np.testing.assert_allclose(sums.numpy(), 0.5 * x.sum(axis=1), rtol=1e-4, atol=1e-4)
+    index = modpack.empty(rows, "int32", device="vulkan:0")
+    kernels["argmax"](xd, index, cols, rows, 1, 1)
+    np.testing.assert_array_equal(index.numpy(), np.abs(x).argmax(axis=1) - 5)
+    faces = {f["kernel"]: f for f in inspect_library(path)["modules"][1]["contents"]["interfaces"]}
+    assert [faces[k]["workgroup_size"] for k in REDUCTIONS] == [[128, 1, 1], [32, 1, 1],
+                                                                [64, 1, 1]]
+    assert faces["argmax"]["specialization"] == [
+        {"id": 0, "name": "BLOCK_SIZE", "type": "uint32", "value": 64, "default": False},
+        {"id": 1, "name": "ABSOLUTE", "type": "bool", "value": True, "default": False},
+        {"id": 2, "name": "OFFSET", "type": "int32", "value": -5, "default": False}]
+    text = run(Path(sys.executable).parent / "modpack", "inspect", path)
+    assert "kernel row_sum: shader 1 entry point main, workgroup size 32x1x1" in text
+    assert "specialization: SpecId 0 = 32 (uint32), SCALE = 0.5 (float32, SpecId 1)" in text
+
+
+@needs_tools
+@pytest.mark.parametrize(("kernel", "constant"), [
+    ("softmax", "BLOCK_SIZE \\(SpecId 0\\)"), ("row_sum", "SpecId 0"),
+    ("argmax", "BLOCK_SIZE \\(SpecId 0\\)")])
+def test_a_workgroup_size_left_to_its_default_is_refused(kernel, constant):
+    """Without a value for the constant its workgroup size comes from, a kernel is refused at
+    vulkan_module, naming the kernel and the constant: its default would run it with the wrong
+    number of invocations and a wrong answer, silently."""
+    with pytest.raises(modpack.ArgumentError,
+                       match=rf"kernel {kernel}: its workgroup size along x is specialization "
+                             rf"constant {constant}, and no value is given for it"):
+        modpack.vulkan_module({kernel: REDUCTIONS[kernel]})
+    # Given for another kernel only, it is still missing.
+    with pytest.raises(modpack.ArgumentError, match=f"kernel {kernel}: its workgroup size"):
+        modpack.vulkan_module({kernel: REDUCTIONS[kernel], "scale": SCALE},
+                              specialization={"scale": {}})
+
+
+@needs_tools
+@pytest.mark.parametrize(("specialization", "match"), [
+    ({"BLOCK_SIZE": 2.5}, r"BLOCK_SIZE \(SpecId 0\) is a uint32, and 2.5 is not one"),
+    ({"BLOCK_SIZE": -1}, r"out of its range \[0, 4294967295\]"),
+    ({"BLOCK_SIZE": 2**32}, r"out of its range"),
+    ({"BLOCK_SIZE": True}, r"give a number"),
+    ({"BLOCK_SIZE": "64"}, r"give an integer"),
+    ({"BLOCK_SIZE": 0}, r"must be a positive integer, not 0"),
+    ({"BLOCK_SIZE": 64, "OFFSET": 2**31}, r"OFFSET \(SpecId 2\) is an int32.*out of its range"),
+    ({"BLOCK_SIZE": 64, "ABSOLUTE": 2}, r"ABSOLUTE \(SpecId 1\) is a bool.*give True or False"),
+    ({"BLOCK_SIZE": 64, "WIDTH": 3}, r"constant 'WIDTH' is in no kernel's shader \(theirs: "
+                                     r"ABSOLUTE \(SpecId 1\), BLOCK_SIZE"),
+    ({"argmax": {"BLOCK_SIZE": 64, 9: 1}}, r"kernel argmax: specialization constant 9 is not "
+                                           r"one of its shader's \(BLOCK_SIZE \(SpecId 0\): "
+                                           r"uint32, ABSOLUTE"),
+    ({"argmax": {"BLOCK_SIZE": 64, 0: 32}}, r"BLOCK_SIZE \(SpecId 0\) is given twice, as "
+                                            r"'BLOCK_SIZE' and as 0"),
+    ({"softmax": {"BLOCK_SIZE": 64}}, r"names kernel 'softmax', which the module does not have"),
+    ({1.5: 3}, r"1.5 is no constant; name one by its name in the shader"),
+    ([("BLOCK_SIZE", 64)], r"specialization maps constants"),
+])
+def test_specialization_values_are_checked(specialization, match):
+    """A value of the wrong type or out of range, a constant or kernel that is not there, a
+    constant given twice: each an ArgumentError naming it, at vulkan_module."""
+    with pytest.raises(modpack.ArgumentError, match=match):
+        modpack.vulkan_module({"argmax": ARGMAX}, specialization=specialization)
+
+
+@needs_vulkan
+def test_a_workgroup_larger_than_the_device_allows_is_refused_at_the_call(tmp_path):
+    """A specialised workgroup size past the device's limits is refused at the first call,
+    before the driver, naming the kernel, the size and the device's limits."""
+    module = modpack.vulkan_module({"softmax": SOFTMAX}, specialization={"BLOCK_SIZE": 4096})
+    kernels = modpack.load_module(_export(tmp_path, module)).imported_modules[0]
+    x = modpack.empty(4096, "float32", device="vulkan:0")
+    with pytest.raises(modpack.UnavailableError,
+                       match=r"softmax runs workgroups of 4096x1x1 invocations; Vulkan device 0 "
+                             r"\(.*\) allows at most \d+x\d+x\d+ and \d+ in all"):
+        kernels["softmax"](x, x, 4096, 1, 1, 1)
 
 
 # ---- without a driver -----------------------------------------------------------------------

@@ -23,12 +23,40 @@ typedef struct {
   int scalar_before_buffer; /* scale's arguments reversed */
   uint8_t pad_byte;         /* the padding before shader 0 */
   int trailing;
+  /* Version 2: scale's specialization constants (BLOCK_SIZE, then an unnamed float16 left at
+   * its default) and workgroup size. */
+  uint32_t workgroup_x;
+  uint32_t constant_count; /* as written; two are */
+  uint32_t second_id;      /* the float16's SpecId */
+  uint8_t first_type, first_bits, first_flags, first_reserved;
+  uint64_t first_value;
+  const char* first_name;
 } spec_t;
 
 static spec_t defaults(void) {
   spec_t s = {MP_VULKAN_PAYLOAD_VERSION, 0, 1, sizeof SHADER, MP_VULKAN_SPIRV_MAGIC, NULL,
-              MP_KERNEL_ARG_BUFFER, 0, 8, 4, 1, 0, 0, 0, 0};
+              MP_KERNEL_ARG_BUFFER, 0, 8, 4, 1, 0, 0, 0, 0, 64, 2, 3, kDLUInt, 32, 0, 0, 64,
+              "BLOCK_SIZE"};
   return s;
+}
+
+/* Scale's specialization constants (version 2). */
+static void constants(buf_t* b, const spec_t* s) {
+  put_u32(b, s->constant_count);
+  put_u32(b, 0); /* SpecId */
+  put_u8(b, s->first_type);
+  put_u8(b, s->first_bits);
+  put_u8(b, s->first_flags);
+  put_u8(b, s->first_reserved);
+  put_u64(b, s->first_value);
+  put_str(b, s->first_name);
+  put_u32(b, s->second_id);
+  put_u8(b, kDLFloat);
+  put_u8(b, 16);
+  put_u8(b, MP_VULKAN_CONSTANT_DEFAULT);
+  put_u8(b, 0);
+  put_u64(b, 0xbc00); /* -1.0 as a binary16 */
+  put_u32(b, 0);      /* unnamed */
 }
 
 /* A version 2 record: |nargs| (kind, code, bits, lanes), the three launch tags, |symbol|. */
@@ -69,7 +97,7 @@ static void build(buf_t* b, spec_t s) {
   record(b, "copy", 2, copy, "copy_main");
   /* scale's interface: shader, workgroup 64x1x1, push constants, its two slots. */
   put_u32(b, s.shader_index);
-  put_u32(b, 64);
+  put_u32(b, s.workgroup_x);
   put_u32(b, 1);
   put_u32(b, 1);
   put_u32(b, s.push_size);
@@ -83,6 +111,7 @@ static void build(buf_t* b, spec_t s) {
     put_u32(b, s.scalar_offset);
     put_u32(b, 0);
   }
+  if (s.version >= 2) constants(b, &s);
   /* copy's interface. */
   put_u32(b, s.shader_count - 1);
   put_u32(b, 32);
@@ -93,6 +122,7 @@ static void build(buf_t* b, spec_t s) {
   put_u32(b, 0);
   put_u32(b, 0);
   put_u32(b, s.second_binding);
+  if (s.version >= 2) put_u32(b, 0); /* no specialization constant */
   for (uint32_t i = 0; i < s.shader_count; ++i) {
     while (b->size % MP_VULKAN_SHADER_ALIGNMENT) put_u8(b, i == 0 ? s.pad_byte : 0);
     uint32_t words[8] = {0};
@@ -125,7 +155,10 @@ int main(void) {
     CHECK(strstr(text,
                  "{\"kernel\": \"scale\", \"shader\": 0, \"entry_point\": \"main\", "
                  "\"workgroup_size\": [64, 1, 1], \"push_constant_bytes\": 8, \"bindings\": "
-                 "[{\"set\": 0, \"binding\": 0}, {\"push_offset\": 4}]}") != NULL,
+                 "[{\"set\": 0, \"binding\": 0}, {\"push_offset\": 4}], \"specialization\": "
+                 "[{\"id\": 0, \"name\": \"BLOCK_SIZE\", \"type\": \"uint32\", \"value\": 64, "
+                 "\"default\": false}, {\"id\": 3, \"name\": null, \"type\": \"float16\", "
+                 "\"value\": -1, \"default\": true}]}") != NULL,
           "%s", text);
     CHECK(strstr(text,
                  "{\"name\": \"copy\", \"symbol\": \"copy_main\", \"args\": [\"void*\", "
@@ -150,6 +183,45 @@ int main(void) {
     mp_module_release(m);
   }
   every_prefix_refused("vulkan", &b);
+  /* Version 1 (no specialization) still loads; its workgroup size is informative (a zero came
+   * from reflection reading a specialization constant's SpecId). */
+  spec_t v1 = defaults();
+  v1.version = 1;
+  v1.workgroup_x = 0;
+  build(&b, v1);
+  m = load("vulkan", b.data, b.size);
+  if (m) {
+    const char* text = describe(m);
+    CHECK(strstr(text, "\"workgroup_size\": [0, 1, 1]") && !strstr(text, "specialization"),
+          "%s", text);
+    mp_module_release(m);
+  }
+  /* Each type of constant, as inspect shows it. */
+  struct {
+    uint8_t type, bits;
+    uint64_t value;
+    const char* shown;
+  } typed[] = {
+      {kDLInt, 8, 0xfe, "\"type\": \"int8\", \"value\": -2"},
+      {kDLInt, 64, 0x8000000000000000ull, "\"type\": \"int64\", \"value\": -9223372036854775808"},
+      {kDLUInt, 64, UINT64_MAX, "\"type\": \"uint64\", \"value\": 18446744073709551615"},
+      {kDLFloat, 32, 0x3fc00000, "\"type\": \"float32\", \"value\": 1.5"},
+      {kDLFloat, 64, 0x7ff0000000000000ull, "\"type\": \"float64\", \"value\": \"inf\""},
+      {kDLFloat, 16, 0x0001, "\"type\": \"float16\", \"value\": 5.9604644775390625e-08"},
+      {kDLBool, 32, 1, "\"type\": \"bool\", \"value\": true"},
+  };
+  for (size_t i = 0; i < sizeof typed / sizeof typed[0]; ++i) {
+    spec_t t = defaults();
+    t.first_type = typed[i].type;
+    t.first_bits = typed[i].bits;
+    t.first_value = typed[i].value;
+    build(&b, t);
+    m = load("vulkan", b.data, b.size);
+    if (!m) continue;
+    const char* text = describe(m);
+    CHECK(strstr(text, typed[i].shown) != NULL, "%s in %s", typed[i].shown, text);
+    mp_module_release(m);
+  }
   for (uint32_t i = 0;; ++i) {
     const char* tag = mp_kind_launch_tag("vulkan", i);
     if (i < 3) CHECK(tag && strcmp(tag, TAGS[i]) == 0, "launch tag %u is %s", i, tag ? tag : "-");
@@ -165,7 +237,7 @@ int main(void) {
     mp_status_t code;
     const char* needle;
   } cases[] = {
-      {"version 2", defaults(), MP_ERR_INCOMPATIBLE, "version 2 is not supported"},
+      {"version 3", defaults(), MP_ERR_INCOMPATIBLE, "version 3 is not supported"},
       {"reserved", defaults(), MP_ERR_FORMAT, "reserved header field"},
       {"no shader", defaults(), MP_ERR_FORMAT, "shader count"},
       {"a shader of 22 bytes", defaults(), MP_ERR_FORMAT, "shader 0 has 22 bytes"},
@@ -179,8 +251,22 @@ int main(void) {
       {"local memory", defaults(), MP_ERR_FORMAT, "local memory, which Vulkan kernels"},
       {"nonzero padding", defaults(), MP_ERR_FORMAT, "nonzero padding before shader 0"},
       {"trailing bytes", defaults(), MP_ERR_FORMAT, "4 unexpected trailing bytes"},
+      {"a workgroup of 0 in version 2", defaults(), MP_ERR_FORMAT, "workgroup size of 0x1x1"},
+      {"257 constants", defaults(), MP_ERR_FORMAT, "257 specialization constants (at most 256)"},
+      {"more constants than bytes", defaults(), MP_ERR_FORMAT, "specialization constant count"},
+      {"an 8-bit float", defaults(), MP_ERR_FORMAT, "type code 2 of 8 bits"},
+      {"a 24-bit int", defaults(), MP_ERR_FORMAT, "type code 0 of 24 bits"},
+      {"a 64-bit bool", defaults(), MP_ERR_FORMAT, "type code 6 of 64 bits"},
+      {"an unknown type", defaults(), MP_ERR_FORMAT, "type code 4 of 32 bits"},
+      {"a uint8 of 256", defaults(), MP_ERR_FORMAT, "value 0x100 has bits above its 8"},
+      {"a bool of 2", defaults(), MP_ERR_FORMAT, "value 0x2 has bits above its 32"},
+      {"an unknown flag", defaults(), MP_ERR_FORMAT, "a reserved byte or flag is set"},
+      {"a reserved byte", defaults(), MP_ERR_FORMAT, "a reserved byte or flag is set"},
+      {"a SpecId twice", defaults(), MP_ERR_FORMAT, "gives specialization constant SpecId 0 twice"},
+      {"a name of 256 bytes", defaults(), MP_ERR_FORMAT,
+       "kernel scale: specialization constant name of 256 bytes exceeds 255"},
   };
-  cases[0].spec.version = 2;
+  cases[0].spec.version = 3;
   cases[1].spec.reserved = 1;
   cases[2].spec.shader_count = 0;
   cases[3].spec.shader_size = 22;
@@ -194,6 +280,26 @@ int main(void) {
   cases[11].spec.first_kind = MP_KERNEL_ARG_LOCAL;
   cases[12].spec.pad_byte = 1;
   cases[13].spec.trailing = 4;
+  cases[14].spec.workgroup_x = 0;
+  cases[15].spec.constant_count = 257;
+  cases[16].spec.constant_count = 200;
+  cases[17].spec.first_type = kDLFloat;
+  cases[17].spec.first_bits = 8;
+  cases[18].spec.first_type = kDLInt;
+  cases[18].spec.first_bits = 24;
+  cases[19].spec.first_type = kDLBool;
+  cases[19].spec.first_bits = 64;
+  cases[20].spec.first_type = 4;
+  cases[21].spec.first_bits = 8;
+  cases[21].spec.first_value = 256;
+  cases[22].spec.first_type = kDLBool;
+  cases[22].spec.first_value = 2;
+  cases[23].spec.first_flags = 2;
+  cases[24].spec.first_reserved = 1;
+  cases[25].spec.second_id = 0;
+  static char long_name[257];
+  memset(long_name, 'n', 256);
+  cases[26].spec.first_name = long_name;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     build(&b, cases[i].spec);
     expect_refused(cases[i].what, "vulkan", b.data, b.size, cases[i].code, cases[i].needle);

@@ -15,6 +15,8 @@
 #define LIMIT_maxPushConstantsSize MP_VK_LIMIT_MAX_PUSH_CONSTANTS_SIZE
 #define LIMIT_maxBoundDescriptorSets MP_VK_LIMIT_MAX_BOUND_DESCRIPTOR_SETS
 #define LIMIT_maxComputeWorkGroupCount MP_VK_LIMIT_MAX_COMPUTE_WORK_GROUP_COUNT
+#define LIMIT_maxComputeWorkGroupInvocations MP_VK_LIMIT_MAX_COMPUTE_WORK_GROUP_INVOCATIONS
+#define LIMIT_maxComputeWorkGroupSize MP_VK_LIMIT_MAX_COMPUTE_WORK_GROUP_SIZE
 #define LIMIT(field) ((size_t)MP_VK_LIMITS_OFFSET + LIMIT_##field)
 #endif
 
@@ -35,6 +37,8 @@ int main(void) {
   printf("limit maxPushConstantsSize %zu\n", LIMIT(maxPushConstantsSize));
   printf("limit maxBoundDescriptorSets %zu\n", LIMIT(maxBoundDescriptorSets));
   printf("limit maxComputeWorkGroupCount %zu\n", LIMIT(maxComputeWorkGroupCount));
+  printf("limit maxComputeWorkGroupInvocations %zu\n", LIMIT(maxComputeWorkGroupInvocations));
+  printf("limit maxComputeWorkGroupSize %zu\n", LIMIT(maxComputeWorkGroupSize));
   SIZE(VkMemoryType);
   SIZE(VkMemoryHeap);
   SIZE(VkPhysicalDeviceMemoryProperties);
@@ -58,6 +62,10 @@ int main(void) {
   SIZE(VkPushConstantRange);
   SIZE(VkPipelineLayoutCreateInfo);
   AT(VkPipelineLayoutCreateInfo, pPushConstantRanges);
+  SIZE(VkSpecializationMapEntry);
+  AT(VkSpecializationMapEntry, size);
+  SIZE(VkSpecializationInfo);
+  AT(VkSpecializationInfo, pData);
   SIZE(VkPipelineShaderStageCreateInfo);
   AT(VkPipelineShaderStageCreateInfo, pName);
   SIZE(VkComputePipelineCreateInfo);

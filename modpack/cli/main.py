@@ -247,6 +247,12 @@ def _contents(contents: dict[str, Any]) -> list[str]:
         lines.append(f"kernel {face['kernel']}: shader {face['shader']} entry point "
                      f"{face['entry_point']}, workgroup size {size}, "
                      f"{face['push_constant_bytes']} bytes of push constants")
+        constants = [(f"{c['name']} = {c['value']} ({c['type']}, SpecId {c['id']}"
+                      if c["name"] else f"SpecId {c['id']} = {c['value']} ({c['type']}")
+                     + (", default)" if c["default"] else ")")
+                     for c in face.get("specialization", [])]
+        if constants:
+            lines.append(f"  specialization: {', '.join(constants)}")
     for b in contents.get("binaries", []):
         lines.append(f"prebuilt binary for {b['device']}: {b['size']} bytes{_stored(b)}")
     return lines

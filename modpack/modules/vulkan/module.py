@@ -8,6 +8,7 @@ numbers are in csrc/include/modpack/kinds/vulkan.h, read here through the runtim
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,7 +18,15 @@ from ...format.layout import check_struct
 from ...runtime.binding import lib
 from ..device import CodeWriter, DeviceModule, code_as_is
 from ..kernel_info import KernelArg, KernelInfo, launch_tags
+from .specialization import (
+    Specialization,
+    Specialized,
+    encode_constants,
+    specialise,
+    split_specialization,
+)
 from .spirv import EntryPoint, compile_glsl, is_spirv, reflect
+from .spirv_binary import SpirvFacts, read_facts
 
 __all__ = ["LAUNCH_TAGS", "VulkanKernel", "VulkanModule", "vulkan_module"]
 
@@ -29,17 +38,22 @@ _RECORD_VERSION = 2  # the symbol field carries the entry point
 
 @dataclass(frozen=True)
 class VulkanKernel:
-    """A kernel: its record (buffers, then scalars), its shader and entry point's interface."""
+    """A kernel: its record (buffers, then scalars), its shader and entry point's interface,
+    the workgroup size its pipeline runs with and the specialization constants it gets."""
 
     info: KernelInfo
     shader: int
     entry: EntryPoint
+    workgroup_size: tuple[int, int, int] = (1, 1, 1)
+    constants: tuple[Specialized, ...] = ()
 
-    def encode_interface(self) -> bytes:
+    def encode_interface(self, version: int) -> bytes:
         e = self.entry
-        parts = [struct.pack("<5I", self.shader, *e.workgroup_size, e.push_constant_size)]
+        parts = [struct.pack("<5I", self.shader, *self.workgroup_size, e.push_constant_size)]
         parts += [struct.pack("<II", b.set, b.binding) for b in e.buffers]
         parts += [struct.pack("<II", s.offset, 0) for s in e.scalars]
+        if version >= 2:
+            parts.append(encode_constants(self.constants))
         return b"".join(parts)
 
 
@@ -83,14 +97,20 @@ class VulkanModule(DeviceModule):
                                 "{name: shader}")
         self.check_records()
 
+    @property
+    def vulkan_payload_version(self) -> int:
+        """1 when no kernel has specialization constants (older runtimes then read the module),
+        else 2."""
+        return 2 if any(k.constants for k in self.kernels) else 1
+
     def payload_chunks(self, code: CodeWriter = code_as_is) -> list[bytes]:
+        version = self.vulkan_payload_version
         shaders = [bytes(code(s)) for s in self.shaders]
-        parts = [_HEADER.pack(lib.MP_VULKAN_PAYLOAD_VERSION, 0, len(shaders)),
-                 self.encode_name()]
+        parts = [_HEADER.pack(version, 0, len(shaders)), self.encode_name()]
         parts += [struct.pack("<Q", len(s)) for s in shaders]
         parts.append(struct.pack("<I", len(self.kernels)))
         parts += [k.info.encode(_RECORD_VERSION) for k in self.kernels]
-        parts += [k.encode_interface() for k in self.kernels]
+        parts += [k.encode_interface(version) for k in self.kernels]
         size = sum(len(p) for p in parts)
         for shader in shaders:
             padding = -size % _ALIGNMENT
@@ -112,8 +132,8 @@ def _spirv(shader: str | bytes | bytearray | memoryview, what: str) -> bytes:
                         f"{type(shader).__name__}")
 
 
-def vulkan_module(shaders: str | bytes | Mapping[str, str | bytes], name: str | None = None
-                  ) -> VulkanModule:
+def vulkan_module(shaders: str | bytes | Mapping[str, str | bytes], name: str | None = None, *,
+                  specialization: Specialization | None = None) -> VulkanModule:
     """A Vulkan module of SPIR-V compute shaders, each given as SPIR-V bytes or as GLSL compute
     source (compiled here by ``glslangValidator -V``).
 
@@ -123,12 +143,29 @@ def vulkan_module(shaders: str | bytes | Mapping[str, str | bytes], name: str | 
 
     name : the module's name; its kernels are then also found as ``"name/kernel"``.
 
+    specialization : values of the shaders' specialization constants (``layout(constant_id =
+        N) const ...`` and ``layout(local_size_x_id = N) in;``), set when each kernel's
+        pipeline is made: ``{"BLOCK_SIZE": 256}`` (by the constant's name) or ``{0: 256}`` (by
+        its SpecId) for every kernel whose shader has that constant, ``{"softmax": {...}}`` for
+        one kernel (which wins over the former). Each value is typed by its constant's SPIR-V
+        type (bool, int, uint or float of its width) and refused if it does not fit. A kernel
+        whose workgroup size comes from a constant given no value is refused here, naming the
+        constant: the shader's default (often 1) would run it with too few invocations per
+        workgroup and a wrong result. Any other constant given no value keeps the default its
+        shader declares; ``modpack inspect`` shows every kernel's constants and which are
+        defaults.
+
     Each kernel's record comes from the SPIR-V by reflection: its storage buffers in (set,
     binding) order, then its push-constant block's members as scalars, in offset order. A kernel
     is called with those arguments followed by three workgroup counts (x, y, z).
+
+    Examples
+    --------
+    >>> softmax = modpack.vulkan_module({"softmax": SOFTMAX_GLSL},
+    ...                                 specialization={"softmax": {0: 256}})  # doctest: +SKIP
     """
     shader_list: list[bytes] = []
-    kernels: list[VulkanKernel] = []
+    found: list[tuple[str, int, EntryPoint, str]] = []  # kernel, shader, entry point, what
     if isinstance(shaders, Mapping):
         if not shaders:
             raise ArgumentError("vulkan_module: no shaders given")
@@ -145,11 +182,28 @@ def vulkan_module(shaders: str | bytes | Mapping[str, str | bytes], name: str | 
                         f"{what}: {len(entries)} compute entry points "
                         f"({', '.join(e.name for e in entries)}) and none is called {kernel!r}")
                 entries = named
-            kernels.append(_kernel(kernel, len(shader_list), entries[0], what))
+            found.append((kernel, len(shader_list), entries[0], what))
             shader_list.append(spirv)
     else:
         spirv = _spirv(shaders, "vulkan shader")
-        kernels = [_kernel(e.name, 0, e, f"vulkan shader, entry point {e.name}")
-                   for e in reflect(spirv, "vulkan shader")]
+        found = [(e.name, 0, e, f"vulkan shader, entry point {e.name}")
+                 for e in reflect(spirv, "vulkan shader")]
         shader_list.append(spirv)
+    facts: list[SpirvFacts] = [read_facts(s, f"vulkan shader {i}")
+                               for i, s in enumerate(shader_list)]
+    common, per_kernel = split_specialization(specialization, [f[0] for f in found])
+    used: set[str | int] = set()
+    kernels = []
+    for kernel, shader, entry, what in found:
+        spirv_facts = facts[shader]
+        constants, size = specialise(kernel, spirv_facts.constants,
+                                     spirv_facts.workgroups[entry.name], common,
+                                     per_kernel.get(kernel, {}), used)
+        base = _kernel(kernel, shader, entry, what)
+        kernels.append(dataclasses.replace(base, workgroup_size=size, constants=constants))
+    unused = [key for key in common if key not in used]
+    if unused:
+        every = sorted({c.label for f in facts for c in f.constants})
+        raise ArgumentError(f"vulkan_module: specialization constant {unused[0]!r} is in no "
+                            f"kernel's shader (theirs: {', '.join(every) or 'none'})")
     return VulkanModule(shader_list, kernels, name)

@@ -1,8 +1,10 @@
 """SPIR-V for the ``vulkan`` kind: GLSL compute source compiled with ``glslangValidator -V``, and
 each compute entry point's interface read from the SPIR-V by reflection with ``spirv-cross
 --reflect`` (Khronos' SPIRV-Cross, Debian's ``spirv-cross`` package): its storage buffers (set,
-binding, element type), its push-constant block's members (offset, type) and its workgroup
-size. Nothing is parsed here but the reflection's JSON and the SPIR-V header's magic number."""
+binding, element type) and its push-constant block's members (offset, type). Nothing is parsed
+here but the reflection's JSON and the SPIR-V header's magic number; what reflection does not
+report or reports wrong (workgroup sizes, specialization constants, capabilities) is read from
+the SPIR-V words by :mod:`.spirv_binary`."""
 
 from __future__ import annotations
 
@@ -78,7 +80,6 @@ class EntryPoint:
     """A compute entry point's interface, as reflection reads it from the SPIR-V."""
 
     name: str
-    workgroup_size: tuple[int, int, int]
     buffers: tuple[Buffer, ...]  # in (set, binding) order
     scalars: tuple[Scalar, ...]  # the push-constant block's members, in offset order
     push_constant_size: int
@@ -137,7 +138,6 @@ def reflect(spirv: bytes, what: str) -> list[EntryPoint]:
 
 def _entry_point(info: dict[str, Any], name: str, where: str) -> EntryPoint:
     types = info.get("types", {})
-    entry = next(e for e in info["entryPoints"] if e["name"] == name and e["mode"] == "comp")
     unsupported = [kind for kind in ("ubos", "textures", "images", "separate_images",
                                      "separate_samplers", "acceleration_structures")
                    if info.get(kind)]
@@ -160,8 +160,7 @@ def _entry_point(info: dict[str, Any], name: str, where: str) -> EntryPoint:
             scalars.append(Scalar(member["name"], member["offset"], dtype))
             size = max(size, member["offset"] + _itemsize(dtype))
     size = (size + 3) // 4 * 4
-    x, y, z = (int(v) for v in entry.get("workgroup_size", [1, 1, 1]))
-    return EntryPoint(name, (x, y, z), tuple(buffers),
+    return EntryPoint(name, tuple(buffers),
                       tuple(sorted(scalars, key=lambda s: s.offset)), size)
 
 

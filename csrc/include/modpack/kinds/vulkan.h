@@ -4,7 +4,7 @@
  * workgroup size, where each argument goes (a storage buffer's descriptor set and binding, a
  * scalar's offset in the push-constant block).
  *
- * Payload (little-endian):
+ * Payload (little-endian; version 2 adds the parts marked [v2], version 1 is read as before):
  *   header (mp_vulkan_header_v1_t: u32 version, u32 reserved, u32 shader_count >= 1)
  *   u32 name_size (<= MP_MODULE_MAX_NAME; 0: unnamed), the module's name
  *   shader_count x u64 shader size (bytes: a multiple of 4, at least 20, the SPIR-V header)
@@ -12,18 +12,29 @@
  *       shader's entry point when it is not the kernel's name; arguments are buffers, then
  *       scalars; no local memory, no NULL pointers)
  *   kernel_count interfaces, in the records' order, each:
- *       u32 shader index, u32 workgroup size x, y, z (informative: the shader fixes it),
+ *       u32 shader index, u32 workgroup size x, y, z (version 1: informative; [v2] the size
+ *       the pipeline runs with, specialization applied, each at least 1),
  *       u32 push_constant_size (bytes, a multiple of 4, <= MP_VULKAN_MAX_PUSH_CONSTANTS),
  *       per argument of the record: u32 a, u32 b: a buffer's descriptor set (<
- *       MP_VULKAN_MAX_SETS) and binding (< MP_VULKAN_MAX_BINDING), each pair once per kernel; a
- *       scalar's byte offset in the push-constant block (its bytes inside the block) and 0
+ *       MP_VULKAN_MAX_SETS) and binding (< MP_VULKAN_MAX_BINDING); a scalar's byte offset in
+ *       the push-constant block (its bytes inside the block) and 0; each set and binding once
+ *       per kernel,
+ *       [v2] u32 constant_count (<= MP_VULKAN_MAX_CONSTANTS): the specialization constants of
+ *       its pipeline (VkSpecializationInfo), each: u32 SpecId (each once per kernel), u8 type
+ *       (DLPack's code: kDLInt, kDLUInt, kDLFloat, kDLBool), u8 bits (8, 16, 32 or 64 for an
+ *       int or uint, 16, 32 or 64 for a float, 32 for a bool: a VkBool32), u8 flags
+ *       (MP_VULKAN_CONSTANT_DEFAULT: the shader's default, no value was given; no other bit),
+ *       u8 reserved (0), u64 value (its bits bytes, little-endian, the bytes above them 0; a
+ *       bool is 0 or 1), u32 name_size (<= MP_VULKAN_MAX_CONSTANT_NAME; 0: unnamed) and the
+ *       name (its name in the shader, for tools and messages)
  *   then each shader's SPIR-V words in order, each starting at the next multiple of
  *   MP_VULKAN_SHADER_ALIGNMENT from the start of the payload (zero padding between), and
  *   nothing after the last; each starts with the SPIR-V magic number 0x07230203.
  *
  * Kernels take their arguments (arrays on a Vulkan device for buffers, numbers for scalars, in
  * the record's order) followed by the three launch tags "workgroups.x|y|z": how many workgroups
- * to dispatch (vkCmdDispatch). Pipelines are made per device at a kernel's first launch.
+ * to dispatch (vkCmdDispatch). Pipelines are made per device at a kernel's first launch, with
+ * its specialization constants.
  */
 #ifndef MODPACK_KINDS_VULKAN_H_
 #define MODPACK_KINDS_VULKAN_H_
@@ -36,13 +47,17 @@ extern "C" {
 
 /* MP_API_BEGIN */
 enum {
-  MP_VULKAN_PAYLOAD_VERSION = 1,
+  MP_VULKAN_PAYLOAD_VERSION = 2,
   MP_VULKAN_MAX_SHADERS = 1024,
   MP_VULKAN_SHADER_ALIGNMENT = 64,
   MP_VULKAN_MAX_PUSH_CONSTANTS = 256, /* bytes; devices guarantee 128 */
   MP_VULKAN_MAX_SETS = 8,
   MP_VULKAN_MAX_BINDING = 1024,
   MP_VULKAN_SPIRV_MAGIC = 0x07230203,
+  MP_VULKAN_MAX_CONSTANTS = 256,      /* specialization constants per kernel */
+  MP_VULKAN_MAX_CONSTANT_NAME = 255,  /* bytes */
+  MP_VULKAN_CONSTANT_DEFAULT = 1,     /* a constant's flag: its value is the shader's default */
+  MP_VULKAN_CONSTANT_SIZE = 20,       /* bytes of a constant before its name */
 };
 
 typedef struct {

@@ -132,6 +132,8 @@ enum {
   MP_VK_LIMIT_MAX_PUSH_CONSTANTS_SIZE = 32,
   MP_VK_LIMIT_MAX_BOUND_DESCRIPTOR_SETS = 64,
   MP_VK_LIMIT_MAX_COMPUTE_WORK_GROUP_COUNT = 220, /* uint32_t[3] */
+  MP_VK_LIMIT_MAX_COMPUTE_WORK_GROUP_INVOCATIONS = 232,
+  MP_VK_LIMIT_MAX_COMPUTE_WORK_GROUP_SIZE = 236, /* uint32_t[3] */
 };
 typedef struct {
   uint32_t apiVersion;
@@ -253,13 +255,26 @@ typedef struct {
 } VkPipelineLayoutCreateInfo;
 
 typedef struct {
+  uint32_t constantID;
+  uint32_t offset;
+  size_t size;
+} VkSpecializationMapEntry;
+
+typedef struct {
+  uint32_t mapEntryCount;
+  const VkSpecializationMapEntry* pMapEntries;
+  size_t dataSize;
+  const void* pData;
+} VkSpecializationInfo;
+
+typedef struct {
   VkStructureType sType;
   const void* pNext;
   VkFlags flags;
   VkFlags stage;
   VkShaderModule module;
   const char* pName;
-  const void* pSpecializationInfo;
+  const VkSpecializationInfo* pSpecializationInfo;
 } VkPipelineShaderStageCreateInfo;
 
 typedef struct {
@@ -467,6 +482,8 @@ typedef struct {
   int32_t staging_type; /* host-visible and coherent, for staging copies (-1: none) */
   bool mapped;          /* |memory_type| is host-visible and coherent */
   uint32_t max_group_count[3];
+  uint32_t max_group_size[3];
+  uint32_t max_group_invocations;
   uint32_t max_push_constants;
   uint32_t max_bound_sets;
 } mp_vulkan_device_t;

@@ -184,6 +184,10 @@ static mp_status_t create_device(const mp_vulkan_t* vk, int32_t id, mp_vulkan_de
   for (int i = 0; i < 3; ++i)
     d->max_group_count[i] =
         limit_u32(&properties, MP_VK_LIMIT_MAX_COMPUTE_WORK_GROUP_COUNT + 4 * (size_t)i);
+  for (int i = 0; i < 3; ++i)
+    d->max_group_size[i] =
+        limit_u32(&properties, MP_VK_LIMIT_MAX_COMPUTE_WORK_GROUP_SIZE + 4 * (size_t)i);
+  d->max_group_invocations = limit_u32(&properties, MP_VK_LIMIT_MAX_COMPUTE_WORK_GROUP_INVOCATIONS);
   d->max_push_constants = limit_u32(&properties, MP_VK_LIMIT_MAX_PUSH_CONSTANTS_SIZE);
   d->max_bound_sets = limit_u32(&properties, MP_VK_LIMIT_MAX_BOUND_DESCRIPTOR_SETS);
   VkPhysicalDeviceMemoryProperties memory;

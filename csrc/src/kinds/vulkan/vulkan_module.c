@@ -16,6 +16,7 @@
 #include "kinds/vulkan/vulkan_module.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,12 +130,25 @@ static mp_status_t make_pipeline(mp_vulkan_module_t* m, const mp_vulkan_t* vk,
                                        &range};
   result = vk->vk.CreatePipelineLayout(d->device, &layout, NULL, &p->layout);
   if (result != VK_SUCCESS) return mp_vk_fail("pipeline layout creation", result);
+  /* The specialization constants: each one's bytes packed in order (a bool as a VkBool32). */
+  VkSpecializationMapEntry entries[MP_VULKAN_MAX_CONSTANTS];
+  uint8_t data[MP_VULKAN_MAX_CONSTANTS * 8];
+  size_t data_size = 0;
+  for (uint32_t c = 0; c < in->constant_count; ++c) {
+    const mp_vulkan_constant_t* constant = &in->constants[c];
+    size_t bytes = constant->bits / 8u;
+    for (size_t b = 0; b < bytes; ++b)
+      data[data_size + b] = (uint8_t)(constant->value >> (8 * b));
+    entries[c] = (VkSpecializationMapEntry){constant->id, (uint32_t)data_size, bytes};
+    data_size += bytes;
+  }
+  VkSpecializationInfo specialization = {in->constant_count, entries, data_size, data};
   VkComputePipelineCreateInfo create = {
       VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
       NULL,
       0,
       {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, NULL, 0, VK_SHADER_STAGE_COMPUTE_BIT,
-       shader, mp_kernel_symbol(info), NULL},
+       shader, mp_kernel_symbol(info), in->constant_count ? &specialization : NULL},
       p->layout,
       0,
       -1};
@@ -255,6 +269,20 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
                        "%s: %" PRIu64 " workgroups along %c, but Vulkan device %d dispatches at "
                        "most %u (maxComputeWorkGroupCount)",
                        info->name, groups[i], "xyz"[i], (int)device, d->max_group_count[i]);
+  /* A version 2 interface holds the size the pipeline runs with (specialization applied). */
+  uint64_t invocations = (uint64_t)in->workgroup_size[0] * in->workgroup_size[1] *
+                         in->workgroup_size[2];
+  if (m->version >= 2 &&
+      (in->workgroup_size[0] > d->max_group_size[0] ||
+       in->workgroup_size[1] > d->max_group_size[1] ||
+       in->workgroup_size[2] > d->max_group_size[2] || invocations > d->max_group_invocations))
+    return mp_errorf(MP_ERR_UNAVAILABLE,
+                     "%s runs workgroups of %ux%ux%u invocations; Vulkan device %d (%s) allows "
+                     "at most %ux%ux%u and %u in all (maxComputeWorkGroupSize, "
+                     "maxComputeWorkGroupInvocations): specialise it smaller",
+                     info->name, in->workgroup_size[0], in->workgroup_size[1],
+                     in->workgroup_size[2], (int)device, vk->names[device], d->max_group_size[0],
+                     d->max_group_size[1], d->max_group_size[2], d->max_group_invocations);
   if (in->push_constant_size > d->max_push_constants || in->set_count > d->max_bound_sets)
     return mp_errorf(MP_ERR_UNAVAILABLE,
                      "%s needs %u bytes of push constants and %u descriptor sets; Vulkan device "
@@ -308,6 +336,70 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
 
 /* ---- describing and loading ---------------------------------------------------------------- */
 
+/* A float of |bits| bits (IEEE 754 binary16, 32 or 64) from its bits. */
+static double float_of(uint64_t raw, uint8_t bits) {
+  if (bits == 64) {
+    double d;
+    memcpy(&d, &raw, sizeof d);
+    return d;
+  }
+  if (bits == 32) {
+    uint32_t w = (uint32_t)raw;
+    float f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+  }
+  /* binary16 -> binary32, bit by bit (a subnormal half is a normal float). */
+  uint32_t sign = (uint32_t)(raw & 0x8000) << 16, exponent = (raw >> 10) & 0x1f;
+  uint32_t mantissa = raw & 0x3ff, w = sign;
+  if (exponent == 0x1f) {
+    w |= 0x7f800000u | mantissa << 13;
+  } else if (exponent) {
+    w |= (exponent + 112) << 23 | mantissa << 13;
+  } else if (mantissa) {
+    uint32_t shifts = 0;
+    while (!(mantissa & 0x400)) {
+      mantissa <<= 1;
+      ++shifts;
+    }
+    w |= (113 - shifts) << 23 | (mantissa & 0x3ff) << 13;
+  }
+  float f;
+  memcpy(&f, &w, sizeof f);
+  return f;
+}
+
+/* A specialization constant as JSON: its SpecId, name, type, value (a number, or a string for
+ * a float that JSON cannot hold) and whether it is the shader's default. */
+static void describe_constant(mp_json_t* j, const mp_vulkan_constant_t* c, uint32_t index) {
+  mp_json_printf(j, "%s{\"id\": %u, \"name\": ", index ? ", " : "", c->id);
+  if (c->name)
+    mp_json_string(j, c->name);
+  else
+    mp_json_printf(j, "null");
+  static const char* const types[] = {[kDLInt] = "int", [kDLUInt] = "uint", [kDLFloat] = "float"};
+  if (c->type == kDLBool)
+    mp_json_printf(j, ", \"type\": \"bool\", \"value\": %s", c->value ? "true" : "false");
+  else
+    mp_json_printf(j, ", \"type\": \"%s%u\", \"value\": ", types[c->type], (unsigned)c->bits);
+  if (c->type == kDLUInt) {
+    mp_json_printf(j, "%" PRIu64, c->value);
+  } else if (c->type == kDLInt) {
+    uint64_t raw = c->value; /* sign-extended to 64 bits */
+    if (c->bits < 64 && ((raw >> (c->bits - 1)) & 1)) raw |= ~0ull << c->bits;
+    int64_t v;
+    memcpy(&v, &raw, sizeof v);
+    mp_json_printf(j, "%" PRId64, v);
+  } else if (c->type == kDLFloat) {
+    double v = float_of(c->value, c->bits);
+    if (isfinite(v))
+      mp_json_printf(j, "%.17g", v);
+    else
+      mp_json_printf(j, "\"%s\"", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+  }
+  mp_json_printf(j, ", \"default\": %s}", (c->flags & MP_VULKAN_CONSTANT_DEFAULT) ? "true" : "false");
+}
+
 /* Each shader's place in the payload (tools write them out as .spv), each kernel's interface,
  * and the kernels' signatures and launch tags. */
 static mp_status_t vulkan_describe(mp_module_t* self, char* buffer, uint64_t capacity,
@@ -342,7 +434,14 @@ static mp_status_t vulkan_describe(mp_module_t* self, char* buffer, uint64_t cap
       else
         mp_json_printf(&j, "%s{\"push_offset\": %u}", a ? ", " : "", slot->set);
     }
-    mp_json_printf(&j, "]}");
+    mp_json_printf(&j, "]");
+    if (m->version >= 2) {
+      mp_json_printf(&j, ", \"specialization\": [");
+      for (uint32_t c = 0; c < in->constant_count; ++c)
+        describe_constant(&j, &in->constants[c], c);
+      mp_json_printf(&j, "]");
+    }
+    mp_json_printf(&j, "}");
   }
   mp_json_printf(&j, "], ");
   mp_kernel_table_describe(&j, &m->base.table);

@@ -26,12 +26,24 @@ typedef struct {
   uint32_t binding;
 } mp_vulkan_slot_t;
 
+/* A specialization constant of a kernel's pipeline (payload version 2). */
+typedef struct {
+  uint32_t id;   /* SpecId */
+  uint8_t type;  /* kDLInt, kDLUInt, kDLFloat, kDLBool */
+  uint8_t bits;  /* 8..64; a bool's 32 (VkBool32) */
+  uint8_t flags; /* MP_VULKAN_CONSTANT_DEFAULT */
+  uint64_t value; /* its bits, little-endian in the low bytes */
+  char* name;     /* NULL: unnamed */
+} mp_vulkan_constant_t;
+
 typedef struct {
   uint32_t shader;
-  uint32_t workgroup_size[3];
+  uint32_t workgroup_size[3]; /* version 1: informative; version 2: specialised */
   uint32_t push_constant_size;
   uint32_t set_count; /* 1 + the highest set a buffer uses (0: no buffer) */
   mp_vulkan_slot_t* slots; /* per argument of the record */
+  uint32_t constant_count;
+  mp_vulkan_constant_t* constants;
 } mp_vulkan_interface_t;
 
 /* A kernel's pipeline on one device, made at its first launch there. */
@@ -45,6 +57,7 @@ typedef struct {
 
 typedef struct {
   mp_device_module_t base; /* first: kernels, name, payload, lock (kinds/common) */
+  uint32_t version;        /* the payload's */
   uint32_t shader_count;
   mp_vulkan_shader_t* shaders;
   mp_vulkan_interface_t* interfaces; /* per kernel */

@@ -3,11 +3,77 @@
  * SPIR-V itself is checked only for its magic number and size; the driver reads the rest when a
  * pipeline is made. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "kinds/vulkan/vulkan_module.h"
+
+/* The bits a constant of DLPack type |type| may have: a mask of 8, 16, 32, 64 as 1, 2, 4, 8. */
+static unsigned constant_sizes(uint8_t type) {
+  switch (type) {
+    case kDLInt:
+    case kDLUInt:
+      return 1 | 2 | 4 | 8;
+    case kDLFloat:
+      return 2 | 4 | 8;
+    case kDLBool:
+      return 4;
+    default:
+      return 0;
+  }
+}
+
+/* Kernel |info|'s specialization constants (payload version 2) at |r| into |in|. */
+static mp_status_t parse_constants(mp_reader_t* r, const mp_kernel_info_t* info,
+                                   mp_vulkan_interface_t* in) {
+  uint32_t count;
+  if (!mp_read_u32(r, &count)) return mp_reader_error(r, "specialization constant count");
+  if (count > MP_VULKAN_MAX_CONSTANTS)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "vulkan payload: kernel %s has %u specialization constants (at most %d)",
+                     info->name, count, MP_VULKAN_MAX_CONSTANTS);
+  if (count > (r->size - r->pos) / MP_VULKAN_CONSTANT_SIZE)
+    return mp_reader_error(r, "specialization constant count");
+  in->constants = calloc(count ? count : 1, sizeof *in->constants);
+  if (!in->constants) return mp_out_of_memory("specialization constants");
+  char where[MP_KERNEL_MAX_NAME + 64];
+  snprintf(where, sizeof where, "kernel %s: ", info->name);
+  for (uint32_t c = 0; c < count; ++c) {
+    mp_vulkan_constant_t* k = &in->constants[c];
+    uint8_t reserved;
+    if (!mp_read_u32(r, &k->id) || !mp_read_u8(r, &k->type) || !mp_read_u8(r, &k->bits) ||
+        !mp_read_u8(r, &k->flags) || !mp_read_u8(r, &reserved) || !mp_read_u64(r, &k->value))
+      return mp_reader_error(r, "specialization constant");
+    MP_RETURN_IF_ERROR(mp_read_optional_string(r, MP_VULKAN_MAX_CONSTANT_NAME, where,
+                                               "specialization constant name", &k->name));
+    in->constant_count = c + 1;
+    unsigned bytes = k->bits / 8u;
+    bool sized = k->bits % 8 == 0 && bytes >= 1 && bytes <= 8 && !(bytes & (bytes - 1)) &&
+                 (constant_sizes(k->type) & bytes);
+    if (!sized)
+      return mp_errorf(MP_ERR_FORMAT,
+                       "vulkan payload: kernel %s specialization constant %u (SpecId %u) has "
+                       "type code %u of %u bits (an int or uint of 8, 16, 32 or 64 bits, a "
+                       "float of 16, 32 or 64, a 32-bit bool)",
+                       info->name, c, k->id, (unsigned)k->type, (unsigned)k->bits);
+    uint64_t limit = k->type == kDLBool ? 1 : (bytes == 8 ? UINT64_MAX : (1ull << k->bits) - 1);
+    if (k->value > limit || reserved != 0 || (k->flags & ~(unsigned)MP_VULKAN_CONSTANT_DEFAULT))
+      return mp_errorf(MP_ERR_FORMAT,
+                       "vulkan payload: kernel %s specialization constant %u (SpecId %u): "
+                       "value 0x%" PRIx64 " has bits above its %u, or a reserved byte or flag "
+                       "is set",
+                       info->name, c, k->id, k->value, (unsigned)k->bits);
+    for (uint32_t d = 0; d < c; ++d)
+      if (in->constants[d].id == k->id)
+        return mp_errorf(MP_ERR_FORMAT,
+                         "vulkan payload: kernel %s gives specialization constant SpecId %u "
+                         "twice",
+                         info->name, k->id);
+  }
+  return MP_OK;
+}
 
 /* Kernel |k|'s interface at |r|, checked against its record. */
 static mp_status_t parse_interface(mp_reader_t* r, const mp_vulkan_module_t* m, uint32_t k,
@@ -25,6 +91,13 @@ static mp_status_t parse_interface(mp_reader_t* r, const mp_vulkan_module_t* m, 
                      "vulkan payload: kernel %s has %u bytes of push constants (a multiple of 4, "
                      "at most %d)",
                      info->name, in->push_constant_size, MP_VULKAN_MAX_PUSH_CONSTANTS);
+  if (m->version >= 2 &&
+      (!in->workgroup_size[0] || !in->workgroup_size[1] || !in->workgroup_size[2]))
+    return mp_errorf(MP_ERR_FORMAT,
+                     "vulkan payload: kernel %s has a workgroup size of %ux%ux%u (each at "
+                     "least 1)",
+                     info->name, in->workgroup_size[0], in->workgroup_size[1],
+                     in->workgroup_size[2]);
   in->slots = calloc(info->arg_count ? info->arg_count : 1, sizeof *in->slots);
   if (!in->slots) return mp_out_of_memory("kernel interfaces");
   bool scalars = false;
@@ -70,7 +143,7 @@ static mp_status_t parse_interface(mp_reader_t* r, const mp_vulkan_module_t* m, 
                        arg->kind == MP_KERNEL_ARG_LOCAL ? "local memory" : "a hidden NULL pointer");
     }
   }
-  return MP_OK;
+  return m->version >= 2 ? parse_constants(r, info, in) : MP_OK;
 }
 
 static mp_status_t check_spirv_size(uint32_t s, uint64_t size) {
@@ -117,6 +190,7 @@ mp_status_t mp_vulkan_payload_parse(void* state, const mp_kind_t* kind,
                      version, MP_VULKAN_PAYLOAD_VERSION);
   if (reserved != 0)
     return mp_errorf(MP_ERR_FORMAT, "vulkan payload: reserved header field is not 0");
+  m->version = version;
   if (!mp_read_u32(&r, &count) || count == 0 || count > r.size / 8)
     return mp_reader_error(&r, "shader count");
   if (count > MP_VULKAN_MAX_SHADERS)
@@ -163,7 +237,12 @@ mp_status_t mp_vulkan_payload_parse(void* state, const mp_kind_t* kind,
 }
 
 void mp_vulkan_payload_free(mp_vulkan_module_t* m) {
-  for (uint32_t k = 0; m->interfaces && k < m->base.table.count; ++k) free(m->interfaces[k].slots);
+  for (uint32_t k = 0; m->interfaces && k < m->base.table.count; ++k) {
+    mp_vulkan_interface_t* in = &m->interfaces[k];
+    for (uint32_t c = 0; c < in->constant_count; ++c) free(in->constants[c].name);
+    free(in->constants);
+    free(in->slots);
+  }
   free(m->interfaces);
   for (uint32_t s = 0; m->shaders && s < m->shader_count; ++s) mp_code_free(&m->shaders[s].code);
   free(m->shaders);
