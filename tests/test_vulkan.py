@@ -5,6 +5,7 @@ and the runtime's own Vulkan declarations against Khronos' header."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -512,6 +513,107 @@ def test_a_workgroup_larger_than_the_device_allows_is_refused_at_the_call(tmp_pa
                        match=r"softmax runs workgroups of 4096x1x1 invocations; Vulkan device 0 "
                              r"\(.*\) allows at most \d+x\d+x\d+ and \d+ in all"):
         kernels["softmax"](x, x, 4096, 1, 1, 1)
+
+
+# ---- buffers read through several blocks ---------------------------------------------------
+# A matmul in the style of real projects' (written for these tests): A read as floats and as
+# vec4s through two blocks on one binding, as those projects read one buffer as scalars, vec2
+# and vec4.
+MATMUL = """#version 450
+layout(local_size_x = 8, local_size_y = 8) in;
+layout(std430, binding = 0) readonly buffer A { float a[]; };
+layout(std430, binding = 0) readonly buffer A4 { vec4 a4[]; };
+layout(std430, binding = 1) readonly buffer B { float b[]; };
+layout(std430, binding = 2) writeonly buffer C { float c[]; };
+layout(push_constant) uniform P { uint M; uint N; uint K; } p;
+void main() {
+  const uint row = gl_GlobalInvocationID.y, col = gl_GlobalInvocationID.x;
+  if (row >= p.M || col >= p.N) return;
+  float acc = 0.0;
+  if (p.K % 4 == 0) {
+    for (uint k = 0; k < p.K; k += 4) {
+      vec4 v = a4[(row * p.K + k) / 4];
+      acc += v.x * b[k * p.N + col] + v.y * b[(k + 1) * p.N + col] +
+             v.z * b[(k + 2) * p.N + col] + v.w * b[(k + 3) * p.N + col];
+    }
+  } else {
+    for (uint k = 0; k < p.K; ++k) acc += a[row * p.K + k] * b[k * p.N + col];
+  }
+  c[row * p.N + col] = acc;
+}
+"""
+
+
+@needs_tools
+def test_blocks_on_one_binding_are_one_argument():
+    """Blocks declared on one set and binding are one buffer argument (one descriptor, as the
+    projects' hosts bind it), typed when their elements agree (float and vec4: float32),
+    untyped when they do not; descriptor arrays are refused at vulkan_module."""
+    (k,) = modpack.vulkan_module({"matmul": MATMUL}).kernels
+    assert k.info.signature() == "matmul(float32*, float32*, float32*, uint32, uint32, uint32)"
+    assert [(b.name, b.set, b.binding) for b in k.entry.buffers] == [
+        ("A|A4", 0, 0), ("B", 0, 1), ("C", 0, 2)]
+    mixed = MATMUL.replace("vec4 a4[]", "f16vec4 a4[]").replace(
+        "#version 450", "#version 450\n#extension GL_EXT_shader_16bit_storage : require\n"
+        "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require").replace(
+        "vec4 v = a4", "vec4 v = vec4(a4")
+    mixed = mixed.replace("/ 4];", "/ 4]);")
+    (k,) = modpack.vulkan_module({"matmul": mixed}).kernels
+    assert k.info.signature().startswith("matmul(void*, float32*, float32*")
+    with pytest.raises(modpack.ArgumentError, match="storage buffer B is an array of 2 "
+                                                    "descriptors; a Vulkan kernel takes one"):
+        modpack.vulkan_module({"k": "#version 450\nlayout(local_size_x = 1) in;\n"
+                               "layout(std430, binding = 0) buffer B { float b[]; } bs[2];\n"
+                               "void main() { bs[1].b[0] = bs[0].b[0]; }\n"})
+
+
+@needs_vulkan
+@pytest.mark.parametrize("K", [64, 30])
+def test_a_matmul_reading_one_buffer_as_floats_and_vec4s_matches_numpy(tmp_path, K):
+    """The matmul runs on the device through its vec4 path (K a multiple of 4) and its float
+    path, both blocks reading the one array bound at binding 0."""
+    lib = modpack.load_module(_export(tmp_path, modpack.vulkan_module({"matmul": MATMUL})))
+    rng = np.random.default_rng(K)
+    M, N = 24, 40
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    c = modpack.empty(M * N, "float32", device="vulkan:0")
+    lib.imported_modules[0]["matmul"](modpack.array(a.ravel(), device="vulkan:0"),
+                                      modpack.array(b.ravel(), device="vulkan:0"), c, M, N, K,
+                                      N // 8, M // 8, 1)
+    np.testing.assert_allclose(c.numpy().reshape(M, N), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@needs_vulkan
+def test_a_library_written_with_a_block_per_argument_still_loads(tmp_path):
+    """A library whose writer made each block on a binding its own argument (modpack before
+    payload version 2; the runtime once refused the whole library at load_module, taking its
+    other kernels down) loads: its other kernels run, and the matmul runs when one array is
+    passed for both blocks, refused naming them when two are."""
+    from modpack.modules.vulkan.module import VulkanModule, _kernel
+    from modpack.modules.vulkan.spirv import Buffer
+
+    new = modpack.vulkan_module({"matmul": MATMUL, "scale": SCALE})
+    (matmul, scale) = new.kernels
+    buffers = (Buffer("A", 0, 0, "float32"), Buffer("A4", 0, 0, "float32"),
+               *matmul.entry.buffers[1:])
+    old = _kernel("matmul", 0, dataclasses.replace(matmul.entry, buffers=buffers), "matmul")
+    old = dataclasses.replace(old, workgroup_size=matmul.workgroup_size)
+    module = VulkanModule(new.shaders, [old, scale])
+    assert module.vulkan_payload_version == 1
+    kernels = modpack.load_module(_export(tmp_path, module)).imported_modules[0]
+    x = np.arange(64, dtype=np.float32)
+    xd, out = modpack.array(x, device="vulkan:0"), modpack.empty(64, "float32", device="vulkan:0")
+    kernels["scale"](xd, out, 2.0, 64, 1, 1, 1)
+    np.testing.assert_array_equal(out.numpy(), 2 * x)
+    a = np.ones((8, 8), np.float32)
+    ad = modpack.array(a.ravel(), device="vulkan:0")
+    c = modpack.empty(64, "float32", device="vulkan:0")
+    kernels["matmul"](ad, ad, ad, c, 8, 8, 8, 1, 1, 1)
+    np.testing.assert_array_equal(c.numpy(), np.full(64, 8.0))
+    with pytest.raises(modpack.ArgumentError, match=r"matmul: arguments 0 and 1 are one storage "
+                                                    r"buffer \(set 0, binding 0\): pass the same"):
+        kernels["matmul"](ad, xd, ad, c, 8, 8, 8, 1, 1, 1)
 
 
 # ---- without a driver -----------------------------------------------------------------------

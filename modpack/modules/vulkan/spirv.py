@@ -62,10 +62,14 @@ def compile_glsl(source: str, what: str) -> bytes:
 
 @dataclass(frozen=True)
 class Buffer:
+    """A storage buffer: one descriptor (set, binding), which several blocks of the shader may
+    declare (a matmul reads one buffer as floats and as vec4s). |name| joins their names
+    (``"A|A4"``); |dtype| is their element type when they agree, else None (untyped)."""
+
     name: str
     set: int
     binding: int
-    dtype: str | None  # None: an untyped buffer (its element is a struct)
+    dtype: str | None  # None: an untyped buffer (its element is a struct, or the blocks differ)
 
 
 @dataclass(frozen=True)
@@ -144,10 +148,7 @@ def _entry_point(info: dict[str, Any], name: str, where: str) -> EntryPoint:
     if unsupported:
         raise ArgumentError(f"{where}: uses {', '.join(unsupported)}; Vulkan kernels take storage "
                             "buffers and push constants only")
-    buffers = sorted(
-        (Buffer(b["name"], b.get("set", 0), b.get("binding", 0), _element(types, types[b["type"]]))
-         for b in info.get("ssbos", [])),
-        key=lambda b: (b.set, b.binding))
+    buffers = _buffers(info.get("ssbos", []), types, where)
     scalars: list[Scalar] = []
     size = 0
     for block in info.get("push_constants", []):
@@ -162,6 +163,26 @@ def _entry_point(info: dict[str, Any], name: str, where: str) -> EntryPoint:
     size = (size + 3) // 4 * 4
     return EntryPoint(name, tuple(buffers),
                       tuple(sorted(scalars, key=lambda s: s.offset)), size)
+
+
+def _buffers(ssbos: list[dict[str, Any]], types: dict[str, Any], where: str
+             ) -> tuple[Buffer, ...]:
+    """The storage buffers in (set, binding) order, one per descriptor: blocks declared on one
+    set and binding are one buffer, as the descriptor the host binds there is one."""
+    by_slot: dict[tuple[int, int], list[tuple[str, str | None]]] = {}
+    for b in ssbos:
+        if b.get("array"):
+            raise ArgumentError(f"{where}: storage buffer {b['name']} is an array of "
+                                f"{b['array'][0] or 'a runtime number of'} descriptors; a Vulkan "
+                                "kernel takes one buffer per binding")
+        slot = (b.get("set", 0), b.get("binding", 0))
+        by_slot.setdefault(slot, []).append((b["name"], _element(types, types[b["type"]])))
+    buffers = []
+    for (set_, binding), blocks in sorted(by_slot.items()):
+        dtypes = {dtype for _, dtype in blocks}
+        buffers.append(Buffer("|".join(sorted(name for name, _ in blocks)), set_, binding,
+                              dtypes.pop() if len(dtypes) == 1 else None))
+    return tuple(buffers)
 
 
 def _itemsize(dtype: str) -> int:

@@ -17,8 +17,10 @@
  *       u32 push_constant_size (bytes, a multiple of 4, <= MP_VULKAN_MAX_PUSH_CONSTANTS),
  *       per argument of the record: u32 a, u32 b: a buffer's descriptor set (<
  *       MP_VULKAN_MAX_SETS) and binding (< MP_VULKAN_MAX_BINDING); a scalar's byte offset in
- *       the push-constant block (its bytes inside the block) and 0; each set and binding once
- *       per kernel,
+ *       the push-constant block (its bytes inside the block) and 0. Buffers sharing a set and
+ *       binding are one descriptor, and a call must pass one array for all of them (writers
+ *       since payload version 2 make them one argument; version 1 writers made one argument
+ *       per block declared on the binding, which this runtime loads and runs),
  *       [v2] u32 constant_count (<= MP_VULKAN_MAX_CONSTANTS): the specialization constants of
  *       its pipeline (VkSpecializationInfo), each: u32 SpecId (each once per kernel), u8 type
  *       (DLPack's code: kDLInt, kDLUInt, kDLFloat, kDLBool), u8 bits (8, 16, 32 or 64 for an

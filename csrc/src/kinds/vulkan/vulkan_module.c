@@ -99,6 +99,17 @@ static mp_status_t shader_module_locked(mp_vulkan_module_t* m, const mp_vulkan_t
   return MP_OK;
 }
 
+/* The first argument of kernel |info| at argument |a|'s set and binding (|a| itself, unless
+ * several arguments share one descriptor). */
+static uint32_t first_at_slot(const mp_kernel_info_t* info, const mp_vulkan_interface_t* in,
+                              uint32_t a) {
+  for (uint32_t b = 0; b < a; ++b)
+    if (info->args[b].kind == MP_KERNEL_ARG_BUFFER && in->slots[b].set == in->slots[a].set &&
+        in->slots[b].binding == in->slots[a].binding)
+      return b;
+  return a;
+}
+
 static mp_status_t make_pipeline(mp_vulkan_module_t* m, const mp_vulkan_t* vk,
                                  const mp_vulkan_device_t* d, int32_t device, uint32_t k,
                                  VkShaderModule shader, mp_vulkan_pipeline_t* p) {
@@ -110,7 +121,8 @@ static mp_status_t make_pipeline(mp_vulkan_module_t* m, const mp_vulkan_t* vk,
   for (uint32_t s = 0; s < in->set_count && result == VK_SUCCESS; ++s) {
     uint32_t n = 0;
     for (uint32_t a = 0; a < info->arg_count; ++a)
-      if (info->args[a].kind == MP_KERNEL_ARG_BUFFER && in->slots[a].set == s)
+      if (info->args[a].kind == MP_KERNEL_ARG_BUFFER && in->slots[a].set == s &&
+          first_at_slot(info, in, a) == a)
         bindings[n++] = (VkDescriptorSetLayoutBinding){
             in->slots[a].binding, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1,
             VK_SHADER_STAGE_COMPUTE_BIT, NULL};
@@ -247,6 +259,12 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
       return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                        "%s: argument %u has a byte offset; Vulkan kernels take whole buffers",
                        info->name, i);
+    uint32_t first = first_at_slot(info, in, i);
+    if (first != i && params[first]->v_tensor->data != params[i]->v_tensor->data)
+      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                       "%s: arguments %u and %u are one storage buffer (set %u, binding %u): pass "
+                       "the same array for both",
+                       info->name, first, i, in->slots[i].set, in->slots[i].binding);
   }
   int32_t device = -1;
   MP_RETURN_IF_ERROR(mp_kernel_check_devices(info, params, &mp_vulkan_device,
@@ -296,7 +314,7 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   VkWriteDescriptorSet writes[MP_KERNEL_MAX_ARGS];
   uint32_t n = 0;
   for (uint32_t i = 0; i < info->arg_count; ++i) {
-    if (info->args[i].kind != MP_KERNEL_ARG_BUFFER) continue;
+    if (info->args[i].kind != MP_KERNEL_ARG_BUFFER || first_at_slot(info, in, i) != i) continue;
     const mp_vulkan_buffer_t* b = params[i]->v_tensor->data;
     buffers[n] = (VkDescriptorBufferInfo){b->buffer, 0, VK_WHOLE_SIZE};
     writes[n] = (VkWriteDescriptorSet){VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,

@@ -118,11 +118,8 @@ static mp_status_t parse_interface(mp_reader_t* r, const mp_vulkan_module_t* m, 
                          "below %d, bindings below %d)",
                          info->name, a, slot->set, slot->binding, MP_VULKAN_MAX_SETS,
                          MP_VULKAN_MAX_BINDING);
-      for (uint32_t b = 0; b < a; ++b)
-        if (in->slots[b].set == slot->set && in->slots[b].binding == slot->binding)
-          return mp_errorf(MP_ERR_FORMAT,
-                           "vulkan payload: kernel %s arguments %u and %u share set %u binding %u",
-                           info->name, b, a, slot->set, slot->binding);
+      /* Arguments sharing a set and binding (as version 1 writers made blocks declared on one
+       * binding) are one descriptor: a call passes one array for all of them. */
       if (slot->set + 1 > in->set_count) in->set_count = slot->set + 1;
     } else if (arg->kind == MP_KERNEL_ARG_SCALAR) {
       scalars = true;
