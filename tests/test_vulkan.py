@@ -9,6 +9,7 @@ import dataclasses
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import threading
@@ -21,7 +22,8 @@ from conftest import ROOT, run
 import modpack
 from modpack.extraction import extract_library
 from modpack.inspection import inspect_library
-from modpack.modules.vulkan.spirv import compile_glsl, reflect
+from modpack.modules.vulkan.glsl import compile_glsl
+from modpack.modules.vulkan.spirv import reflect
 
 TOOLS = shutil.which("glslangValidator") and shutil.which("spirv-cross")
 needs_tools = pytest.mark.skipif(not TOOLS, reason="needs glslang-tools and spirv-cross "
@@ -141,7 +143,13 @@ def _two_entry_points(tmp_path: Path) -> bytes:
 @needs_tools
 @pytest.mark.parametrize(("shader", "error", "match"), [
     (b"\x01\x02\x03\x04" * 8, modpack.ArgumentError, "not SPIR-V"),
-    (3.5, modpack.ArgumentError, "SPIR-V bytes or GLSL compute source"),
+    (3.5, modpack.ArgumentError, "SPIR-V bytes, GLSL compute source .a str., a file"),
+    (("src", {}, 1), modpack.ArgumentError, r"a shader variant is a pair \(GLSL source or file, "
+                                            r"defines\), not a tuple of 3"),
+    ((b"\x03\x02\x23\x07" + bytes(16), {"A": 1}), modpack.ArgumentError,
+     "defines are for GLSL source; this shader is SPIR-V"),
+    (Path("/nonexistent.comp"), modpack.ArgumentError, "cannot read shader file "
+                                                       "/nonexistent.comp: No such file"),
     ("#version 450\nvoid main() { undefined(); }\n", modpack.CompileError,
      "glslangValidator -V failed"),
     ("#version 450\nlayout(local_size_x = 1) in;\nlayout(binding = 0) uniform U { float u; };\n"
@@ -614,6 +622,103 @@ def test_a_library_written_with_a_block_per_argument_still_loads(tmp_path):
     with pytest.raises(modpack.ArgumentError, match=r"matmul: arguments 0 and 1 are one storage "
                                                     r"buffer \(set 0, binding 0\): pass the same"):
         kernels["matmul"](ad, xd, ad, c, 8, 8, 8, 1, 1, 1)
+
+
+# ---- GLSL built like real projects build it ---------------------------------------------------
+# One file compiled into variants with -D macros, #include from the file's folder and from
+# include_dirs, and a target environment, as those projects' build scripts do.
+TYPES_GLSL = """#ifdef FLOAT16
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#define T float16_t
+#else
+#define T float
+#endif
+"""
+OPS_GLSL = "T apply(T x, T y) { return x OP y; }\n"
+BINARY_OP = """#version 450
+#include "types.glsl"
+#include "ops.glsl"
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer A { T a[]; };
+layout(std430, binding = 1) readonly buffer B { T b[]; };
+layout(std430, binding = 2) writeonly buffer C { T c[]; };
+layout(push_constant) uniform P { uint n; } p;
+void main() { uint i = gl_GlobalInvocationID.x; if (i < p.n) c[i] = apply(a[i], b[i]); }
+"""
+
+
+def _binary_op_files(tmp_path: Path) -> tuple[Path, Path]:
+    """binary_op.comp beside ops.glsl, and types.glsl in a folder of its own."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "include").mkdir()
+    (tmp_path / "src" / "binary_op.comp").write_text(BINARY_OP)
+    (tmp_path / "src" / "ops.glsl").write_text(OPS_GLSL)
+    (tmp_path / "include" / "types.glsl").write_text(TYPES_GLSL)
+    return tmp_path / "src" / "binary_op.comp", tmp_path / "include"
+
+
+@needs_tools
+def test_glsl_variants_with_defines_includes_and_a_target_environment(tmp_path):
+    """Several variants of one file in one module, each with its macros on top of the module's
+    (a variant's winning), its includes found in its own folder and in include_dirs, compiled
+    for the target environment given (SPIR-V 1.5 for vulkan1.2); the same source as a str and
+    the defines as a list."""
+    path, include = _binary_op_files(tmp_path)
+    module = modpack.vulkan_module(
+        {"sub": path, "add": (path, {"OP": "+"}), "mul": (path, ["OP=*"]),
+         "add_f16": (path, {"OP": "+", "FLOAT16": None}),
+         "text": (BINARY_OP, ["OP=/"])},
+        defines={"OP": "-"}, include_dirs=[include, tmp_path / "src"], target_env="vulkan1.2")
+    signatures = [k.info.signature() for k in module.kernels]
+    assert signatures[0] == "sub(float32*, float32*, float32*, uint32)"
+    assert signatures[3] == "add_f16(float16*, float16*, float16*, uint32)"
+    assert {struct.unpack_from("<I", s, 4)[0] for s in module.shaders} == {0x00010500}
+    if modpack.device_count("vulkan") < 1:
+        return
+    kernels = modpack.load_module(_export(tmp_path, module)).imported_modules[0]
+    rng = np.random.default_rng(3)
+    for name, op, dtype in [("sub", np.subtract, np.float32), ("add", np.add, np.float32),
+                            ("mul", np.multiply, np.float32), ("add_f16", np.add, np.float16),
+                            ("text", np.divide, np.float32)]:
+        a, b = (rng.uniform(1, 2, 100).astype(dtype) for _ in range(2))
+        c = modpack.empty(100, np.dtype(dtype).name, device="vulkan:0")
+        kernels[name](modpack.array(a, device="vulkan:0"), modpack.array(b, device="vulkan:0"),
+                      c, 100, 2, 1, 1)
+        np.testing.assert_allclose(c.numpy(), op(a, b), rtol=1e-3 if dtype == np.float16 else
+                                   1e-6, err_msg=name)
+
+
+@needs_tools
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"defines": {"1BAD": 1}}, modpack.ArgumentError, "define '1BAD' is not a macro name"),
+    ({"defines": "OP=+"}, modpack.ArgumentError, "defines are a dict"),
+    ({"defines": {"OP": "+\n"}}, modpack.ArgumentError, "define OP's value spans lines"),
+    ({"defines": {"OP": [1]}}, modpack.ArgumentError, r"define OP = \[1\]: a value is a str"),
+    ({"include_dirs": ["/nonexistent"]}, modpack.ArgumentError,
+     "include_dirs holds '/nonexistent', which is not a folder"),
+    ({"target_env": "vulkan2"}, modpack.ArgumentError, "target_env 'vulkan2' is not a target"),
+    ({"options": ["-o", "x.spv"]}, modpack.ArgumentError, "options holds '-o', which modpack "
+                                                           "sets itself"),
+    ({"options": "-g"}, modpack.ArgumentError, "options must be a list of compiler flags"),
+    ({}, modpack.CompileError, r"Could not process include directive for header name: "
+                               r"types.glsl"),
+    ({"defines": {"OP": "+"}, "include_dirs": ["INCLUDE"], "target_env": "vulkan1.3"},
+     modpack.CompileError, r"glslangValidator -V -I\S+ --target-env vulkan1.3 -I\S+ -DOP=\+ "
+                           r"failed:\n.*binary_op.comp:9: 'undefined_thing' : undeclared"),
+])
+def test_glsl_options_are_checked_and_compile_errors_name_the_file(tmp_path, kwargs, error,
+                                                                  match):
+    """Bad macros, folders, targets and flags are ArgumentErrors at vulkan_module; a compile
+    error shows glslang's log with the flags used, the file's name and its own line numbers
+    (kept where #include is enabled for it)."""
+    path, include = _binary_op_files(tmp_path)
+    if "include_dirs" in kwargs and kwargs["include_dirs"] == ["INCLUDE"]:
+        kwargs["include_dirs"] = [include]
+        path.write_text(BINARY_OP.replace("c[i] = apply(a[i], b[i]);",
+                                          "c[i] = undefined_thing;"))
+    with pytest.raises(error, match=re.compile(match, re.S)):
+        modpack.vulkan_module({"k": path}, **kwargs)
 
 
 # ---- without a driver -----------------------------------------------------------------------

@@ -9,15 +9,18 @@ numbers are in csrc/include/modpack/kinds/vulkan.h, read here through the runtim
 from __future__ import annotations
 
 import dataclasses
+import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ...errors import ArgumentError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
 from ..device import CodeWriter, DeviceModule, code_as_is
 from ..kernel_info import KernelArg, KernelInfo, launch_tags
+from .glsl import Defines, GlslOptions, compile_glsl
 from .specialization import (
     Specialization,
     Specialized,
@@ -25,7 +28,7 @@ from .specialization import (
     specialise,
     split_specialization,
 )
-from .spirv import EntryPoint, compile_glsl, is_spirv, reflect
+from .spirv import EntryPoint, is_spirv, reflect
 from .spirv_binary import SpirvFacts, read_facts
 
 __all__ = ["LAUNCH_TAGS", "VulkanKernel", "VulkanModule", "vulkan_module"]
@@ -119,29 +122,79 @@ class VulkanModule(DeviceModule):
         return [b"".join(parts)]
 
 
-def _spirv(shader: str | bytes | bytearray | memoryview, what: str) -> bytes:
+# A shader: SPIR-V bytes, GLSL source (a str), a file of either, or GLSL with its own defines.
+ShaderSource = str | bytes | bytearray | memoryview | os.PathLike[str]
+Shader = ShaderSource | tuple[ShaderSource, Defines]
+
+
+def _spirv(shader: Shader, glsl: GlslOptions, what: str) -> bytes:
+    """|shader| as SPIR-V: bytes as they are, GLSL compiled with |glsl| (and the variant's own
+    defines when |shader| is a (source, defines) pair), a file read first."""
+    defines: Defines | None = None
+    if isinstance(shader, tuple):
+        if len(shader) != 2:
+            raise ArgumentError(f"{what}: a shader variant is a pair (GLSL source or file, "
+                                f"defines), not a tuple of {len(shader)}")
+        shader, defines = shader
+    path: Path | None = None
+    if isinstance(shader, os.PathLike):
+        path = Path(shader)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ArgumentError(f"{what}: cannot read shader file {path}: {exc.strerror}"
+                                ) from None
+        if not is_spirv(raw):
+            try:
+                shader = raw.decode()
+            except UnicodeDecodeError:
+                raise ArgumentError(f"{what}: {path} is neither SPIR-V nor GLSL text (UTF-8)"
+                                    ) from None
+        else:
+            shader = raw
     if isinstance(shader, str):
-        return compile_glsl(shader, what)
+        return compile_glsl(shader, what, glsl.with_defines(defines, what), path)
     if isinstance(shader, (bytes, bytearray, memoryview)):
         data = bytes(shader)
         if not is_spirv(data) or len(data) % 4 or len(data) < 20:
             raise ArgumentError(f"{what}: bytes that are not SPIR-V (no magic number 0x07230203, "
                                 "or not whole 32-bit words); pass GLSL compute source as a str")
+        if defines is not None:
+            raise ArgumentError(f"{what}: defines are for GLSL source; this shader is SPIR-V")
         return data
-    raise ArgumentError(f"{what}: a shader is SPIR-V bytes or GLSL compute source (a str), not "
+    raise ArgumentError(f"{what}: a shader is SPIR-V bytes, GLSL compute source (a str), a file "
+                        f"of either (a Path), or a pair (GLSL, defines), not "
                         f"{type(shader).__name__}")
 
 
-def vulkan_module(shaders: str | bytes | Mapping[str, str | bytes], name: str | None = None, *,
-                  specialization: Specialization | None = None) -> VulkanModule:
+def vulkan_module(shaders: Shader | Mapping[str, Shader], name: str | None = None, *,
+                  specialization: Specialization | None = None, defines: Defines | None = None,
+                  include_dirs: Iterable[str | os.PathLike[str]] | None = None,
+                  target_env: str | None = None, options: Sequence[str] | None = None
+                  ) -> VulkanModule:
     """A Vulkan module of SPIR-V compute shaders, each given as SPIR-V bytes or as GLSL compute
     source (compiled here by ``glslangValidator -V``).
 
     shaders : ``{kernel name: shader}`` — each shader's compute entry point (the one named like
         the kernel when it has several) becomes that kernel — or one shader, whose every compute
-        entry point becomes a kernel named like it (``"main"`` for GLSL), in name order.
+        entry point becomes a kernel named like it (``"main"`` for GLSL), in name order. A shader
+        is SPIR-V (bytes), GLSL source (a str), a file holding either (a ``Path``; a GLSL file's
+        folder is searched first for its includes), or a pair ``(GLSL, defines)``: a variant
+        with its own macros on top of |defines|. One file compiled into several variants is one
+        module: ``{"matmul_f32": src, "matmul_f16": (src, {"FLOAT16": 1})}``.
 
     name : the module's name; its kernels are then also found as ``"name/kernel"``.
+
+    defines : macros for every GLSL shader (``-D``): ``{"BLOCK": 64, "FAST": None}`` (None:
+        defined, empty; a bool: 1 or 0) or ``["BLOCK=64", "FAST"]``.
+
+    include_dirs : folders searched for ``#include`` (``-I``), in order. ``#include`` works
+        without the source asking for GL_GOOGLE_include_directive, as it does with glslc.
+
+    target_env : glslang's target environment (``--target-env``), e.g. ``"vulkan1.2"`` (SPIR-V
+        1.5); the default is Vulkan 1.0 (SPIR-V 1.0).
+
+    options : further glslangValidator flags, e.g. ``["-g"]`` (not those modpack sets itself).
 
     specialization : values of the shaders' specialization constants (``layout(constant_id =
         N) const ...`` and ``layout(local_size_x_id = N) in;``), set when each kernel's
@@ -164,6 +217,7 @@ def vulkan_module(shaders: str | bytes | Mapping[str, str | bytes], name: str | 
     >>> softmax = modpack.vulkan_module({"softmax": SOFTMAX_GLSL},
     ...                                 specialization={"softmax": {0: 256}})  # doctest: +SKIP
     """
+    glsl = GlslOptions.make(defines, include_dirs, target_env, options, "vulkan_module")
     shader_list: list[bytes] = []
     found: list[tuple[str, int, EntryPoint, str]] = []  # kernel, shader, entry point, what
     if isinstance(shaders, Mapping):
@@ -173,7 +227,7 @@ def vulkan_module(shaders: str | bytes | Mapping[str, str | bytes], name: str | 
             if not isinstance(kernel, str):
                 raise ArgumentError(f"vulkan_module: kernel names are str, not {kernel!r}")
             what = f"vulkan shader {kernel!r}"
-            spirv = _spirv(shader, what)
+            spirv = _spirv(shader, glsl, what)
             entries = reflect(spirv, what)
             if len(entries) > 1:
                 named = [e for e in entries if e.name == kernel]
@@ -185,7 +239,7 @@ def vulkan_module(shaders: str | bytes | Mapping[str, str | bytes], name: str | 
             found.append((kernel, len(shader_list), entries[0], what))
             shader_list.append(spirv)
     else:
-        spirv = _spirv(shaders, "vulkan shader")
+        spirv = _spirv(shaders, glsl, "vulkan shader")
         found = [(e.name, 0, e, f"vulkan shader, entry point {e.name}")
                  for e in reflect(spirv, "vulkan shader")]
         shader_list.append(spirv)

@@ -1,15 +1,14 @@
-"""SPIR-V for the ``vulkan`` kind: GLSL compute source compiled with ``glslangValidator -V``, and
-each compute entry point's interface read from the SPIR-V by reflection with ``spirv-cross
---reflect`` (Khronos' SPIRV-Cross, Debian's ``spirv-cross`` package): its storage buffers (set,
-binding, element type) and its push-constant block's members (offset, type). Nothing is parsed
-here but the reflection's JSON and the SPIR-V header's magic number; what reflection does not
-report or reports wrong (workgroup sizes, specialization constants, capabilities) is read from
-the SPIR-V words by :mod:`.spirv_binary`."""
+"""SPIR-V for the ``vulkan`` kind: each compute entry point's interface read from the SPIR-V by
+reflection with ``spirv-cross --reflect`` (Khronos' SPIRV-Cross, Debian's ``spirv-cross``
+package): its storage buffers (set, binding, element type) and its push-constant block's
+members (offset, type). Nothing is parsed here but the reflection's JSON and the SPIR-V
+header's magic number; what reflection does not report or reports wrong (workgroup sizes,
+specialization constants, capabilities) is read from the SPIR-V words by :mod:`.spirv_binary`.
+"""
 
 from __future__ import annotations
 
 import json
-import shutil
 import struct
 import subprocess
 import tempfile
@@ -17,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import ArgumentError, CompileError, UnavailableError
+from ...errors import ArgumentError, CompileError
 from ...runtime.binding import lib
+from .glsl import tool
 
-__all__ = ["SPIRV_MAGIC", "EntryPoint", "compile_glsl", "is_spirv", "reflect"]
+__all__ = ["SPIRV_MAGIC", "EntryPoint", "is_spirv", "reflect"]
 
 SPIRV_MAGIC: int = lib.MP_VULKAN_SPIRV_MAGIC  # modpack/kinds/vulkan.h
 # SPIRV-Cross's names of scalar types -> numpy dtype names.
@@ -34,30 +34,8 @@ _VECTOR_BASES = {"vec": "float", "dvec": "double", "ivec": "int", "uvec": "uint"
                  "u8vec": "uint8_t"}
 
 
-def _tool(name: str, package: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise UnavailableError(f"{name} is not installed: `apt-get install {package}` "
-                               "(scripts/dev.sh installs it)")
-    return path
-
-
 def is_spirv(data: bytes) -> bool:
     return len(data) >= 4 and struct.unpack_from("<I", data)[0] == SPIRV_MAGIC
-
-
-def compile_glsl(source: str, what: str) -> bytes:
-    """GLSL compute source -> SPIR-V, by ``glslangValidator -V`` (CompileError with its log)."""
-    compiler = _tool("glslangValidator", "glslang-tools")
-    with tempfile.TemporaryDirectory(prefix="modpack-glsl-") as work:
-        src, out = Path(work) / "shader.comp", Path(work) / "shader.spv"
-        src.write_text(source)
-        proc = subprocess.run([compiler, "-V", str(src), "-o", str(out)], capture_output=True,
-                              text=True)
-        if proc.returncode != 0 or not out.exists():
-            log = (proc.stdout + proc.stderr).replace(str(src), what).strip()
-            raise CompileError(f"{what}: glslangValidator -V failed:\n{log}")
-        return out.read_bytes()
 
 
 @dataclass(frozen=True)
@@ -90,11 +68,11 @@ class EntryPoint:
 
 
 def _run_reflect(spirv: bytes, entry: str | None, what: str) -> dict[str, Any]:
-    tool = _tool("spirv-cross", "spirv-cross")
+    spirv_cross = tool("spirv-cross", "spirv-cross")
     with tempfile.TemporaryDirectory(prefix="modpack-spirv-") as work:
         path = Path(work) / "shader.spv"
         path.write_bytes(spirv)
-        command = [tool, str(path), "--reflect"]
+        command = [spirv_cross, str(path), "--reflect"]
         if entry is not None:
             command += ["--entry", entry, "--stage", "comp"]
         proc = subprocess.run(command, capture_output=True, text=True)
