@@ -84,7 +84,8 @@ def test_records_come_from_the_spirv():
     (kernel,) = m.kernels
     assert kernel.workgroup_size == (8, 4, 2)
     assert [(b.set, b.binding) for b in kernel.entry.buffers] == [(0, 1), (0, 3), (1, 0)]
-    assert [(s.name, s.offset) for s in kernel.entry.scalars] == [("a", 0), ("b", 4), ("c", 8)]
+    assert [(s.name, s.offset) for s in kernel.entry.scalars] == [("p.a", 0), ("p.b", 4),
+                                                                  ("p.c", 8)]
     assert kernel.entry.push_constant_size == 12
 
 
@@ -155,9 +156,15 @@ def _two_entry_points(tmp_path: Path) -> bytes:
     ("#version 450\nlayout(local_size_x = 1) in;\nlayout(binding = 0) uniform U { float u; };\n"
      "layout(std430, binding = 1) buffer B { float b[]; };\nvoid main() { b[0] = u; }\n",
      modpack.ArgumentError, "uses ubos; Vulkan kernels take storage buffers"),
-    ("#version 450\nlayout(local_size_x = 1) in;\nlayout(push_constant) uniform P { vec2 v; } p;"
-     "\nlayout(std430, binding = 0) buffer B { float b[]; };\nvoid main() { b[0] = p.v.x; }\n",
-     modpack.ArgumentError, "push-constant member v has type vec2"),
+    ("#version 450\nlayout(local_size_x = 1) in;\nstruct S { mat2 m; };\n"
+     "layout(push_constant) uniform P { S s[2]; } p;\n"
+     "layout(std430, binding = 0) buffer B { float b[]; };\n"
+     "void main() { b[0] = p.s[1].m[0].x; }\n",
+     modpack.ArgumentError, r"push-constant member p.s\[0\].m has type mat2: modpack passes"),
+    ("#version 450\nlayout(local_size_x = 1) in;\nlayout(constant_id = 0) const uint N = 2;\n"
+     "layout(push_constant) uniform P { float v[N]; } p;\n"
+     "layout(std430, binding = 0) buffer B { float b[]; };\nvoid main() { b[0] = p.v[1]; }\n",
+     modpack.ArgumentError, "push-constant member p.v is an array whose size is not a literal"),
 ])
 def test_what_is_not_a_vulkan_kernel_is_refused_at_export(shader, error, match):
     with pytest.raises(error, match=match):
@@ -622,6 +629,53 @@ def test_a_library_written_with_a_block_per_argument_still_loads(tmp_path):
     with pytest.raises(modpack.ArgumentError, match=r"matmul: arguments 0 and 1 are one storage "
                                                     r"buffer \(set 0, binding 0\): pass the same"):
         kernels["matmul"](ad, xd, ad, c, 8, 8, 8, 1, 1, 1)
+
+
+# ---- push constants of structs and arrays -----------------------------------------------------
+# A strided copy in the style of real projects' (written for these tests): a tensor's shape and
+# strides as a struct of arrays in the push-constant block, a vector and a signed scalar.
+STRIDED_COPY = """#version 450
+layout(local_size_x = 64) in;
+struct Tensor { uint ne[4]; uint nb[4]; };
+layout(push_constant) uniform Params { Tensor src; uint dst_nb[2]; vec2 affine; int bias; } pc;
+layout(std430, binding = 0) readonly buffer S { float s[]; };
+layout(std430, binding = 1) writeonly buffer D { float d[]; };
+void main() {
+  const uint i = gl_GlobalInvocationID.x;
+  if (i >= pc.src.ne[0] * pc.src.ne[1]) return;
+  const uint i0 = i % pc.src.ne[0], i1 = i / pc.src.ne[0];
+  const float v = s[i0 * pc.src.nb[0] + i1 * pc.src.nb[1]];
+  d[i0 * pc.dst_nb[0] + i1 * pc.dst_nb[1]] = pc.affine.x * v + pc.affine.y + float(pc.bias);
+}
+"""
+
+
+@needs_tools
+def test_push_constant_structs_arrays_and_vectors_are_scalars_at_their_offsets(tmp_path):
+    """A push-constant block with a struct of arrays, an array, a vector and an int is passed
+    as scalars named by their path in the source, each at its offset; the copy runs on the
+    device (a transpose, through the strides) and equals numpy's."""
+    (k,) = modpack.vulkan_module({"copy": STRIDED_COPY}).kernels
+    names = [(s.name, s.offset, s.dtype) for s in k.entry.scalars]
+    assert names[:2] == [("pc.src.ne[0]", 0, "uint32"), ("pc.src.ne[1]", 4, "uint32")]
+    assert names[4:] == [("pc.src.nb[0]", 16, "uint32"), ("pc.src.nb[1]", 20, "uint32"),
+                         ("pc.src.nb[2]", 24, "uint32"), ("pc.src.nb[3]", 28, "uint32"),
+                         ("pc.dst_nb[0]", 32, "uint32"), ("pc.dst_nb[1]", 36, "uint32"),
+                         ("pc.affine.x", 40, "float32"), ("pc.affine.y", 44, "float32"),
+                         ("pc.bias", 48, "int32")]
+    assert k.entry.push_constant_size == 52
+    if modpack.device_count("vulkan") < 1:
+        return
+    kernels = modpack.load_module(_export(tmp_path, modpack.vulkan_module(
+        {"copy": STRIDED_COPY}))).imported_modules[0]
+    rows, cols = 6, 10
+    x = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
+    out = modpack.empty(rows * cols, "float32", device="vulkan:0")
+    # x's transpose: element (i0, i1) of the view is x[i0, i1] read with strides (cols, 1) as a
+    # cols x rows tensor; written packed, i0 fastest.
+    kernels["copy"](modpack.array(x.ravel(), device="vulkan:0"), out,
+                    rows, cols, 1, 1, cols, 1, 0, 0, 1, rows, 2.0, 0.5, -3, 1, 1, 1)
+    np.testing.assert_array_equal(out.numpy().reshape(cols, rows), 2.0 * x.T + 0.5 - 3)
 
 
 # ---- GLSL built like real projects build it ---------------------------------------------------

@@ -8,6 +8,7 @@ specialization constants, capabilities) is read from the SPIR-V words by :mod:`.
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 import subprocess
@@ -89,9 +90,54 @@ def _run_reflect(spirv: bytes, entry: str | None, what: str) -> dict[str, Any]:
 def _scalar(type_name: str, where: str) -> str:
     if type_name in _SCALARS:
         return _SCALARS[type_name]
-    raise ArgumentError(f"{where} has type {type_name}: modpack passes scalars by push constant "
-                        f"(one of {', '.join(sorted(set(_SCALARS)))}); split vectors and "
-                        "structs into scalar members")
+    raise ArgumentError(f"{where} has type {type_name}: modpack passes push constants as "
+                        f"scalars (one of {', '.join(sorted(set(_SCALARS)))}), flattening "
+                        "structs, arrays and vectors into them; make it scalars, vectors, "
+                        "structs or arrays of these")
+
+
+def _vector(type_name: str) -> tuple[str, int] | None:
+    """A vector type's component type and count (``"uvec3"``: ``("uint", 3)``), else None."""
+    for prefix, scalar in _VECTOR_BASES.items():
+        count = type_name[len(prefix):]
+        if type_name.startswith(prefix) and count.isdigit():
+            return scalar, int(count)
+    return None
+
+
+def _flatten(types: dict[str, Any], type_key: str, offset: int, prefix: str, where: str,
+             out: list[Scalar]) -> None:
+    """The members of struct |type_key| at |offset| as scalars named by their path in the
+    source (``pc.inner.dims[1]``, a vector's components ``.x`` to ``.w``), into |out|."""
+    for member in types[type_key].get("members", []):
+        name = f"{prefix}.{member['name']}" if prefix else member["name"]
+        sizes = list(reversed(member.get("array", [])))  # outermost first
+        if not all(member.get("array_size_is_literal", [True] * len(sizes))) or 0 in sizes:
+            raise ArgumentError(f"{where}: push-constant member {name} is an array whose size "
+                                "is not a literal (a specialization constant, or runtime-sized); "
+                                "give it a fixed size")
+        # Each dimension's stride, from the outermost one's: an array's size is count x stride.
+        strides = [member.get("array_stride", 0)] if sizes else []
+        for count in sizes[1:]:
+            strides.append(strides[-1] // count)
+        for index in itertools.product(*(range(n) for n in sizes)):
+            at = offset + member["offset"] + sum(i * st for i, st in zip(index, strides))
+            _flatten_value(types, member, at, name + "".join(f"[{i}]" for i in index), where, out)
+
+
+def _flatten_value(types: dict[str, Any], member: dict[str, Any], at: int, name: str,
+                   where: str, out: list[Scalar]) -> None:
+    type_name = member["type"]
+    if type_name in types:  # a struct, named by SPIRV-Cross's id for it: never shown
+        _flatten(types, type_name, at, name, where, out)
+        return
+    vector = _vector(type_name)
+    if vector is not None and vector[1] <= 4 and "matrix_stride" not in member:
+        dtype = _scalar(vector[0], f"{where}: push-constant member {name}")
+        for i in range(vector[1]):
+            out.append(Scalar(f"{name}.{'xyzw'[i]}", at + i * _itemsize(dtype), dtype))
+        return
+    out.append(Scalar(name, at, _scalar(type_name, f"{where}: push-constant member {name}")))
 
 
 def _element(types: dict[str, Any], block: dict[str, Any]) -> str | None:
@@ -101,10 +147,8 @@ def _element(types: dict[str, Any], block: dict[str, Any]) -> str | None:
     if len(members) != 1 or not members[0].get("array"):
         return None
     base = members[0]["type"]
-    for prefix, scalar in _VECTOR_BASES.items():
-        if base.startswith(prefix) and base[len(prefix):].isdigit():
-            base = scalar
-    return _SCALARS.get(base)
+    vector = _vector(base)
+    return _SCALARS.get(vector[0] if vector else base)
 
 
 def reflect(spirv: bytes, what: str) -> list[EntryPoint]:
@@ -128,16 +172,9 @@ def _entry_point(info: dict[str, Any], name: str, where: str) -> EntryPoint:
                             "buffers and push constants only")
     buffers = _buffers(info.get("ssbos", []), types, where)
     scalars: list[Scalar] = []
-    size = 0
     for block in info.get("push_constants", []):
-        block_type = types[block["type"]]
-        for member in block_type.get("members", []):
-            if member.get("array"):
-                raise ArgumentError(f"{where}: push-constant member {member['name']} is an "
-                                    "array; modpack passes scalars")
-            dtype = _scalar(member["type"], f"{where}: push-constant member {member['name']}")
-            scalars.append(Scalar(member["name"], member["offset"], dtype))
-            size = max(size, member["offset"] + _itemsize(dtype))
+        _flatten(types, block["type"], 0, block.get("name") or "", where, scalars)
+    size = max((s.offset + _itemsize(s.dtype) for s in scalars), default=0)
     size = (size + 3) // 4 * 4
     return EntryPoint(name, tuple(buffers),
                       tuple(sorted(scalars, key=lambda s: s.offset)), size)
