@@ -19,8 +19,9 @@ def preflight(path: str | os.PathLike[str], device: str) -> dict[str, Any]:
     """Which code |device| would get from each module of the library at |path|.
 
     device : ``"cuda:sm_90"`` (a compute capability), ``"rocm:gfx90a:sramecc+:xnack-"`` (a
-        target ID), ``"opencl"``, ``"vulkan"``, or ``"host"`` (every device this machine's
-        drivers report).
+        target ID), ``"opencl"``, ``"vulkan"`` (any Vulkan device: what one needs to run the
+        library), ``"vulkan:0"`` (this machine's Vulkan device 0, checked for what the library's
+        shaders need), or ``"host"`` (every device this machine's drivers report).
 
     Returns ``{"path", "device", "devices", "unavailable", "fits", "reason", "modules": [{"index",
     "type_key", "size", "status", "reason", "answers": [{"device", "fits", "variant", "kind",

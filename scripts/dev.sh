@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config lld mold libxxhash-dev ocl-icd-libopencl1
   pocl-opencl-icd clang libclang-rt-dev gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user debootstrap
   libvulkan1 libvulkan-dev mesa-vulkan-drivers glslang-tools spirv-tools spirv-cross
+  vulkan-validationlayers  # Khronos' layer: the suite runs Vulkan under it (tests/conftest.py)
   libzstd1  # compressed device code: libzstd is loaded with dlopen when needed, not linked
   elfutils  # eu-strip, one of the strippers tests/test_strip.py runs on exported libraries
   # HIP as written (rocm_module): HIP's headers, ROCm's device libraries (LLVM 15 bitcode) and

@@ -13,6 +13,19 @@ import pytest
 
 import modpack
 
+# The suite runs Vulkan under Khronos' validation layer where it is installed (scripts/dev.sh
+# installs vulkan-validationlayers): the runtime turns each error the layer reports into a failed
+# call (MODPACK_VULKAN_VALIDATION=1), so invalid use of Vulkan fails the tests, as a stricter
+# driver than lavapipe would fail it. Set MODPACK_VULKAN_VALIDATION=0 to run without it.
+VULKAN_VALIDATION_LAYER = next(
+    (d / "VkLayer_khronos_validation.json"
+     for d in map(Path, (*filter(None, os.environ.get("VK_LAYER_PATH", "").split(":")),
+                         "/usr/share/vulkan/explicit_layer.d", "/etc/vulkan/explicit_layer.d",
+                         "/usr/local/share/vulkan/explicit_layer.d"))
+     if (d / "VkLayer_khronos_validation.json").exists()), None)
+if VULKAN_VALIDATION_LAYER is not None:
+    os.environ.setdefault("MODPACK_VULKAN_VALIDATION", "1")
+
 VADD_C = r"""
 #include "modpack/backend.h"
 static void vadd(DLTensor* a, DLTensor* b, DLTensor* c) {

@@ -185,6 +185,9 @@ def test_host_lists_this_machine_s_devices_and_what_is_missing(library):
     if modpack.device_count("opencl"):  # PoCL here
         assert statuses["opencl"] == "fits"
         assert proc.returncode == 0 and report["fits"], proc.stdout
+    if modpack.device_count("vulkan"):  # lavapipe here: named by its index, once
+        (a,) = answers(report, "vulkan")
+        assert a["device"] == "vulkan:0" and a["fits"] and "SPIR-V (1 shader)" in a["reason"]
 
 
 # ---- the CLI: text, exit codes, bad devices ----------------------------------------------------
@@ -222,7 +225,8 @@ def test_exit_codes_and_text(library):
     ("rocm:gfx11-generic", "a generic target, not a device"),
     ("rocm:sm_90", "not an AMD GPU target ID"),
     ("opencl:0", "'opencl:0' names nothing more"),
-    ("vulkan:lavapipe", "'vulkan:lavapipe' names nothing more"),
+    ("vulkan:lavapipe", "'vulkan:lavapipe' names nothing"),
+    ("vulkan:16", "'vulkan:N' (this machine's device N, from 0 to 15"),
 ])
 def test_bad_devices_are_named(library, device, message):
     with pytest.raises(modpack.ArgumentError, match=message.replace("(", r"\(")):

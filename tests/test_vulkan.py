@@ -775,6 +775,244 @@ def test_glsl_options_are_checked_and_compile_errors_name_the_file(tmp_path, kwa
         modpack.vulkan_module({"k": path}, **kwargs)
 
 
+# ---- what shaders need of a device ------------------------------------------------------------
+needs_validation = pytest.mark.skipif(
+    os.environ.get("MODPACK_VULKAN_VALIDATION") != "1",
+    reason="Khronos' validation layer is not installed (apt-get install vulkan-validationlayers; "
+           "scripts/dev.sh): tests/conftest.py turns it on where it is")
+# 16-bit storage, float16 arithmetic, a float16 push constant and subgroup arithmetic, as
+# quantized and half-precision shaders use them (written for these tests).
+HALF_AXPB = """#version 450
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer X { float16_t x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float16_t y[]; };
+layout(std430, binding = 2) writeonly buffer S { float partial[]; };
+layout(push_constant) uniform P { uint n; float16_t scale; } p;
+void main() {
+  const uint i = gl_GlobalInvocationID.x;
+  const float16_t v = i < p.n ? x[i] * p.scale + float16_t(1.0) : float16_t(0.0);
+  if (i < p.n) y[i] = v;
+  const float s = subgroupAdd(float(v));
+  if (subgroupElect()) partial[gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID] = s;
+}
+"""
+# Clustered subgroup operations, which lavapipe does not offer.
+CLUSTERED = """#version 450
+#extension GL_KHR_shader_subgroup_clustered : require
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) buffer X { float x[]; };
+void main() { x[gl_GlobalInvocationID.x] = subgroupClusteredAdd(x[gl_GlobalInvocationID.x], 4); }
+"""
+
+
+@needs_vulkan
+@needs_validation
+def test_a_half_precision_shader_runs_clean_under_the_validation_layer(tmp_path):
+    """A SPIR-V 1.5 shader with 16-bit storage, float16 arithmetic and push constant, and
+    subgroup arithmetic records what it needs (inspect shows it) and runs under Khronos'
+    validation layer without an error, equal to numpy: the instance asks for the loader's API
+    version and the device is made with the features those capabilities need (once API 1.0
+    and no features: "Invalid SPIR-V binary version 1.5", "storageBuffer16BitAccess is not
+    enabled")."""
+    module = modpack.vulkan_module({"axpb": HALF_AXPB}, target_env="vulkan1.2")
+    assert module.vulkan_payload_version == 2
+    path = _export(tmp_path, module)
+    (shader,) = inspect_library(path)["modules"][1]["contents"]["shaders"]
+    assert (shader["spirv"], shader["vulkan"]) == ("1.5", "1.2")
+    assert set(shader["capabilities"]) == {
+        "Shader", "Float16", "GroupNonUniform", "GroupNonUniformArithmetic",
+        "StorageBuffer16BitAccess", "StoragePushConstant16"}
+    kernels = modpack.load_module(path).imported_modules[0]
+    n = 1000
+    x = np.random.default_rng(1).uniform(-1, 1, n).astype(np.float16)
+    y = modpack.empty(n, "float16", device="vulkan:0")
+    partial = modpack.array(np.zeros(16 * 64, np.float32), device="vulkan:0")
+    kernels["axpb"](modpack.array(x, device="vulkan:0"), y, partial, n, 0.5, 16, 1, 1)
+    expected = x * np.float16(0.5) + np.float16(1)
+    np.testing.assert_array_equal(y.numpy(), expected)
+    assert partial.numpy().sum() == pytest.approx(expected.astype(np.float64).sum(), rel=1e-5)
+
+
+@needs_vulkan
+@needs_validation
+def test_invalid_use_of_vulkan_fails_the_call_under_the_validation_layer(tmp_path):
+    """With MODPACK_VULKAN_VALIDATION=1 (the suite's setting) an error the layer reports fails
+    the call that caused it, with the layer's message: here a kernel whose recorded push-constant
+    block is smaller than its shader's (a record modpack's writer never makes)."""
+    from modpack.modules.vulkan.module import VulkanModule, _kernel
+
+    good = modpack.vulkan_module({"scale": SCALE})
+    (k,) = good.kernels
+    entry = dataclasses.replace(k.entry, scalars=k.entry.scalars[:1], push_constant_size=4)
+    short = dataclasses.replace(_kernel("scale", 0, entry, "scale"),
+                                workgroup_size=k.workgroup_size)
+    kernels = modpack.load_module(_export(tmp_path, VulkanModule(good.shaders, [short])))
+    x = modpack.array(np.ones(64, np.float32), device="vulkan:0")
+    with pytest.raises(modpack.CallError,
+                       match=r"Vulkan's validation layer \(MODPACK_VULKAN_VALIDATION=1\) reports "
+                             r"invalid use in scale: .*Push constant"):
+        kernels.imported_modules[0]["scale"](x, x, 2.0, 1, 1, 1)
+
+
+@needs_vulkan
+def test_a_capability_the_device_lacks_is_refused_at_the_first_call(tmp_path):
+    """A kernel whose shader uses what the device does not offer (clustered subgroup operations
+    on lavapipe) is refused at its first call, naming the capability and the device, before the
+    driver sees it; the module's other kernels run. preflight says so of vulkan:0, and lists
+    what any device needs."""
+    module = modpack.vulkan_module({"clustered": CLUSTERED, "scale": SCALE},
+                                   target_env="vulkan1.1")
+    path = _export(tmp_path, module)
+    report = modpack.preflight(path, "vulkan:0")
+    (answer,) = report["modules"][1]["answers"]
+    if answer["fits"]:
+        pytest.skip(f"this device offers clustered subgroup operations: {answer['reason']}")
+    assert "uses the SPIR-V capability GroupNonUniformClustered, which needs subgroup clustered " \
+           "operations in compute shaders of Vulkan 1.1" in answer["reason"]
+    assert report["modules"][1]["status"] == "no-code" and not report["fits"]
+    (anyone,) = modpack.preflight(path, "vulkan")["modules"][1]["answers"]
+    assert anyone["fits"] and "SPIR-V 1.3, for a Vulkan 1.1 device with GroupNonUniform, " \
+                              "GroupNonUniformClustered" in anyone["reason"]
+    kernels = modpack.load_module(path).imported_modules[0]
+    x = modpack.array(np.ones(64, np.float32), device="vulkan:0")
+    for _ in range(2):  # the first call, and every one after it
+        with pytest.raises(modpack.UnavailableError,
+                           match=r"clustered cannot run on Vulkan device 0 \(.+\): it uses the "
+                                 r"SPIR-V capability GroupNonUniformClustered"):
+            kernels["clustered"](x, 1, 1, 1)
+    kernels["scale"](x, x, 3.0, 64, 1, 1, 1)
+    np.testing.assert_array_equal(x.numpy(), np.full(64, 3.0, np.float32))
+
+
+@needs_vulkan
+def test_a_device_of_an_older_api_version_refuses_what_it_lacks(tmp_path):
+    """With the API version lowered (MODPACK_VULKAN_API_VERSION, as on an older driver), a
+    kernel needing Vulkan 1.2's float16 or SPIR-V 1.3 is refused at its first call naming why;
+    a SPIR-V 1.0 kernel runs; a value that is no version is refused."""
+    half = ("#version 450\n#extension GL_EXT_shader_16bit_storage : require\n"
+            "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
+            "layout(local_size_x = 64) in;\n"
+            "layout(std430, binding = 0) buffer X { float16_t x[]; };\n"
+            "void main() { x[gl_GlobalInvocationID.x] *= float16_t(2.0); }\n")
+    module = modpack.vulkan_module({"twice": half, "scale": SCALE})
+    newer = modpack.vulkan_module({"scale13": SCALE}, target_env="vulkan1.1", name="v11")
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(module)
+    host.import_module(newer)
+    path = host.export_library(tmp_path / "old.so")
+    code = (
+        "import sys, numpy as np, modpack\n"
+        "first, second = modpack.load_module(sys.argv[1]).imported_modules\n"
+        "x = modpack.array(np.ones(64, np.float32), device='vulkan:0')\n"
+        "h = modpack.array(np.ones(64, np.float16), device='vulkan:0')\n"
+        "first['scale'](x, x, 2.0, 64, 1, 1, 1)\n"
+        "print('scale', x.numpy()[0])\n"
+        "for m, name, args in [(first, 'twice', (h,)), (second, 'scale13', (x, x, 2.0, 64))]:\n"
+        "    try:\n        m[name](*args, 1, 1, 1)\n"
+        "    except modpack.ModpackError as e:\n        print(name, type(e).__name__, e)\n")
+    env = {**os.environ, "MODPACK_VULKAN_API_VERSION": "1.0"}
+    out = run(sys.executable, "-c", code, path, env=env)
+    assert "scale 2.0" in out
+    assert re.search(r"twice UnavailableError twice cannot run on Vulkan device 0 \(.+\): it uses "
+                     r"the SPIR-V capability Float16, which needs the feature shaderFloat16 of "
+                     r"Vulkan 1.2, and the device \(Vulkan 1.0\) does not offer it "
+                     r"\(MODPACK_VULKAN_API_VERSION lowers", out), out
+    assert "scale13 UnavailableError" in out and "it is SPIR-V 1.3, which needs Vulkan 1.1, " \
+                                                 "and the device offers 1.0" in out, out
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, env={**os.environ, "MODPACK_VULKAN_API_VERSION": "2"})
+    assert "MODPACK_VULKAN_API_VERSION='2' is not a Vulkan API version such as 1.2" in (
+        proc.stdout + proc.stderr)
+
+
+@needs_tools
+def test_what_no_core_vulkan_version_has_is_refused_at_vulkan_module(tmp_path):
+    """A capability the runtime does not check and enable, and a SPIR-V extension that needs a
+    device extension, are refused when the module is made, named."""
+    float_atomics = ("#version 450\n#extension GL_EXT_shader_atomic_float : require\n"
+                     "layout(local_size_x = 64) in;\n"
+                     "layout(std430, binding = 0) buffer X { float x[]; };\n"
+                     "void main() { atomicAdd(x[0], 1.0); }\n")
+    with pytest.raises(modpack.ArgumentError,
+                       match="it declares the SPIR-V capability AtomicFloat32AddEXT, which "
+                             "modpack's Vulkan runtime does not check and enable"):
+        modpack.vulkan_module({"k": float_atomics})
+    if not shutil.which("spirv-dis") or not shutil.which("spirv-as"):
+        pytest.skip("needs spirv-tools (apt-get install spirv-tools)")
+    (tmp_path / "s.spv").write_bytes(compile_glsl(SCALE, "scale"))
+    text = run("spirv-dis", tmp_path / "s.spv")
+    text = text.replace("OpCapability Shader",
+                        'OpCapability Shader\nOpExtension "SPV_AMD_gcn_shader"')
+    (tmp_path / "x.spvasm").write_text(text)
+    run("spirv-as", "--target-env", "vulkan1.0", tmp_path / "x.spvasm", "-o", tmp_path / "x.spv")
+    with pytest.raises(modpack.ArgumentError,
+                       match="it declares the SPIR-V extension SPV_AMD_gcn_shader, which no core "
+                             "Vulkan version has"):
+        modpack.vulkan_module({"k": (tmp_path / "x.spv").read_bytes()})
+
+
+@needs_tools
+def test_validation_without_the_layer_says_how_to_install_it(tmp_path):
+    """MODPACK_VULKAN_VALIDATION=1 where the layer is missing makes Vulkan unavailable, saying
+    which package has it: never a run that looks validated and was not."""
+    path = _export(tmp_path, modpack.vulkan_module({"nothing": NO_BUFFERS}))
+    (tmp_path / "layers").mkdir()
+    code = ("import sys, modpack\n"
+            "k = modpack.load_module(sys.argv[1]).imported_modules[0]['nothing']\n"
+            "try:\n    k(1, 1, 1, 1)\n"
+            "except modpack.UnavailableError as e:\n    print('Unavailable:', e)\n")
+    env = {**os.environ, "MODPACK_VULKAN_VALIDATION": "1", "VK_LAYER_PATH": str(tmp_path /
+                                                                                  "layers")}
+    out = run(sys.executable, "-c", code, path, env=env)
+    assert "MODPACK_VULKAN_VALIDATION=1 asks for Khronos' validation layer" in out, out
+    assert "apt-get install vulkan-validationlayers" in out, out
+
+
+def test_the_runtimes_capability_table_matches_khronos_registry(tmp_path):
+    """Each SPIR-V capability the runtime enables is one the Vulkan registry (vk.xml's
+    <spirvcapabilities>) lists, with the feature or subgroup operation the runtime requires
+    among those it names; the capability numbers are SPIR-V's (assembled by spirv-as); each
+    SPIR-V extension the writer accepts is core in the Vulkan version the registry says."""
+    from modpack.modules.vulkan.requirements import SPIRV_EXTENSIONS, capability
+
+    registry = Path("/usr/share/vulkan/registry/vk.xml")
+    if not registry.exists():
+        pytest.skip("no Vulkan registry (apt-get install libvulkan-dev)")
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(registry).getroot()
+    enables = {c.get("name"): [e.attrib for e in c] for c in root.find("spirvcapabilities")}
+    known = {n: capability(n) for n in range(7000) if capability(n) is not None}
+    assert len(known) >= 30
+    bits = ["BASIC", "VOTE", "ARITHMETIC", "BALLOT", "SHUFFLE", "SHUFFLE_RELATIVE", "CLUSTERED",
+            "QUAD"]
+    for number, (name, requirement, minor) in known.items():
+        listed = enables.get(name) or enables.get(name + "KHR")
+        assert listed, f"{name} is not in vk.xml"
+        if requirement.startswith("the feature "):
+            wanted = set(requirement.removeprefix("the feature ").split(" or "))
+            assert wanted <= {e.get("feature") for e in listed}, (name, requirement, listed)
+        elif requirement.startswith("subgroup "):
+            bit = bits[number - 61]
+            assert {e.get("value") for e in listed} == {f"VK_SUBGROUP_FEATURE_{bit}_BIT"}, name
+        else:
+            assert listed == [{"version": "VK_VERSION_1_0"}] and minor == 0, name
+    spirv_extensions = {c.get("name"): [e.attrib for e in c]
+                        for c in root.find("spirvextensions")}
+    for extension, minor in SPIRV_EXTENSIONS.items():
+        versions = {e.get("version") for e in spirv_extensions[extension]} - {None}
+        assert versions & {f"VK_VERSION_1_{minor}", f"VK_API_VERSION_1_{minor}"}, extension
+    if not shutil.which("spirv-as"):
+        return
+    for number, (name, _, _) in known.items():
+        (tmp_path / "c.spvasm").write_text(f"OpCapability {name}\nOpMemoryModel Logical GLSL450\n")
+        run("spirv-as", tmp_path / "c.spvasm", "-o", tmp_path / "c.spv")
+        assert struct.unpack_from("<I", (tmp_path / "c.spv").read_bytes(), 24)[0] == number, name
+
+
 # ---- without a driver -----------------------------------------------------------------------
 
 

@@ -31,12 +31,14 @@ typedef struct {
   uint8_t first_type, first_bits, first_flags, first_reserved;
   uint64_t first_value;
   const char* first_name;
+  /* Version 2: shader 0's requirements (its capabilities: Shader, Float16, an unknown one). */
+  uint32_t spirv_version, vulkan_version, capability_count;
 } spec_t;
 
 static spec_t defaults(void) {
   spec_t s = {MP_VULKAN_PAYLOAD_VERSION, 0, 1, sizeof SHADER, MP_VULKAN_SPIRV_MAGIC, NULL,
               MP_KERNEL_ARG_BUFFER, 0, 8, 4, 1, 0, 0, 0, 0, 64, 2, 3, kDLUInt, 32, 0, 0, 64,
-              "BLOCK_SIZE"};
+              "BLOCK_SIZE", 0x00010000, 1u << 22 | 2u << 12, 3};
   return s;
 }
 
@@ -81,6 +83,14 @@ static void build(buf_t* b, spec_t s) {
   else
     put_u32(b, 0);
   for (uint32_t i = 0; i < s.shader_count; ++i) put_u64(b, i ? sizeof SHADER : s.shader_size);
+  for (uint32_t i = 0; s.version >= 2 && i < s.shader_count; ++i) {
+    put_u32(b, i ? 0x00010000 : s.spirv_version);
+    put_u32(b, i ? 1u << 22 : s.vulkan_version);
+    uint32_t count = i ? 1 : s.capability_count;
+    put_u32(b, count);
+    static const uint32_t capabilities[3] = {1, 9, 6022}; /* Shader, Float16, unknown */
+    for (uint32_t c = 0; c < count; ++c) put_u32(b, capabilities[c % 3]);
+  }
   put_u32(b, 2);
   /* scale(float32* x, float32 k): x at set 0 binding 0, k at push offset |scalar_offset|. */
   uint8_t scale[2][4] = {{s.first_kind, kDLFloat, 32, 1}, {MP_KERNEL_ARG_SCALAR, kDLFloat, 32, 1}};
@@ -145,6 +155,9 @@ int main(void) {
     CHECK(mp_module_name(m) && strcmp(mp_module_name(m), "vk") == 0, "named");
     const char* text = describe(m);
     CHECK(strstr(text, "\"shaders\": [{\"offset\": ") != NULL, "%s", text);
+    CHECK(strstr(text, "\"spirv\": \"1.0\", \"vulkan\": \"1.2\", \"capabilities\": "
+                       "[\"Shader\", \"Float16\", 6022]") != NULL,
+          "%s", text);
     /* Each shader's offset says where its words are in the payload (tools write .spv). */
     const char* second = strstr(text, "}, {\"offset\": ");
     unsigned long long offset = 0;
@@ -289,6 +302,12 @@ int main(void) {
       {"a SpecId twice", defaults(), MP_ERR_FORMAT, "gives specialization constant SpecId 0 twice"},
       {"a name of 256 bytes", defaults(), MP_ERR_FORMAT,
        "kernel scale: specialization constant name of 256 bytes exceeds 255"},
+      {"SPIR-V 2.0", defaults(), MP_ERR_FORMAT, "SPIR-V version 0x00020000 is not 1.x"},
+      {"SPIR-V 1.5 recorded for 1.0", defaults(), MP_ERR_FORMAT,
+       "shader 0 is SPIR-V version 0x00010000, and its requirements say 0x00010500"},
+      {"Vulkan 2.0", defaults(), MP_ERR_FORMAT, "needs Vulkan version 0x00800000, which is no"},
+      {"a Vulkan patch version", defaults(), MP_ERR_FORMAT, "which is no Vulkan 1.x API version"},
+      {"129 capabilities", defaults(), MP_ERR_FORMAT, "declares 129 capabilities (at most 128)"},
   };
   cases[0].spec.version = 3;
   cases[1].spec.reserved = 1;
@@ -323,6 +342,11 @@ int main(void) {
   static char long_name[257];
   memset(long_name, 'n', 256);
   cases[25].spec.first_name = long_name;
+  cases[26].spec.spirv_version = 0x00020000;
+  cases[27].spec.spirv_version = 0x00010500;
+  cases[28].spec.vulkan_version = 2u << 22;
+  cases[29].spec.vulkan_version |= 1;
+  cases[30].spec.capability_count = 129;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     build(&b, cases[i].spec);
     expect_refused(cases[i].what, "vulkan", b.data, b.size, cases[i].code, cases[i].needle);

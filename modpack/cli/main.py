@@ -383,7 +383,8 @@ def _add_preflight(subparsers: _Subparsers) -> None:
     p.add_argument("library", help="the library (e.g. deploy.so)")
     p.add_argument("--device", required=True,
                    help="cuda:sm_XY (e.g. cuda:sm_90), rocm:TARGET_ID (e.g. rocm:gfx90a:xnack-), "
-                        "opencl, vulkan, or host (this machine's devices)")
+                        "opencl, vulkan (any), vulkan:N (this machine's Vulkan device N), or "
+                        "host (this machine's devices)")
     p.add_argument("--json", action="store_true", help="print the answer as JSON on stdout")
     p.set_defaults(run=_run_preflight)
 

@@ -266,7 +266,8 @@ MP_API mp_status_t mp_library_check_blob(const char* path, uint64_t blob_offset,
  * with pread. The choice is the loader's: the same parsers and the same ranking.
  *
  * |device|: "cuda:sm_XY" (compute capability X.Y), "rocm:TARGET_ID" ("rocm:gfx90a:sramecc+:xnack-",
- * "rocm:gfx1100"), "opencl", "vulkan", or "host": every device this machine's drivers report
+ * "rocm:gfx1100"), "opencl", "vulkan" (any), "vulkan:N" (this machine's Vulkan device N), or
+ * "host": every device this machine's drivers report
  * (a kind whose driver is missing is listed with the reason). The answer is one JSON object
  * written NUL-terminated into |buffer| (truncated to |capacity|; |*out_length| receives the
  * length it needs, so a caller can retry):

@@ -105,7 +105,7 @@ static mp_status_t parse_devices(const char* device, devices_t* out) {
   memset(out, 0, sizeof *out);
   static const char forms[] =
       "cuda:sm_XY (e.g. cuda:sm_90), rocm:TARGET_ID (e.g. rocm:gfx90a:xnack-), opencl, vulkan, "
-      "or host (this machine's devices)";
+      "vulkan:N, or host (this machine's devices)";
   if (!device || !*device)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "no DEVICE given: name one as %s", forms);
   if (strcmp(device, "host") == 0) {
@@ -131,8 +131,12 @@ static mp_status_t parse_devices(const char* device, devices_t* out) {
         t->kind = kind;
         t->id = d;
         memcpy(t->arch, arch, sizeof arch);
+        /* A kind whose devices are named by their index (vulkan:0) shows it once. */
+        char index[16];
+        snprintf(index, sizeof index, "%d", (int)d);
+        bool shown = arch[0] && strcmp(arch, index) != 0;
         snprintf(t->label, sizeof t->label, "%s:%d%s%s%s", kind->device->name, (int)d,
-                 arch[0] ? " (" : "", arch, arch[0] ? ")" : "");
+                 shown ? " (" : "", shown ? arch : "", shown ? ")" : "");
         ++out->count;
       }
     }

@@ -21,6 +21,7 @@ from ...runtime.binding import lib
 from ..device import CodeWriter, DeviceModule, code_as_is
 from ..kernel_info import KernelArg, KernelInfo, launch_tags
 from .glsl import Defines, GlslOptions, compile_glsl
+from .requirements import requirements
 from .specialization import (
     Specialization,
     Specialized,
@@ -91,6 +92,9 @@ class VulkanModule(DeviceModule):
         if len(shaders) > lib.MP_VULKAN_MAX_SHADERS:
             raise ArgumentError(f"{len(shaders)} shaders (at most {lib.MP_VULKAN_MAX_SHADERS})")
         self.shaders = [bytes(s) for s in shaders]
+        self.requirements = [requirements(s, read_facts(s, f"vulkan shader {i}"),
+                                          f"vulkan shader {i}")
+                             for i, s in enumerate(self.shaders)]
         self.kernels = list(kernels)
         self.functions = [k.info for k in self.kernels]
         names = [f.name for f in self.functions]
@@ -102,15 +106,18 @@ class VulkanModule(DeviceModule):
 
     @property
     def vulkan_payload_version(self) -> int:
-        """1 when no kernel has specialization constants (older runtimes then read the module),
-        else 2."""
-        return 2 if any(k.constants for k in self.kernels) else 1
+        """1 when no kernel has specialization constants and no shader needs more than every
+        Vulkan 1.0 device has (older runtimes then read the module), else 2."""
+        simple = all(r.trivial for r in self.requirements)
+        return 2 if any(k.constants for k in self.kernels) or not simple else 1
 
     def payload_chunks(self, code: CodeWriter = code_as_is) -> list[bytes]:
         version = self.vulkan_payload_version
         shaders = [bytes(code(s)) for s in self.shaders]
         parts = [_HEADER.pack(version, 0, len(shaders)), self.encode_name()]
         parts += [struct.pack("<Q", len(s)) for s in shaders]
+        if version >= 2:
+            parts += [r.encode() for r in self.requirements]
         parts.append(struct.pack("<I", len(self.kernels)))
         parts += [k.info.encode(_RECORD_VERSION) for k in self.kernels]
         parts += [k.encode_interface(version) for k in self.kernels]

@@ -8,6 +8,11 @@
  *   header (mp_vulkan_header_v1_t: u32 version, u32 reserved, u32 shader_count >= 1)
  *   u32 name_size (<= MP_MODULE_MAX_NAME; 0: unnamed), the module's name
  *   shader_count x u64 shader size (bytes: a multiple of 4, at least 20, the SPIR-V header)
+ *   [v2] shader_count requirements, in the shaders' order, each: u32 spirv_version (its SPIR-V
+ *       header's version word, 0x00010m00 for 1.m), u32 vulkan_version (the least Vulkan API
+ *       version it needs, VK_MAKE_API_VERSION(0, 1, minor, 0)), u32 capability_count (<=
+ *       MP_VULKAN_MAX_CAPABILITIES) and that many SPIR-V capability numbers (its OpCapability
+ *       list, which the runtime checks against each device without reading the SPIR-V)
  *   u32 kernel_count, kernel_count function-info records (record version 2: the symbol is the
  *       shader's entry point when it is not the kernel's name; arguments are buffers, then
  *       scalars; no local memory, no NULL pointers)
@@ -37,11 +42,20 @@
  * the record's order) followed by the three launch tags "workgroups.x|y|z": how many workgroups
  * to dispatch (vkCmdDispatch). Pipelines are made per device at a kernel's first launch, with
  * its specialization constants.
+ *
+ * Devices: the instance is made with the highest Vulkan API version the loader offers
+ * (vkEnumerateInstanceVersion; MODPACK_VULKAN_API_VERSION=1.M lowers it), and each device with
+ * every feature a SPIR-V capability of mp_vulkan_capability_info needs, where the device offers
+ * it. A kernel whose shader needs a higher API version than the device's, or a capability the
+ * device does not offer (or one this runtime does not know), is refused at its first call with
+ * a message naming it; modpack preflight --device vulkan:N says the same of a library.
  */
 #ifndef MODPACK_KINDS_VULKAN_H_
 #define MODPACK_KINDS_VULKAN_H_
 
 #include <stdint.h>
+
+#include "modpack/modpack.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,6 +74,7 @@ enum {
   MP_VULKAN_MAX_CONSTANT_NAME = 255,  /* bytes */
   MP_VULKAN_CONSTANT_DEFAULT = 1,     /* a constant's flag: its value is the shader's default */
   MP_VULKAN_CONSTANT_SIZE = 20,       /* bytes of a constant before its name */
+  MP_VULKAN_MAX_CAPABILITIES = 128,   /* per shader */
 };
 
 typedef struct {
@@ -67,6 +82,19 @@ typedef struct {
   uint32_t reserved;     /* must be 0 */
   uint32_t shader_count; /* 1..MP_VULKAN_MAX_SHADERS */
 } mp_vulkan_header_v1_t;
+
+/* What a SPIR-V capability needs of a Vulkan device, as this runtime checks and enables it. */
+typedef struct {
+  const char* name;        /* SPIR-V's: "StorageBuffer16BitAccess" */
+  const char* requirement; /* "the feature storageBuffer16BitAccess"; "" when every device of
+                              |vulkan_version| has it */
+  uint32_t vulkan_version; /* the least API version offering it: VK_MAKE_API_VERSION(0, 1, m, 0) */
+} mp_vulkan_capability_t;
+
+/* Capability |capability| (a SPIR-V OpCapability operand) into |*out| (static strings).
+ * MP_ERR_NOT_FOUND for one this runtime does not check and enable: a shader that declares it
+ * is refused (writers refuse it when the module is made). */
+MP_API mp_status_t mp_vulkan_capability_info(uint32_t capability, mp_vulkan_capability_t* out);
 /* MP_API_END */
 
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L

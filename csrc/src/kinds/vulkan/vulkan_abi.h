@@ -21,7 +21,7 @@ typedef struct VkQueue_T* VkQueue;
 typedef struct VkCommandBuffer_T* VkCommandBuffer;
 typedef uint64_t VkBuffer, VkDeviceMemory, VkShaderModule, VkDescriptorSetLayout,
     VkPipelineLayout, VkPipeline, VkDescriptorPool, VkDescriptorSet, VkCommandPool, VkFence,
-    VkPipelineCache;
+    VkPipelineCache, VkDebugUtilsMessengerEXT;
 typedef uint32_t VkFlags, VkBool32;
 typedef uint64_t VkDeviceSize;
 typedef int32_t VkResult;
@@ -70,6 +70,15 @@ enum {
   VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO = 40,
   VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO = 42,
   VK_STRUCTURE_TYPE_MEMORY_BARRIER = 46,
+  VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES = 49,
+  VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES = 51,
+  VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES = 53,
+  VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2 = 1000059000,
+  VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2 = 1000059001,
+  VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES = 1000083000,
+  VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES = 1000094000,
+  VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VARIABLE_POINTERS_FEATURES = 1000120000,
+  VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT = 1000128004,
 };
 
 enum {
@@ -99,8 +108,23 @@ enum {
   VK_ACCESS_HOST_WRITE_BIT = 0x4000,
   VK_ACCESS_MEMORY_READ_BIT = 0x8000,
   VK_ACCESS_MEMORY_WRITE_BIT = 0x10000,
+  VK_SUBGROUP_FEATURE_BASIC_BIT = 0x1, /* GroupNonUniform; the other operations follow */
+  VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT = 0x100,
+  VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT = 0x1000,
+  VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT = 0x1,
+  VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT = 0x2,
+  VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT = 0x4,
 };
-#define VK_API_VERSION_1_0 ((1u << 22) | (0u << 12))
+/* Versions: variant (3 bits), major (7), minor (10), patch (12). */
+#define VK_MAKE_API_VERSION(variant, major, minor, patch) \
+  ((((uint32_t)(variant)) << 29U) | (((uint32_t)(major)) << 22U) | \
+   (((uint32_t)(minor)) << 12U) | ((uint32_t)(patch)))
+#define VK_API_VERSION_MAJOR(version) (((uint32_t)(version) >> 22U) & 0x7FU)
+#define VK_API_VERSION_MINOR(version) (((uint32_t)(version) >> 12U) & 0x3FFU)
+#define VK_API_VERSION_1_0 VK_MAKE_API_VERSION(0, 1, 0, 0)
+#define VK_API_VERSION_1_1 VK_MAKE_API_VERSION(0, 1, 1, 0)
+#define VK_API_VERSION_1_2 VK_MAKE_API_VERSION(0, 1, 2, 0)
+#define VK_API_VERSION_1_3 VK_MAKE_API_VERSION(0, 1, 3, 0)
 #define VK_WHOLE_SIZE (~0ull)
 #define VK_MAX_PHYSICAL_DEVICE_NAME_SIZE 256
 
@@ -145,6 +169,124 @@ typedef struct {
   uint8_t pipelineCacheUUID[16];
   uint64_t limits_and_sparse[66]; /* VkPhysicalDeviceLimits (504 bytes), sparse properties */
 } VkPhysicalDeviceProperties;
+
+/* The features a shader's capabilities may need (vulkan_features.c), read and enabled through
+ * these structs. Each declares its VkBool32s as an array: the byte offsets of those modpack
+ * uses are in vulkan_features.c's table and checked against the real header. */
+enum {
+  MP_VK_FEATURES_CORE = 55,  /* VkBool32s of VkPhysicalDeviceFeatures */
+  MP_VK_FEATURES_11 = 12,    /* of VkPhysicalDeviceVulkan11Features (Vulkan 1.2's) */
+  MP_VK_FEATURES_12 = 47,    /* of VkPhysicalDeviceVulkan12Features */
+  MP_VK_FEATURES_13 = 15,    /* of VkPhysicalDeviceVulkan13Features */
+  MP_VK_FEATURES_16BIT = 4,  /* of VkPhysicalDevice16BitStorageFeatures (Vulkan 1.1's) */
+  MP_VK_FEATURES_VARPTR = 2, /* of VkPhysicalDeviceVariablePointersFeatures (Vulkan 1.1's) */
+};
+/* Byte offsets of the features modpack reads and enables, each in its struct (checked against
+ * the real header by csrc/tests/vulkan_abi_check.c). */
+enum {
+  /* VkPhysicalDeviceFeatures */
+  MP_VK_AT_SHADER_FLOAT64 = 156,
+  MP_VK_AT_SHADER_INT64 = 160,
+  MP_VK_AT_SHADER_INT16 = 164,
+  /* VkPhysicalDeviceVulkan11Features; the first three also in Vulkan 1.1's
+   * VkPhysicalDevice16BitStorageFeatures */
+  MP_VK_AT_STORAGE_BUFFER_16BIT_ACCESS = 16,
+  MP_VK_AT_UNIFORM_AND_STORAGE_BUFFER_16BIT_ACCESS = 20,
+  MP_VK_AT_STORAGE_PUSH_CONSTANT16 = 24,
+  MP_VK_AT_VARIABLE_POINTERS_STORAGE_BUFFER = 44,
+  MP_VK_AT_VARIABLE_POINTERS = 48,
+  /* Vulkan 1.1's VkPhysicalDeviceVariablePointersFeatures */
+  MP_VK_AT_VARPTR_VARIABLE_POINTERS_STORAGE_BUFFER = 16,
+  MP_VK_AT_VARPTR_VARIABLE_POINTERS = 20,
+  /* VkPhysicalDeviceVulkan12Features */
+  MP_VK_AT_STORAGE_BUFFER_8BIT_ACCESS = 24,
+  MP_VK_AT_UNIFORM_AND_STORAGE_BUFFER_8BIT_ACCESS = 28,
+  MP_VK_AT_STORAGE_PUSH_CONSTANT8 = 32,
+  MP_VK_AT_SHADER_BUFFER_INT64_ATOMICS = 36,
+  MP_VK_AT_SHADER_SHARED_INT64_ATOMICS = 40,
+  MP_VK_AT_SHADER_FLOAT16 = 44,
+  MP_VK_AT_SHADER_INT8 = 48,
+  MP_VK_AT_SCALAR_BLOCK_LAYOUT = 140,
+  MP_VK_AT_SHADER_SUBGROUP_EXTENDED_TYPES = 152,
+  MP_VK_AT_VULKAN_MEMORY_MODEL = 180,
+  MP_VK_AT_VULKAN_MEMORY_MODEL_DEVICE_SCOPE = 184,
+  MP_VK_AT_SUBGROUP_BROADCAST_DYNAMIC_ID = 200,
+  /* VkPhysicalDeviceVulkan13Features */
+  MP_VK_AT_SHADER_ZERO_INITIALIZE_WORKGROUP_MEMORY = 60,
+  MP_VK_AT_SHADER_INTEGER_DOT_PRODUCT = 68,
+  MP_VK_AT_MAINTENANCE4 = 72,
+};
+typedef struct {
+  VkBool32 features[MP_VK_FEATURES_CORE];
+} VkPhysicalDeviceFeatures;
+typedef struct {
+  VkStructureType sType;
+  void* pNext;
+  VkPhysicalDeviceFeatures features;
+} VkPhysicalDeviceFeatures2;
+/* The sType and pNext every extensible feature struct starts with, then its VkBool32s. */
+#define MP_VK_FEATURE_STRUCT(name, count) \
+  typedef struct {                        \
+    VkStructureType sType;                \
+    void* pNext;                          \
+    VkBool32 features[count];             \
+  } name
+MP_VK_FEATURE_STRUCT(VkPhysicalDeviceVulkan11Features, MP_VK_FEATURES_11);
+MP_VK_FEATURE_STRUCT(VkPhysicalDeviceVulkan12Features, MP_VK_FEATURES_12);
+MP_VK_FEATURE_STRUCT(VkPhysicalDeviceVulkan13Features, MP_VK_FEATURES_13);
+MP_VK_FEATURE_STRUCT(VkPhysicalDevice16BitStorageFeatures, MP_VK_FEATURES_16BIT);
+MP_VK_FEATURE_STRUCT(VkPhysicalDeviceVariablePointersFeatures, MP_VK_FEATURES_VARPTR);
+#undef MP_VK_FEATURE_STRUCT
+
+typedef struct {
+  VkStructureType sType;
+  void* pNext;
+  VkPhysicalDeviceProperties properties;
+} VkPhysicalDeviceProperties2;
+typedef struct {
+  VkStructureType sType;
+  void* pNext;
+  uint32_t subgroupSize;
+  VkFlags supportedStages;
+  VkFlags supportedOperations; /* VK_SUBGROUP_FEATURE_*_BIT */
+  VkBool32 quadOperationsInAllStages;
+} VkPhysicalDeviceSubgroupProperties;
+
+/* VK_EXT_debug_utils, for the validation layer's messages (MODPACK_VULKAN_VALIDATION). */
+typedef struct {
+  VkStructureType sType;
+  const void* pNext;
+  VkFlags flags;
+  const char* pMessageIdName;
+  int32_t messageIdNumber;
+  const char* pMessage;
+  uint32_t queueLabelCount;
+  const void* pQueueLabels;
+  uint32_t cmdBufLabelCount;
+  const void* pCmdBufLabels;
+  uint32_t objectCount;
+  const void* pObjects;
+} VkDebugUtilsMessengerCallbackDataEXT;
+typedef VkBool32 (*PFN_vkDebugUtilsMessengerCallbackEXT)(
+    VkFlags severity, VkFlags types, const VkDebugUtilsMessengerCallbackDataEXT* data, void* user);
+typedef struct {
+  VkStructureType sType;
+  const void* pNext;
+  VkFlags flags;
+  VkFlags messageSeverity;
+  VkFlags messageType;
+  PFN_vkDebugUtilsMessengerCallbackEXT pfnUserCallback;
+  void* pUserData;
+} VkDebugUtilsMessengerCreateInfoEXT;
+
+/* Entry points that Vulkan 1.0 loaders lack or that extensions add, found with
+ * vkGetInstanceProcAddr (NULL where absent). */
+typedef VkResult (*PFN_vkEnumerateInstanceVersion)(uint32_t*);
+typedef void (*PFN_vkGetPhysicalDeviceFeatures2)(VkPhysicalDevice, VkPhysicalDeviceFeatures2*);
+typedef void (*PFN_vkGetPhysicalDeviceProperties2)(VkPhysicalDevice, VkPhysicalDeviceProperties2*);
+typedef VkResult (*PFN_vkCreateDebugUtilsMessengerEXT)(VkInstance,
+                                                       const VkDebugUtilsMessengerCreateInfoEXT*,
+                                                       const void*, VkDebugUtilsMessengerEXT*);
 
 typedef struct {
   VkFlags propertyFlags;
@@ -386,10 +528,12 @@ typedef struct {
  * generated from this list. libvulkan (the loader) exports every Vulkan 1.0 command and
  * dispatches each to the device's driver. */
 #define MP_VULKAN_ENTRY_POINTS(X)                                                                 \
+  X(GetInstanceProcAddr, PFN_vkVoidFunction, (VkInstance, const char*))                           \
   X(CreateInstance, VkResult, (const VkInstanceCreateInfo*, const void*, VkInstance*))            \
   X(DestroyInstance, void, (VkInstance, const void*))                                             \
   X(EnumeratePhysicalDevices, VkResult, (VkInstance, uint32_t*, VkPhysicalDevice*))               \
   X(GetPhysicalDeviceProperties, void, (VkPhysicalDevice, VkPhysicalDeviceProperties*))           \
+  X(GetPhysicalDeviceFeatures, void, (VkPhysicalDevice, VkPhysicalDeviceFeatures*))               \
   X(GetPhysicalDeviceMemoryProperties, void,                                                      \
     (VkPhysicalDevice, VkPhysicalDeviceMemoryProperties*))                                        \
   X(GetPhysicalDeviceQueueFamilyProperties, void,                                                 \
@@ -488,13 +632,58 @@ typedef struct {
   uint32_t max_bound_sets;
 } mp_vulkan_device_t;
 
+/* The device features modpack enables where a device offers them: those SPIR-V capabilities
+ * need (vulkan_features.c maps each capability to its feature), and a few that change what a
+ * valid shader may do without a capability of its own (scalar block layout, subgroup
+ * operations on 8- to 64-bit types, dynamic subgroup broadcast ids, LocalSizeId's maintenance4,
+ * zero-initialised workgroup memory). */
+typedef enum {
+  MP_VK_SHADER_FLOAT64,
+  MP_VK_SHADER_INT64,
+  MP_VK_SHADER_INT16,
+  MP_VK_STORAGE_BUFFER_16BIT_ACCESS,
+  MP_VK_UNIFORM_AND_STORAGE_BUFFER_16BIT_ACCESS,
+  MP_VK_STORAGE_PUSH_CONSTANT16,
+  MP_VK_VARIABLE_POINTERS_STORAGE_BUFFER,
+  MP_VK_VARIABLE_POINTERS,
+  MP_VK_STORAGE_BUFFER_8BIT_ACCESS,
+  MP_VK_UNIFORM_AND_STORAGE_BUFFER_8BIT_ACCESS,
+  MP_VK_STORAGE_PUSH_CONSTANT8,
+  MP_VK_SHADER_BUFFER_INT64_ATOMICS,
+  MP_VK_SHADER_SHARED_INT64_ATOMICS,
+  MP_VK_SHADER_FLOAT16,
+  MP_VK_SHADER_INT8,
+  MP_VK_SCALAR_BLOCK_LAYOUT,
+  MP_VK_SHADER_SUBGROUP_EXTENDED_TYPES,
+  MP_VK_VULKAN_MEMORY_MODEL,
+  MP_VK_VULKAN_MEMORY_MODEL_DEVICE_SCOPE,
+  MP_VK_SUBGROUP_BROADCAST_DYNAMIC_ID,
+  MP_VK_SHADER_ZERO_INITIALIZE_WORKGROUP_MEMORY,
+  MP_VK_SHADER_INTEGER_DOT_PRODUCT,
+  MP_VK_MAINTENANCE4,
+  MP_VK_FEATURE_COUNT
+} mp_vk_feature_t;
+
+/* What a physical device offers modpack's shaders, read once when Vulkan is initialised. */
+typedef struct {
+  uint32_t api_version;                 /* its own and the instance's, the lower; patch 0 */
+  bool features[MP_VK_FEATURE_COUNT];   /* offered: each is enabled when the device is made */
+  uint32_t subgroup_operations;         /* VK_SUBGROUP_FEATURE_*_BIT in compute shaders */
+} mp_vulkan_support_t;
+
 /* The process-wide Vulkan state: one instance and its physical devices that have a compute
  * queue. Created on first use. */
 typedef struct {
   mp_vk_api_t vk;
+  PFN_vkGetPhysicalDeviceFeatures2 GetPhysicalDeviceFeatures2;     /* NULL: a 1.0 instance */
+  PFN_vkGetPhysicalDeviceProperties2 GetPhysicalDeviceProperties2; /* NULL: a 1.0 instance */
   VkInstance instance;
+  uint32_t instance_version; /* the apiVersion it was made with */
+  bool capped;               /* MODPACK_VULKAN_API_VERSION lowered it */
+  bool validation;           /* Khronos' validation layer is on (MODPACK_VULKAN_VALIDATION=1) */
   uint32_t device_count;
   VkPhysicalDevice physical[MP_VULKAN_MAX_DEVICES];
+  mp_vulkan_support_t support[MP_VULKAN_MAX_DEVICES];
   char names[MP_VULKAN_MAX_DEVICES][320]; /* "device name (Vulkan X.Y.Z, driver ...)" */
 } mp_vulkan_t;
 
@@ -512,6 +701,10 @@ mp_status_t mp_vulkan_submit_and_wait(const mp_vulkan_t* vk, mp_vulkan_device_t*
 /* The lock of device |device_id| (valid once the device is open). */
 void mp_vulkan_lock(int32_t device_id);
 void mp_vulkan_unlock(int32_t device_id);
+/* |status|, unless it is MP_OK and the validation layer (MODPACK_VULKAN_VALIDATION=1) reported
+ * an error on this thread since the last call: then MP_ERR_RUNTIME with the layer's message,
+ * naming |what|. Every runtime call that reaches the driver returns through it. */
+mp_status_t mp_vulkan_validated(mp_status_t status, const char* what);
 /* "VK_ERROR_OUT_OF_DEVICE_MEMORY" */
 const char* mp_vk_result_name(VkResult result);
 /* MP_ERR_RUNTIME (MP_ERR_RESOURCE_EXHAUSTED for out-of-memory results): "Vulkan |what| failed:

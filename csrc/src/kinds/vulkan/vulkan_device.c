@@ -21,6 +21,7 @@
 
 #include "device/driver.h"
 #include "kinds/vulkan/vulkan_abi.h"
+#include "kinds/vulkan/vulkan_features.h"
 
 static mp_vulkan_t state;
 static mp_outcome_t outcome;
@@ -85,6 +86,69 @@ static const char* const INSTALL_HINT =
     "install the Vulkan loader and a driver, e.g. `apt-get install libvulkan1 "
     "mesa-vulkan-drivers` (lavapipe runs Vulkan on the CPU), or check VK_ICD_FILENAMES";
 
+/* ---- the validation layer (MODPACK_VULKAN_VALIDATION=1) ------------------------------------ */
+
+/* The layer reports through this messenger on the thread making the Vulkan call it found wrong:
+ * the first error since that thread's last runtime call is kept, and the call fails with it
+ * (mp_vulkan_validated); warnings go to stderr. */
+static _Thread_local char validation_error[4096];
+static _Thread_local bool validation_failed;
+
+static VkBool32 on_validation_message(VkFlags severity, VkFlags types,
+                                      const VkDebugUtilsMessengerCallbackDataEXT* data,
+                                      void* user) {
+  (void)types;
+  (void)user;
+  const char* text = data && data->pMessage ? data->pMessage : "(no message)";
+  if (severity & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
+    if (!validation_failed) snprintf(validation_error, sizeof validation_error, "%s", text);
+    validation_failed = true;
+  } else {
+    fprintf(stderr, "modpack: Vulkan validation warning: %s\n", text);
+  }
+  return 0; /* VK_FALSE: the call it reports on goes on */
+}
+
+mp_status_t mp_vulkan_validated(mp_status_t status, const char* what) {
+  if (!validation_failed) return status;
+  validation_failed = false;
+  if (status != MP_OK) return status;
+  return mp_errorf(MP_ERR_RUNTIME,
+                   "Vulkan's validation layer (MODPACK_VULKAN_VALIDATION=1) reports invalid use "
+                   "in %s: %s",
+                   what, validation_error);
+}
+
+/* The instance's API version: the loader's (vkEnumerateInstanceVersion, absent from 1.0
+ * loaders), lowered by MODPACK_VULKAN_API_VERSION=1.M. False, with the outcome failed, for a
+ * value that is no version. */
+static bool instance_version(mp_vk_api_t* vk, uint32_t* out, bool* out_capped) {
+  uint32_t version = VK_API_VERSION_1_0;
+  PFN_vkEnumerateInstanceVersion enumerate =
+      (PFN_vkEnumerateInstanceVersion)vk->GetInstanceProcAddr(NULL, "vkEnumerateInstanceVersion");
+  if (enumerate && enumerate(&version) != VK_SUCCESS) version = VK_API_VERSION_1_0;
+  version = VK_MAKE_API_VERSION(0, VK_API_VERSION_MAJOR(version), VK_API_VERSION_MINOR(version), 0);
+  *out_capped = false;
+  const char* cap = getenv("MODPACK_VULKAN_API_VERSION");
+  if (cap && *cap) {
+    unsigned major = 0, minor = 0;
+    char tail = 0;
+    if (sscanf(cap, "%u.%u%c", &major, &minor, &tail) != 2 || major != 1 || minor > 1023) {
+      mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE,
+                      "MODPACK_VULKAN_API_VERSION='%s' is not a Vulkan API version such as 1.2",
+                      cap);
+      return false;
+    }
+    uint32_t capped = VK_MAKE_API_VERSION(0, major, minor, 0);
+    if (capped < version) {
+      version = capped;
+      *out_capped = true;
+    }
+  }
+  *out = version;
+  return true;
+}
+
 static void initialise(void) {
   for (int d = 0; d < MP_VULKAN_MAX_DEVICES; ++d) pthread_mutex_init(&locks[d], NULL);
   const char* path = getenv("MODPACK_VULKAN_LIBRARY");
@@ -107,16 +171,69 @@ static void initialise(void) {
                     "Vulkan library %s lacks %s (a Vulkan 1.0 loader is required)", path, missing);
     return;
   }
+  if (!instance_version(vk, &state.instance_version, &state.capped)) return;
+  const char* validate = getenv("MODPACK_VULKAN_VALIDATION");
+  state.validation = validate && strcmp(validate, "1") == 0;
+  static const char* const layers[] = {"VK_LAYER_KHRONOS_validation"};
+  static const char* const extensions[] = {"VK_EXT_debug_utils"};
+  VkDebugUtilsMessengerCreateInfoEXT messenger = {
+      VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+      NULL,
+      0,
+      VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+          VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+      VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+          VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+      on_validation_message,
+      NULL};
+  /* The instance asks for the highest version the loader offers: a device then runs the SPIR-V
+   * versions of its own API version (the lower of the two), which 1.0 would forbid. */
   VkApplicationInfo app = {VK_STRUCTURE_TYPE_APPLICATION_INFO, NULL, "modpack", 1, "modpack", 1,
-                           VK_API_VERSION_1_0};
-  VkInstanceCreateInfo info = {VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, NULL, 0, &app, 0, NULL, 0,
-                               NULL};
+                           state.instance_version};
+  VkInstanceCreateInfo info = {VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                               state.validation ? &messenger : NULL,
+                               0,
+                               &app,
+                               state.validation ? 1u : 0u,
+                               layers,
+                               state.validation ? 1u : 0u,
+                               extensions};
   VkResult result = vk->CreateInstance(&info, NULL, &state.instance);
+  if (result != VK_SUCCESS && state.validation &&
+      (result == VK_ERROR_LAYER_NOT_PRESENT || result == VK_ERROR_EXTENSION_NOT_PRESENT)) {
+    mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE,
+                    "MODPACK_VULKAN_VALIDATION=1 asks for Khronos' validation layer "
+                    "(VK_LAYER_KHRONOS_validation with VK_EXT_debug_utils), which this machine "
+                    "lacks (%s): `apt-get install vulkan-validationlayers`, or unset it",
+                    mp_vk_result_name(result));
+    return;
+  }
   if (result != VK_SUCCESS) {
     mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE,
                     "no Vulkan driver found: vkCreateInstance failed with %s (%d); %s",
                     mp_vk_result_name(result), (int)result, INSTALL_HINT);
     return;
+  }
+  if (state.validation) {
+    PFN_vkCreateDebugUtilsMessengerEXT create = (PFN_vkCreateDebugUtilsMessengerEXT)
+        vk->GetInstanceProcAddr(state.instance, "vkCreateDebugUtilsMessengerEXT");
+    VkDebugUtilsMessengerEXT handle = 0;
+    result = create ? create(state.instance, &messenger, NULL, &handle)
+                    : VK_ERROR_EXTENSION_NOT_PRESENT;
+    if (result != VK_SUCCESS) {
+      mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE,
+                      "MODPACK_VULKAN_VALIDATION=1: the validation layer's messenger "
+                      "(vkCreateDebugUtilsMessengerEXT) failed with %s",
+                      mp_vk_result_name(result));
+      return;
+    }
+  }
+  if (state.instance_version >= VK_API_VERSION_1_1) {
+    state.GetPhysicalDeviceFeatures2 = (PFN_vkGetPhysicalDeviceFeatures2)vk->GetInstanceProcAddr(
+        state.instance, "vkGetPhysicalDeviceFeatures2");
+    state.GetPhysicalDeviceProperties2 =
+        (PFN_vkGetPhysicalDeviceProperties2)vk->GetInstanceProcAddr(
+            state.instance, "vkGetPhysicalDeviceProperties2");
   }
   VkPhysicalDevice physical[64];
   uint32_t count = 64;
@@ -142,11 +259,17 @@ static void initialise(void) {
     uint32_t v = properties.apiVersion;
     snprintf(state.names[state.device_count], sizeof state.names[0], "%s (Vulkan %u.%u.%u)",
              properties.deviceName, v >> 22, (v >> 12) & 0x3ffu, v & 0xfffu);
+    mp_vulkan_support_t* support = &state.support[state.device_count];
+    uint32_t own = VK_MAKE_API_VERSION(0, VK_API_VERSION_MAJOR(v), VK_API_VERSION_MINOR(v), 0);
+    support->api_version = own < state.instance_version ? own : state.instance_version;
+    mp_vulkan_support_query(&state, physical[p], support);
     state.physical[state.device_count++] = physical[p];
   }
   if (state.device_count == 0)
     mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE,
                     "Vulkan found %u device(s) but none with a compute queue", count);
+  else if (mp_vulkan_validated(MP_OK, "Vulkan's initialisation") != MP_OK)
+    mp_outcome_fail(&outcome, MP_ERR_UNAVAILABLE, "%s", mp_error_message());
 }
 
 const mp_vulkan_t* mp_vulkan(void) {
@@ -211,8 +334,22 @@ static mp_status_t create_device(const mp_vulkan_t* vk, int32_t id, mp_vulkan_de
   float priority = 1.0f;
   VkDeviceQueueCreateInfo queue = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, NULL, 0,
                                    d->queue_family, 1, &priority};
-  VkDeviceCreateInfo info = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, NULL, 0, 1, &queue, 0, NULL, 0,
-                             NULL, NULL};
+  /* Every feature a known capability needs that the device offers (vulkan_features.h): the
+   * device is shared by every kernel, and each kernel is checked against it at its first call. */
+  const mp_vulkan_support_t* support = &vk->support[id];
+  mp_vulkan_feature_chain_t chain;
+  mp_vulkan_feature_chain_init(&chain, support->api_version, support);
+  bool chained = support->api_version >= VK_API_VERSION_1_1 && vk->GetPhysicalDeviceFeatures2;
+  VkDeviceCreateInfo info = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                             chained ? &chain.features2 : NULL,
+                             0,
+                             1,
+                             &queue,
+                             0,
+                             NULL,
+                             0,
+                             NULL,
+                             chained ? NULL : &chain.features2.features};
   VkResult result = vk->vk.CreateDevice(physical, &info, NULL, &d->device);
   if (result != VK_SUCCESS) return mp_vk_fail("device creation (vkCreateDevice)", result);
   vk->vk.GetDeviceQueue(d->device, d->queue_family, 0, &d->queue);
@@ -363,7 +500,8 @@ static void drop_buffer(const mp_vulkan_t* vk, mp_vulkan_device_t* d, mp_vulkan_
   vk->vk.FreeMemory(d->device, b->memory, NULL);    /* (unmaps it too) */
 }
 
-static mp_status_t vulkan_alloc(int32_t device_id, uint64_t nbytes, void** out_data) {
+static mp_status_t vulkan_alloc_unchecked(int32_t device_id, uint64_t nbytes,
+                                          void** out_data) {
   mp_vulkan_device_t* d = mp_vulkan_device_open(device_id);
   if (!d) return mp_error_code();
   mp_vulkan_buffer_t* b = malloc(sizeof *b);
@@ -378,7 +516,7 @@ static mp_status_t vulkan_alloc(int32_t device_id, uint64_t nbytes, void** out_d
   return MP_OK;
 }
 
-static mp_status_t vulkan_free(int32_t device_id, void* data) {
+static mp_status_t vulkan_free_unchecked(int32_t device_id, void* data) {
   mp_vulkan_device_t* d = mp_vulkan_device_open(device_id);
   if (!d) return mp_error_code();
   mp_vulkan_lock(device_id);
@@ -436,18 +574,19 @@ static mp_status_t host_copy(int32_t device_id, mp_vulkan_buffer_t* b, uint64_t 
   return status;
 }
 
-static mp_status_t vulkan_copy_from_host(int32_t device_id, const void* host, void* data,
-                                         uint64_t offset, uint64_t nbytes) {
+static mp_status_t vulkan_copy_from_host_unchecked(int32_t device_id, const void* host,
+                                                   void* data, uint64_t offset, uint64_t nbytes) {
   return host_copy(device_id, data, offset, (void*)host, nbytes, true);
 }
 
-static mp_status_t vulkan_copy_to_host(int32_t device_id, const void* data, uint64_t offset,
-                                       void* host, uint64_t nbytes) {
+static mp_status_t vulkan_copy_to_host_unchecked(int32_t device_id, const void* data,
+                                                 uint64_t offset, void* host, uint64_t nbytes) {
   return host_copy(device_id, (mp_vulkan_buffer_t*)data, offset, host, nbytes, false);
 }
 
-static mp_status_t vulkan_copy_within(int32_t device_id, const void* from, uint64_t from_offset,
-                                      void* to, uint64_t to_offset, uint64_t nbytes) {
+static mp_status_t vulkan_copy_within_unchecked(int32_t device_id, const void* from,
+                                                uint64_t from_offset, void* to, uint64_t to_offset,
+                                                uint64_t nbytes) {
   mp_vulkan_device_t* d = mp_vulkan_device_open(device_id);
   if (!d) return mp_error_code();
   const mp_vulkan_buffer_t* source = from;
@@ -472,9 +611,43 @@ static mp_status_t vulkan_copy_within(int32_t device_id, const void* from, uint6
   return status;
 }
 
-static mp_status_t vulkan_synchronize(int32_t device_id) {
+static mp_status_t vulkan_synchronize_unchecked(int32_t device_id) {
   /* Every submission is waited for before its call returns: nothing is in flight. */
   return mp_vulkan_device_open(device_id) ? MP_OK : mp_error_code();
+}
+
+/* The device API, each call failing on what the validation layer reports during it. */
+static mp_status_t vulkan_alloc(int32_t device_id, uint64_t nbytes, void** out_data) {
+  return mp_vulkan_validated(vulkan_alloc_unchecked(device_id, nbytes, out_data),
+                             "a Vulkan allocation");
+}
+
+static mp_status_t vulkan_free(int32_t device_id, void* data) {
+  return mp_vulkan_validated(vulkan_free_unchecked(device_id, data), "freeing Vulkan memory");
+}
+
+static mp_status_t vulkan_copy_from_host(int32_t device_id, const void* host, void* data,
+                                         uint64_t offset, uint64_t nbytes) {
+  return mp_vulkan_validated(
+      vulkan_copy_from_host_unchecked(device_id, host, data, offset, nbytes),
+      "a copy to a Vulkan device");
+}
+
+static mp_status_t vulkan_copy_to_host(int32_t device_id, const void* data, uint64_t offset,
+                                       void* host, uint64_t nbytes) {
+  return mp_vulkan_validated(vulkan_copy_to_host_unchecked(device_id, data, offset, host, nbytes),
+                             "a copy from a Vulkan device");
+}
+
+static mp_status_t vulkan_copy_within(int32_t device_id, const void* from, uint64_t from_offset,
+                                      void* to, uint64_t to_offset, uint64_t nbytes) {
+  return mp_vulkan_validated(
+      vulkan_copy_within_unchecked(device_id, from, from_offset, to, to_offset, nbytes),
+      "a copy on a Vulkan device");
+}
+
+static mp_status_t vulkan_synchronize(int32_t device_id) {
+  return mp_vulkan_validated(vulkan_synchronize_unchecked(device_id), "a Vulkan synchronisation");
 }
 
 const mp_device_api_t mp_vulkan_device = {

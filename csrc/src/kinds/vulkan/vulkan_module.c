@@ -56,6 +56,8 @@ static void vulkan_destroy(void* impl) {
       if (m->modules[d][s]) vk->vk.DestroyShaderModule(device->device, m->modules[d][s], NULL);
     free(m->modules[d]);
     free(m->pipelines[d]);
+    if (mp_vulkan_validated(MP_OK, "releasing a Vulkan module") != MP_OK)
+      fprintf(stderr, "modpack: %s\n", mp_error_message());
   }
   mp_vulkan_payload_free(m);
   mp_device_module_free(&m->base);
@@ -208,6 +210,19 @@ static mp_status_t pipeline_of(mp_vulkan_module_t* m, const mp_vulkan_t* vk,
     }
   }
   mp_vulkan_pipeline_t* p = status == MP_OK ? m->pipelines[device][k] : NULL;
+  if (status == MP_OK && !p && m->version >= 2) {
+    /* What the shader needs of the device, recorded when it was written: checked before the
+     * driver sees it, which may run what the device does not offer, or refuse it vaguely. */
+    char why[512];
+    const mp_kernel_info_t* info = &m->base.table.kernels[k];
+    if (!mp_vulkan_supports(&vk->support[device], &m->shaders[m->interfaces[k].shader].requirements,
+                            why, sizeof why))
+      status = mp_errorf(MP_ERR_UNAVAILABLE, "%s cannot run on Vulkan device %d (%s): %s%s",
+                         info->name, (int)device, vk->names[device], why,
+                         vk->capped ? " (MODPACK_VULKAN_API_VERSION lowers the API version "
+                                      "modpack asks of Vulkan)"
+                                    : "");
+  }
   if (status == MP_OK && !p) {
     VkShaderModule shader = 0;
     status = shader_module_locked(m, vk, d, device, m->interfaces[k].shader, &shader);
@@ -228,10 +243,7 @@ static mp_status_t pipeline_of(mp_vulkan_module_t* m, const mp_vulkan_t* vk,
 
 /* ---- calling ------------------------------------------------------------------------------- */
 
-static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_args,
-                               mp_value_t* out_ret) {
-  (void)out_ret;
-  const mp_kernel_ref_t* ref = self;
+static mp_status_t launch(const mp_kernel_ref_t* ref, const mp_value_t* args, int32_t num_args) {
   mp_vulkan_module_t* m = ref->module;
   const mp_kernel_info_t* info = &m->base.table.kernels[ref->kernel];
   const mp_vulkan_interface_t* in = &m->interfaces[ref->kernel];
@@ -352,6 +364,14 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   return status;
 }
 
+static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_args,
+                               mp_value_t* out_ret) {
+  (void)out_ret;
+  const mp_kernel_ref_t* ref = self;
+  const mp_vulkan_module_t* m = ref->module;
+  return mp_vulkan_validated(launch(ref, args, num_args), m->base.table.kernels[ref->kernel].name);
+}
+
 /* ---- describing and loading ---------------------------------------------------------------- */
 
 /* A float of |bits| bits (IEEE 754 binary16, 32 or 64) from its bits. */
@@ -415,7 +435,28 @@ static void describe_constant(mp_json_t* j, const mp_vulkan_constant_t* c, uint3
     else
       mp_json_printf(j, "\"%s\"", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
   }
-  mp_json_printf(j, ", \"default\": %s}", (c->flags & MP_VULKAN_CONSTANT_DEFAULT) ? "true" : "false");
+  mp_json_printf(j, ", \"default\": %s}",
+                 (c->flags & MP_VULKAN_CONSTANT_DEFAULT) ? "true" : "false");
+}
+
+/* A shader's requirements as JSON members: its SPIR-V version, the Vulkan version it needs and
+ * its capabilities by name (a number where this runtime knows none). */
+static void describe_requirements(mp_json_t* j, const mp_vulkan_requirements_t* req) {
+  uint32_t need = mp_vulkan_required_version(req);
+  mp_json_printf(j, ", \"spirv\": \"%u.%u\", \"vulkan\": \"%u.%u\", \"capabilities\": [",
+                 (req->spirv_version >> 16) & 0xff, (req->spirv_version >> 8) & 0xff,
+                 VK_API_VERSION_MAJOR(need), VK_API_VERSION_MINOR(need));
+  for (uint32_t c = 0; c < req->capability_count; ++c) {
+    mp_vulkan_capability_t info;
+    if (c) mp_json_printf(j, ", ");
+    if (mp_vulkan_capability_info(req->capabilities[c], &info) == MP_OK) {
+      mp_json_string(j, info.name);
+    } else {
+      mp_error_clear();
+      mp_json_printf(j, "%u", req->capabilities[c]);
+    }
+  }
+  mp_json_printf(j, "]");
 }
 
 /* Each shader's place in the payload (tools write them out as .spv), each kernel's interface,
@@ -428,8 +469,10 @@ static mp_status_t vulkan_describe(mp_module_t* self, char* buffer, uint64_t cap
   for (uint32_t s = 0; s < m->shader_count; ++s) {
     char code[160];
     mp_code_describe(&m->shaders[s].code, code, sizeof code);
-    mp_json_printf(&j, "%s{\"offset\": %" PRIu64 ", \"size\": %" PRIu64 ", %s}", s ? ", " : "",
+    mp_json_printf(&j, "%s{\"offset\": %" PRIu64 ", \"size\": %" PRIu64 ", %s", s ? ", " : "",
                    (uint64_t)(m->shaders[s].data - m->base.payload), m->shaders[s].size, code);
+    if (m->version >= 2) describe_requirements(&j, &m->shaders[s].requirements);
+    mp_json_printf(&j, "}");
   }
   mp_json_printf(&j, "], \"interfaces\": [");
   for (uint32_t k = 0; k < m->base.table.count; ++k) {

@@ -8,6 +8,7 @@
 #include "kinds/common/code.h"
 #include "kinds/common/device_module.h"
 #include "kinds/vulkan/vulkan_abi.h"
+#include "kinds/vulkan/vulkan_features.h"
 #include "modpack/kinds/vulkan.h"
 
 /* The launch slots, in the order of the kind's launch tags: workgroups x, y, z. */
@@ -17,6 +18,7 @@ typedef struct {
   const uint8_t* data; /* SPIR-V words in the library mapping, as stored (maybe a code frame) */
   uint64_t size;       /* stored */
   mp_code_t code;      /* the words: in place, or decoded when a device first needs them */
+  mp_vulkan_requirements_t requirements; /* payload version 2; zero in version 1 */
 } mp_vulkan_shader_t;
 
 /* Where argument |i| of a kernel goes: a buffer's set and binding, a scalar's push-constant
@@ -71,6 +73,9 @@ typedef struct {
  * the shaders' words stay in place). No Vulkan call. On failure |m| holds what was read, for
  * mp_vulkan_payload_free. */
 mp_status_t mp_vulkan_payload_parse(void* m, const mp_kind_t* kind, mp_const_byte_span_t payload);
+/* The head of a payload: header, name, shader sizes and (version 2) the shaders' requirements,
+ * into |m| (zeroed) from |r|; what preflight reads. */
+mp_status_t mp_vulkan_payload_parse_head(mp_vulkan_module_t* m, mp_reader_t* r);
 /* Frees what the parser made (not the base: mp_device_module_free). */
 void mp_vulkan_payload_free(mp_vulkan_module_t* m);
 /* Shader |s|'s SPIR-V, decoded (and checked) the first time when compressed. */

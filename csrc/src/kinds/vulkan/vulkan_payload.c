@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/error.h"
 #include "kinds/vulkan/vulkan_module.h"
 
@@ -152,34 +153,75 @@ static mp_status_t check_spirv_size(uint32_t s, uint64_t size) {
   return MP_OK;
 }
 
-/* Shader |s|'s words: whole words, its header, the SPIR-V magic number. */
-static mp_status_t check_spirv(uint32_t s, const uint8_t* w, uint64_t size) {
+/* Shader |s|'s words: whole words, its header, the SPIR-V magic number, and (payload version 2)
+ * the SPIR-V version its requirements record. */
+static mp_status_t check_spirv(const mp_vulkan_module_t* m, uint32_t s, const uint8_t* w,
+                               uint64_t size) {
   MP_RETURN_IF_ERROR(check_spirv_size(s, size));
-  uint32_t magic =
-      (uint32_t)w[0] | (uint32_t)w[1] << 8 | (uint32_t)w[2] << 16 | (uint32_t)w[3] << 24;
+  uint32_t magic = mp_load_le32(w), version = mp_load_le32(w + 4);
   if (magic != MP_VULKAN_SPIRV_MAGIC)
     return mp_errorf(MP_ERR_FORMAT,
                      "vulkan payload: shader %u does not start with the SPIR-V magic number "
                      "0x07230203 (found 0x%08x)",
                      s, magic);
+  uint32_t recorded = m->shaders[s].requirements.spirv_version;
+  if (m->version >= 2 && version != recorded)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "vulkan payload: shader %u is SPIR-V version 0x%08x, and its requirements "
+                     "say 0x%08x",
+                     s, version, recorded);
   return MP_OK;
 }
 
+typedef struct {
+  const mp_vulkan_module_t* m;
+  uint32_t shader;
+} decoded_t;
+
 static mp_status_t check_decoded(void* context, const uint8_t* raw, uint64_t size) {
-  return check_spirv((uint32_t)(uintptr_t)context, raw, size);
+  const decoded_t* d = context;
+  return check_spirv(d->m, d->shader, raw, size);
 }
 
 mp_status_t mp_vulkan_shader_words(mp_vulkan_module_t* m, uint32_t s, const uint8_t** out_words) {
-  return mp_code_get(&m->shaders[s].code, check_decoded, (void*)(uintptr_t)s, out_words);
+  decoded_t context = {m, s};
+  return mp_code_get(&m->shaders[s].code, check_decoded, &context, out_words);
 }
 
-mp_status_t mp_vulkan_payload_parse(void* state, const mp_kind_t* kind,
-                                    mp_const_byte_span_t payload) {
-  mp_vulkan_module_t* m = state;
-  mp_reader_t r = {payload.data, payload.size, 0, "vulkan payload"};
+/* Shader |s|'s requirements (payload version 2) at |r|. */
+static mp_status_t parse_requirements(mp_reader_t* r, uint32_t s, mp_vulkan_requirements_t* req) {
+  uint32_t count;
+  if (!mp_read_u32(r, &req->spirv_version) || !mp_read_u32(r, &req->vulkan_version) ||
+      !mp_read_u32(r, &count))
+    return mp_reader_error(r, "shader requirements");
+  if ((req->spirv_version & 0xffff00ffu) != 0x00010000u)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "vulkan payload: shader %u's SPIR-V version 0x%08x is not 1.x "
+                     "(0x00010m00)",
+                     s, req->spirv_version);
+  if (req->vulkan_version >> 29 || VK_API_VERSION_MAJOR(req->vulkan_version) != 1 ||
+      req->vulkan_version & 0xfffu)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "vulkan payload: shader %u needs Vulkan version 0x%08x, which is no "
+                     "Vulkan 1.x API version",
+                     s, req->vulkan_version);
+  if (count > MP_VULKAN_MAX_CAPABILITIES)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "vulkan payload: shader %u declares %u capabilities (at most %d)", s, count,
+                     MP_VULKAN_MAX_CAPABILITIES);
+  if (count > (r->size - r->pos) / 4) return mp_reader_error(r, "shader capabilities");
+  req->capabilities = calloc(count ? count : 1, sizeof *req->capabilities);
+  if (!req->capabilities) return mp_out_of_memory("shader capabilities");
+  req->capability_count = count;
+  for (uint32_t c = 0; c < count; ++c)
+    if (!mp_read_u32(r, &req->capabilities[c])) return mp_reader_error(r, "shader capabilities");
+  return MP_OK;
+}
+
+mp_status_t mp_vulkan_payload_parse_head(mp_vulkan_module_t* m, mp_reader_t* r) {
   uint32_t version, reserved, count;
-  if (!mp_read_u32(&r, &version) || !mp_read_u32(&r, &reserved))
-    return mp_reader_error(&r, "header");
+  if (!mp_read_u32(r, &version) || !mp_read_u32(r, &reserved))
+    return mp_reader_error(r, "header");
   if (version == 0 || version > MP_VULKAN_PAYLOAD_VERSION)
     return mp_errorf(MP_ERR_INCOMPATIBLE,
                      "vulkan payload version %u is not supported (this runtime reads 1 to %d); "
@@ -188,22 +230,33 @@ mp_status_t mp_vulkan_payload_parse(void* state, const mp_kind_t* kind,
   if (reserved != 0)
     return mp_errorf(MP_ERR_FORMAT, "vulkan payload: reserved header field is not 0");
   m->version = version;
-  if (!mp_read_u32(&r, &count) || count == 0 || count > r.size / 8)
-    return mp_reader_error(&r, "shader count");
+  if (!mp_read_u32(r, &count) || count == 0 || count > r->size / 8)
+    return mp_reader_error(r, "shader count");
   if (count > MP_VULKAN_MAX_SHADERS)
     return mp_errorf(MP_ERR_FORMAT, "vulkan payload: %u shaders (at most %d)", count,
                      MP_VULKAN_MAX_SHADERS);
-  MP_RETURN_IF_ERROR(mp_kernel_read_module_name(&r, &m->base.name));
+  MP_RETURN_IF_ERROR(mp_kernel_read_module_name(r, &m->base.name));
   m->shaders = calloc(count, sizeof *m->shaders);
   if (!m->shaders) return mp_out_of_memory("the Vulkan shaders");
   m->shader_count = count;
   for (uint32_t s = 0; s < count; ++s) {
     uint64_t size;
-    if (!mp_read_u64(&r, &size)) return mp_reader_error(&r, "shader size");
+    if (!mp_read_u64(r, &size)) return mp_reader_error(r, "shader size");
     /* A code frame's size is checked by the frame, its words once decoded. */
     if (!m->base.code_frames) MP_RETURN_IF_ERROR(check_spirv_size(s, size));
     m->shaders[s].size = size;
   }
+  for (uint32_t s = 0; m->version >= 2 && s < count; ++s)
+    MP_RETURN_IF_ERROR(parse_requirements(r, s, &m->shaders[s].requirements));
+  return MP_OK;
+}
+
+mp_status_t mp_vulkan_payload_parse(void* state, const mp_kind_t* kind,
+                                    mp_const_byte_span_t payload) {
+  mp_vulkan_module_t* m = state;
+  mp_reader_t r = {payload.data, payload.size, 0, "vulkan payload"};
+  MP_RETURN_IF_ERROR(mp_vulkan_payload_parse_head(m, &r));
+  uint32_t count = m->shader_count;
   MP_RETURN_IF_ERROR(mp_kernel_table_read(&r, kind, 2, true, &m->base.table));
   m->interfaces = calloc(m->base.table.count ? m->base.table.count : 1, sizeof *m->interfaces);
   if (!m->interfaces) return mp_out_of_memory("the Vulkan kernel interfaces");
@@ -225,7 +278,7 @@ mp_status_t mp_vulkan_payload_parse(void* state, const mp_kind_t* kind,
         mp_code_open(&shader->code, shader->data, shader->size, m->base.code_frames),
         "vulkan payload: shader %u", s);
     const uint8_t* w = mp_code_in_place(&shader->code);
-    if (w) MP_RETURN_IF_ERROR(check_spirv(s, w, shader->code.raw_size));
+    if (w) MP_RETURN_IF_ERROR(check_spirv(m, s, w, shader->code.raw_size));
   }
   if (r.pos != r.size)
     return mp_errorf(MP_ERR_FORMAT, "vulkan payload has %" PRIu64 " unexpected trailing bytes",
@@ -241,7 +294,10 @@ void mp_vulkan_payload_free(mp_vulkan_module_t* m) {
     free(in->slots);
   }
   free(m->interfaces);
-  for (uint32_t s = 0; m->shaders && s < m->shader_count; ++s) mp_code_free(&m->shaders[s].code);
+  for (uint32_t s = 0; m->shaders && s < m->shader_count; ++s) {
+    mp_code_free(&m->shaders[s].code);
+    free(m->shaders[s].requirements.capabilities);
+  }
   free(m->shaders);
   m->interfaces = NULL;
   m->shaders = NULL;

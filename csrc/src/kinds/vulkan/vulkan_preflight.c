@@ -1,47 +1,119 @@
-/* modpack preflight for the vulkan kind: SPIR-V runs on every Vulkan device (its driver makes
- * the pipelines at the first launch), so the answer reads the payload's header alone. */
+/* modpack preflight for the vulkan kind. SPIR-V is made into pipelines by the device's driver at
+ * a kernel's first launch; what a shader needs of the device (payload version 2: its SPIR-V
+ * version, Vulkan version and capabilities) is read from the payload's head, the loader's
+ * parser (mp_vulkan_payload_parse_head), and checked against a device of this machine by the
+ * loader's own test (mp_vulkan_supports). "vulkan" names any device: the answer says what one
+ * needs; "vulkan:N", and "host", this machine's device N. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-#include "core/bytes.h"
 #include "core/error.h"
 #include "kinds/common/preflight.h"
-#include "modpack/kinds/vulkan.h"
+#include "kinds/vulkan/vulkan_module.h"
 
 static mp_status_t parse_device(const char* arch, char* canonical, size_t capacity) {
-  if (arch)
+  char* end = NULL;
+  unsigned long id = arch ? strtoul(arch, &end, 10) : 0;
+  if (arch && (!*arch || *end || arch[0] == '-' || arch[0] == '+' || id >= MP_VULKAN_MAX_DEVICES))
     return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                     "a Vulkan device is named 'vulkan' (SPIR-V runs on any), or found with "
-                     "'host'; 'vulkan:%s' names nothing more",
-                     arch);
-  if (capacity) canonical[0] = '\0';
+                     "a Vulkan device is named 'vulkan' (any: what a device needs to run the "
+                     "library), 'vulkan:N' (this machine's device N, from 0 to %d), or found "
+                     "with 'host'; 'vulkan:%s' names nothing",
+                     MP_VULKAN_MAX_DEVICES - 1, arch);
+  snprintf(canonical, capacity, "%s", arch ? arch : "");
   return MP_OK;
 }
 
 static mp_status_t host_device(int32_t id, char* canonical, size_t capacity) {
-  (void)id;
-  if (capacity) canonical[0] = '\0';
+  snprintf(canonical, capacity, "%d", (int)id);
   return MP_OK;
+}
+
+static mp_status_t parse(void* state, mp_const_byte_span_t bytes) {
+  mp_vulkan_module_t* m = state;
+  /* Shader sizes go unchecked, as a code frame's are (the entry's flag is not read here):
+   * preflight never reads the code. */
+  m->base.code_frames = true;
+  mp_reader_t r = {bytes.data, bytes.size, 0, "vulkan payload"};
+  return mp_vulkan_payload_parse_head(m, &r);
+}
+
+static void reset(void* state) {
+  mp_vulkan_module_t* m = state;
+  mp_vulkan_payload_free(m);
+  free(m->base.name);
+  memset(m, 0, sizeof *m);
+}
+
+/* What the shaders of |m| need, together: "SPIR-V 1.5, for a Vulkan 1.2 device with ...". */
+static void needs(const mp_vulkan_module_t* m, char* out, size_t capacity) {
+  uint32_t spirv = 0, vulkan = VK_API_VERSION_1_0, count = 0;
+  uint32_t capabilities[MP_VULKAN_MAX_CAPABILITIES];
+  for (uint32_t s = 0; s < m->shader_count; ++s) {
+    const mp_vulkan_requirements_t* req = &m->shaders[s].requirements;
+    uint32_t v = mp_vulkan_required_version(req);
+    if (v > vulkan) vulkan = v;
+    if (req->spirv_version > spirv) spirv = req->spirv_version;
+    for (uint32_t c = 0; c < req->capability_count; ++c) {
+      bool seen = false;
+      for (uint32_t d = 0; d < count && !seen; ++d) seen = capabilities[d] == req->capabilities[c];
+      if (!seen && count < MP_VULKAN_MAX_CAPABILITIES) capabilities[count++] = req->capabilities[c];
+    }
+  }
+  mp_vulkan_requirements_t all = {spirv, vulkan, count, capabilities};
+  mp_vulkan_requirements_describe(&all, out, capacity);
 }
 
 static mp_status_t answer(const mp_kind_t* kind, const mp_payload_reader_t* payload,
                           const char* arch, mp_json_t* out, bool* out_fits) {
   (void)kind;
-  (void)arch;
-  const uint8_t* header;
-  MP_RETURN_IF_ERROR(payload->read(payload->context, 0, sizeof(mp_vulkan_header_v1_t), &header));
-  uint32_t version = mp_load_le32(header), shaders = mp_load_le32(header + 8);
-  if (version == 0 || version > MP_VULKAN_PAYLOAD_VERSION)
-    return mp_errorf(MP_ERR_INCOMPATIBLE,
-                     "vulkan payload version %u is not supported (this runtime reads 1 to %d); "
-                     "upgrade modpack",
-                     version, MP_VULKAN_PAYLOAD_VERSION);
-  *out_fits = true;
-  char why[160];
-  snprintf(why, sizeof why, "SPIR-V (%u shader%s), made into pipelines by the device's Vulkan "
-           "driver at the first launch", shaders, shaders == 1 ? "" : "s");
-  mp_json_printf(out, "\"fits\": true, \"variant\": \"spirv\", \"kind\": \"spirv\", \"reason\": ");
-  mp_json_string(out, why);
-  return MP_OK;
+  mp_vulkan_module_t* m = calloc(1, sizeof *m);
+  if (!m) return mp_out_of_memory("a preflight");
+  mp_status_t status = mp_preflight_parse_head(payload, 0, parse, reset, m);
+  char why[1024], need[512];
+  bool fits = true;
+  if (status == MP_OK && m->version >= 2) needs(m, need, sizeof need);
+  if (status == MP_OK && arch && arch[0]) {
+    /* This machine's device |arch|, as the loader checks it at a kernel's first launch. */
+    int32_t id = (int32_t)strtol(arch, NULL, 10);
+    const mp_vulkan_t* vk = mp_vulkan();
+    if (!vk) {
+      status = mp_error_code();
+    } else if ((uint32_t)id >= vk->device_count) {
+      status = mp_errorf(MP_ERR_INVALID_ARGUMENT, "Vulkan device %d does not exist (%u here)",
+                         (int)id, vk->device_count);
+    } else {
+      char lacks[512] = "";
+      for (uint32_t s = 0; s < m->shader_count && fits && m->version >= 2; ++s)
+        fits = mp_vulkan_supports(&vk->support[id], &m->shaders[s].requirements, lacks,
+                                  sizeof lacks);
+      if (fits)
+        snprintf(why, sizeof why, "SPIR-V (%u shader%s)%s%s, which %s offers: made into "
+                 "pipelines by its driver at the first launch", m->shader_count,
+                 m->shader_count == 1 ? "" : "s", m->version >= 2 ? ": " : "",
+                 m->version >= 2 ? need : "", vk->names[id]);
+      else
+        snprintf(why, sizeof why, "%s cannot run a shader of this module: %s", vk->names[id],
+                 lacks);
+    }
+  } else if (status == MP_OK) {
+    snprintf(why, sizeof why,
+             "SPIR-V (%u shader%s), made into pipelines by the device's Vulkan driver at the "
+             "first launch%s%s%s",
+             m->shader_count, m->shader_count == 1 ? "" : "s",
+             m->version >= 2 ? "; it is " : "", m->version >= 2 ? need : "",
+             m->version >= 2 ? " (a device without that is refused at the first launch)" : "");
+  }
+  if (status == MP_OK) {
+    *out_fits = fits;
+    mp_json_printf(out, "\"fits\": %s, \"variant\": \"spirv\", \"kind\": \"spirv\", \"reason\": ",
+                   fits ? "true" : "false");
+    mp_json_string(out, why);
+  }
+  reset(m);
+  free(m);
+  return status;
 }
 
 const mp_preflight_api_t mp_vulkan_preflight = {
