@@ -68,6 +68,30 @@ layout(std430, set = 1, binding = 0) buffer B { ivec2 b[]; };
 layout(push_constant) uniform P { int n; uint m; float f; } p;
 void main() { uint i = gl_GlobalInvocationID.x; b[i] = ivec2(a[i].b * p.n, int(p.m * p.f)); }
 """
+# Payload version 2: specialization constants of four types (the workgroup size one of them),
+# two blocks on one binding, a push-constant struct of arrays and a vector, float16 storage and
+# arithmetic with subgroup operations in SPIR-V 1.5 (the shaders' requirements).
+VULKAN_V2 = """#version 450
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+layout(constant_id = 0) const uint BLOCK = 32;
+layout(constant_id = 1) const float SCALE = 1.0;
+layout(constant_id = 2) const int OFFSET = 0;
+layout(constant_id = 3) const bool FLIP = false;
+layout(local_size_x_id = 0) in;
+struct Shape { uint ne[4]; vec2 affine; };
+layout(push_constant) uniform P { Shape shape; float16_t bias; } pc;
+layout(std430, binding = 0) readonly buffer A { float16_t a[]; };
+layout(std430, binding = 0) readonly buffer A4 { f16vec4 a4[]; };
+layout(std430, binding = 1) writeonly buffer B { float b[]; };
+void main() {
+  uint i = gl_GlobalInvocationID.x;
+  float v = float(a[i] + a4[i / 4].y + pc.bias) * SCALE * pc.shape.affine.x;
+  v = subgroupAdd(FLIP ? -v : v);
+  b[i + uint(OFFSET) + pc.shape.ne[3]] = v;
+}
+"""
 
 
 def golden_seeds() -> dict[str, bytes]:
@@ -123,10 +147,14 @@ def writer_modules() -> dict[str, modpack.BinaryModule]:
     # Two shaders (GLSL compiled, interfaces reflected), named; buffers in two sets, an untyped
     # one, push constants of three scalars.
     vulkan = modpack.vulkan_module({"scale": VULKAN_SCALE, "mix": VULKAN_MIX}, name="vk")
+    vulkan_v2 = modpack.vulkan_module(
+        {"mixed": VULKAN_V2, "scale": VULKAN_SCALE}, name="vk2", target_env="vulkan1.2",
+        specialization={"mixed": {"BLOCK": 64, "SCALE": 0.5, "OFFSET": -3}})
     # Two code objects (one for a target with xnack off), named.
     rocm = modpack.rocm_module(ROCM, targets=["gfx90a:xnack-", "gfx906"], name="amd")
     return {"const": const, "opencl": opencl, "cuda": cuda, "opencl-v2": opencl_v2,
-            "cuda-v2": cuda_v2, "cuda-per-kernel": per_kernel, "vulkan": vulkan, "rocm": rocm}
+            "cuda-v2": cuda_v2, "cuda-per-kernel": per_kernel, "vulkan": vulkan,
+            "vulkan-v2": vulkan_v2, "rocm": rocm}
 
 
 def writer_seeds() -> dict[str, bytes]:
