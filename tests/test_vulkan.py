@@ -825,6 +825,9 @@ def test_a_half_precision_shader_runs_clean_under_the_validation_layer(tmp_path)
     assert set(shader["capabilities"]) == {
         "Shader", "Float16", "GroupNonUniform", "GroupNonUniformArithmetic",
         "StorageBuffer16BitAccess", "StoragePushConstant16"}
+    text = run(Path(sys.executable).parent / "modpack", "inspect", path)
+    assert re.search(r"shader 0: SPIR-V, \d+ bytes .*, SPIR-V 1.5 for Vulkan 1.2 with Float16, ",
+                     text), text
     kernels = modpack.load_module(path).imported_modules[0]
     n = 1000
     x = np.random.default_rng(1).uniform(-1, 1, n).astype(np.float16)

@@ -241,7 +241,12 @@ def _contents(contents: dict[str, Any]) -> list[str]:
         lines.append(f"variant {v.get('arch')}: {v.get('kind')}, {v.get('size')} bytes"
                      f"{_stored(v)}{holds}")
     for i, shader in enumerate(contents.get("shaders", [])):  # a Vulkan module's SPIR-V
-        lines.append(f"shader {i}: SPIR-V, {shader['size']} bytes{_stored(shader)}")
+        needs = ""
+        if "vulkan" in shader:  # payload version 2: what it needs of a device
+            extra = [str(c) for c in shader["capabilities"] if c not in ("Shader", "Matrix")]
+            needs = (f", SPIR-V {shader['spirv']} for Vulkan {shader['vulkan']}"
+                     + (f" with {', '.join(extra)}" if extra else ""))
+        lines.append(f"shader {i}: SPIR-V, {shader['size']} bytes{_stored(shader)}{needs}")
     for face in contents.get("interfaces", []):
         size = "x".join(map(str, face["workgroup_size"]))
         lines.append(f"kernel {face['kernel']}: shader {face['shader']} entry point "
