@@ -58,18 +58,17 @@ def _defines(defines: Defines | None, what: str) -> dict[str, str | None]:
         for d in defines:
             if not isinstance(d, str):
                 raise ArgumentError(f"{what}: defines holds {d!r}; each is 'NAME' or 'NAME=VALUE'")
-            name, eq, value = d.partition("=")
-            items.append((name, value if eq else None))
+            macro, eq, body = d.partition("=")
+            items.append((macro, body if eq else None))
     out: dict[str, str | None] = {}
     for name, value in items:
         if not isinstance(name, str) or not _MACRO.fullmatch(name):
             raise ArgumentError(f"{what}: define {name!r} is not a macro name (a C identifier)")
-        if isinstance(value, bool):
-            value = "1" if value else "0"
-        elif value is not None and not isinstance(value, (str, int, float)):
+        if value is not None and not isinstance(value, (str, int, float)):
             raise ArgumentError(f"{what}: define {name} = {value!r}: a value is a str, a number, "
                                 "a bool (1 or 0) or None (defined, empty)")
-        text = None if value is None else str(value)
+        text = (None if value is None else ("1" if value else "0") if isinstance(value, bool)
+                else str(value))
         if text is not None and ("\n" in text or "\r" in text):
             raise ArgumentError(f"{what}: define {name}'s value spans lines")
         out[name] = text
@@ -93,7 +92,7 @@ class GlslOptions:
         dirs: list[Path] = []
         if include_dirs is not None:
             if isinstance(include_dirs, (str, bytes, os.PathLike)):
-                include_dirs = [include_dirs]  # type: ignore[list-item]
+                include_dirs = [include_dirs]
             for d in include_dirs:
                 if not isinstance(d, (str, os.PathLike)) or not Path(d).is_dir():
                     raise ArgumentError(f"{what}: include_dirs holds {d!r}, which is not a "

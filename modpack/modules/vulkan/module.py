@@ -255,12 +255,12 @@ def vulkan_module(shaders: Shader | Mapping[str, Shader], name: str | None = Non
     common, per_kernel = split_specialization(specialization, [f[0] for f in found])
     used: set[str | int] = set()
     kernels = []
-    for kernel, shader, entry, what in found:
-        spirv_facts = facts[shader]
+    for kernel, index, entry, what in found:
+        spirv_facts = facts[index]
         constants, size = specialise(kernel, spirv_facts.constants,
                                      spirv_facts.workgroups[entry.name], common,
                                      per_kernel.get(kernel, {}), used)
-        base = _kernel(kernel, shader, entry, what)
+        base = _kernel(kernel, index, entry, what)
         kernels.append(dataclasses.replace(base, workgroup_size=size, constants=constants))
     unused = [key for key in common if key not in used]
     if unused:

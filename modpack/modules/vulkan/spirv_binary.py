@@ -154,7 +154,7 @@ def read_facts(spirv: bytes, what: str) -> SpirvFacts:
             literals[ops[1]] = opcode == _OP_CONSTANT_TRUE
         elif opcode == _OP_CONSTANT and len(ops) >= 3 and types.get(ops[0], ("",))[0] in (
                 "int", "uint"):
-            literals[ops[1]] = _decode(types[ops[0]], ops[2:])
+            literals[ops[1]] = int(_decode(types[ops[0]], ops[2:]))
         elif opcode in (_OP_SPEC_TRUE, _OP_SPEC_FALSE, _OP_SPEC_CONSTANT) and len(ops) >= 2:
             if ops[0] in types:
                 specs[ops[1]] = (opcode, types[ops[0]], ops[2:])
