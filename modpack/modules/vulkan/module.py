@@ -204,16 +204,16 @@ def vulkan_module(shaders: Shader | Mapping[str, Shader], name: str | None = Non
     options : further glslangValidator flags, e.g. ``["-g"]`` (not those modpack sets itself).
 
     specialization : values of the shaders' specialization constants
-        (``layout(constant_id = N) const ...`` and ``layout(local_size_x_id = N) in;``), set
-        when each kernel's pipeline is made: ``{"BLOCK_SIZE": 256}`` (by the constant's name) or ``{0: 256}`` (by
-        its SpecId) for every kernel whose shader has that constant, ``{"softmax": {...}}`` for
-        one kernel (which wins over the former). Each value is typed by its constant's SPIR-V
-        type (bool, int, uint or float of its width) and refused if it does not fit. A kernel
-        whose workgroup size comes from a constant given no value is refused here, naming the
-        constant: the shader's default (often 1) would run it with too few invocations per
-        workgroup and a wrong result. Any other constant given no value keeps the default its
-        shader declares; ``modpack inspect`` shows every kernel's constants and which are
-        defaults.
+        (``layout(constant_id = N) const ...`` and ``layout(local_size_x_id = N) in;``), set when
+        each kernel's pipeline is made: ``{"BLOCK_SIZE": 256}`` (by the constant's name) or
+        ``{0: 256}`` (by its SpecId) for every kernel whose shader has that constant,
+        ``{"softmax": {...}}`` for one kernel (which wins over the former). Each value is typed by
+        its constant's SPIR-V type (bool, int, uint or float of its width) and refused if it does
+        not fit. A kernel whose workgroup size comes from a constant given no value is refused
+        here, naming the constant: the shader's default (often 1) would run it with too few
+        invocations per workgroup and a wrong result. Any other constant given no value keeps the
+        default its shader declares; ``modpack inspect`` shows every kernel's constants and which
+        are defaults.
 
     Each kernel's record comes from the SPIR-V by reflection: its storage buffers in (set,
     binding) order, then its push-constant block's members as scalars, in offset order. A kernel
