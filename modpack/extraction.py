@@ -20,7 +20,8 @@ import numpy as np
 
 from .errors import ArgumentError, FormatError
 from .files.names import safe_file_name
-from .format.code_frames import code_pieces, decode_frame
+from .format.code_frames import decode_frame
+from .format.payload_views import code_pieces
 from .interop.tvm import decode_device_payload
 from .runtime.binding import check, ffi, lib
 from .runtime.dtypes import display_name

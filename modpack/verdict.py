@@ -20,8 +20,9 @@ import platform
 from dataclasses import dataclass
 
 from .errors import FormatError, ModpackError
-from .format.code_frames import code_pieces, decode_frame
+from .format.code_frames import decode_frame
 from .format.layout import ENTRY_CODE_FRAMES
+from .format.payload_views import code_pieces
 from .format.signatures import is_weight_file
 from .format.tar_blob import find_tar_blob
 from .format.tar_seal import check_tar_seal

@@ -11,7 +11,6 @@ compression package. Weights are never framed: they stay in place, zero-copy and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import xxhash
@@ -24,8 +23,6 @@ __all__ = [
     "ENCODINGS",
     "FRAME_HEADER_SIZE",
     "CodeFrames",
-    "CodePiece",
-    "code_pieces",
     "compress_level",
     "decode_frame",
     "frame_info",
@@ -96,46 +93,3 @@ def decode_frame(frame: Any) -> bytes:
     buffer = ffi.new("uint8_t[]", max(raw_size, 1))
     check(lib.mp_code_frame_decode(ffi.from_buffer(view), len(view), buffer, raw_size))
     return bytes(ffi.buffer(buffer, raw_size))
-
-
-@dataclass(frozen=True)
-class CodePiece:
-    """One piece of a device module's code, where its kind's loader places it in the payload:
-    a frame when the entry says its code is in frames, else the code itself."""
-
-    what: str  # "source", "binary 0", "shader 1", "variant sm_90": for messages
-    suffix: str  # a file extension for it (extract): ".cl", ".ptx", ...
-    offset: int  # in the payload
-    size: int  # as stored
-    nul: bool  # the code ends in a NUL that is not part of the file (PTX)
-    index: int = 0  # among its kind's pieces of this sort (binaries, shaders, variants)
-    tag: str = ""  # what tells it from the others: a device, an architecture
-
-
-_SUFFIXES = {"cl": ".cl", "ptx": ".ptx", "cubin": ".cubin", "fatbin": ".fatbin",
-             "cuda": ".cu", "spv": ".spv", "metal": ".metal", "hsaco": ".hsaco"}
-
-
-def code_pieces(type_key: str, description: dict[str, Any]) -> list[CodePiece]:
-    """The pieces of code of a modpack device module, from its kind's description of it
-    (``mp_module_describe``): an OpenCL module's source and prebuilt binaries, a CUDA or ROCm
-    module's variants, a Vulkan module's shaders. None for other kinds."""
-    pieces: list[CodePiece] = []
-    if type_key == "opencl" and "source_offset" in description:
-        stored = description.get("source_code", {}).get("stored_bytes",
-                                                        description["source_bytes"])
-        pieces.append(CodePiece("source", ".cl", description["source_offset"], stored, False))
-        for k, binary in enumerate(description.get("binaries", [])):
-            pieces.append(CodePiece(f"binary {k}", ".bin", binary["offset"], binary["size"],
-                                    False, k, binary["device"]))
-    elif type_key == "vulkan":
-        for k, shader in enumerate(description.get("shaders", [])):
-            pieces.append(CodePiece(f"shader {k}", ".spv", shader["offset"], shader["size"],
-                                    False, k))
-    elif type_key in ("cuda", "rocm"):
-        for k, variant in enumerate(description.get("variants", [])):
-            pieces.append(CodePiece(f"variant {variant['arch']}",
-                                    _SUFFIXES.get(variant["kind"], ".bin"), variant["offset"],
-                                    variant["size"], variant["kind"] == "ptx", k,
-                                    variant["arch"]))
-    return pieces

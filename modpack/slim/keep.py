@@ -9,13 +9,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..errors import ArgumentError, ModpackError
+from ..format.payload_views import slimmed_kinds
 from ..preflight import preflight
 
-__all__ = ["SLIMMED_KINDS", "device_strings", "kept_variants"]
+__all__ = ["device_strings", "kept_variants"]
 
-# Kinds whose code is per architecture: the others (OpenCL source and binaries keyed by the
-# device's driver, Vulkan's SPIR-V) run on any device of their type and are kept whole.
-SLIMMED_KINDS = {"cuda": "cuda", "rocm": "rocm"}
 
 
 def device_strings(keep: str | Iterable[str]) -> list[str]:
@@ -53,15 +51,19 @@ def kept_variants(path: str | os.PathLike[str], devices: Sequence[str]
     device of its type, or no kept device is of its type."""
     kept: dict[int, set[str]] = {}
     types: dict[int, str] = {}
+    # Kinds whose code is per architecture (their views can cut a payload): the others (OpenCL
+    # source and binaries keyed by the device's driver, Vulkan's SPIR-V) run on any device of
+    # their type and are kept whole.
+    slimmed = slimmed_kinds()
     for device in devices:
         answer = preflight(path, device)  # ArgumentError for a device string it cannot read
         kind = device.split(":", 1)[0]
         for module in answer["modules"]:
             key = module["type_key"]
-            if key not in SLIMMED_KINDS:
+            if key not in slimmed:
                 continue
             types[module["index"]] = key
-            if SLIMMED_KINDS[key] != kind:
+            if slimmed[key] != kind:
                 continue
             names = kept.setdefault(module["index"], set())
             for reply in module["answers"]:

@@ -31,6 +31,7 @@ from ..files.tar_writer import TarWriter
 from ..format.coverage import NOTE, note_fields, read_coverage
 from ..format.image import Placement
 from ..format.layout import LIB_TYPE_KEY, IndexExtras, align_up
+from ..format.payload_views import slimmed_kinds
 from ..format.seal import check_seal, seal_file
 from ..format.tar_blob import ELF_ARCHES, find_tar_blob
 from ..format.tar_seal import seal_tar
@@ -39,7 +40,7 @@ from ..runtime.binding import error_from_status, ffi, lib
 from ..runtime.entries import describe_module, entry_module
 from ..verdict import check_file, outcome
 from .blob import BlobEntry, write_blob
-from .keep import SLIMMED_KINDS, device_strings, kept_variants
+from .keep import device_strings, kept_variants
 from .layout import read_layout
 from .payloads import FileRange, slim_payload
 
@@ -138,6 +139,7 @@ def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport,
                     "would drop what the newer one added: slim it with the modpack that made it "
                     "(or a newer one)")
             entry = ffi.new("mp_blob_module_t*")
+            slimmed = slimmed_kinds()
             entries: list[BlobEntry] = []
             row_ptr, child_indices = [0], []
             for i in range(info.module_count):
@@ -149,7 +151,7 @@ def _read_blob(f: Any, seal: Any, kept: dict[int, set[str]], report: SlimReport,
                         for k in range(entry.child_count)]
                 child_indices += kids
                 row_ptr.append(len(child_indices))
-                if key in SLIMMED_KINDS and key != LIB_TYPE_KEY:
+                if key in slimmed and key != LIB_TYPE_KEY:
                     start = seal.blob_offset + e.offset
                     payload = view[start:start + e.size]
                     description = _module_description(key, base + start, e.size, e.flags)

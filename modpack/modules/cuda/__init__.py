@@ -9,6 +9,7 @@ numbers for scalars — followed by six integers: grid x, y, z (``blockIdx``) an
 """
 
 from ..kernel_info import UNTYPED_POINTER
+from . import payload_view  # noqa: F401  (importing it registers the tools' view of the payload)
 from .arch import DEFAULT_TARGETS
 from .binaries import cubin_arch, detect_kind, fatbin_arches
 from .compile import INSTALL_HINT, find_nvcc

@@ -3,6 +3,7 @@ records read from the source as the OpenCL compiler sees it (:mod:`.signatures`)
 program binaries (:mod:`.binaries`), and the source built at export when asked
 (:mod:`.build_check`)."""
 
+from . import payload_view  # noqa: F401  (importing it registers the tools' view of the payload)
 from .binaries import opencl_binaries
 from .module import LAUNCH_TAGS, OpenCLModule, opencl_module
 from .signatures import parse_kernel_signatures, preprocess

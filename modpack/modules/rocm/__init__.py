@@ -7,6 +7,7 @@ for scalars — followed by six integers: grid x, y, z (in blocks) and block x, 
 the record asks for it, the bytes of dynamic LDS.
 """
 
+from . import payload_view  # noqa: F401  (importing it registers the tools' view of the payload)
 from .code_object import CodeObject, KernelMetadata, read_code_object
 from .compile import find_clang
 from .module import KIND_LAUNCH_TAGS, LAUNCH_TAGS, ROCmModule, check_target, rocm_module
