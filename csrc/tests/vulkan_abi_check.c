@@ -59,6 +59,9 @@ int main(void) {
   SIZE(VkMemoryAllocateInfo);
   SIZE(VkShaderModuleCreateInfo);
   AT(VkShaderModuleCreateInfo, pCode);
+  SIZE(VkPipelineCacheCreateInfo);
+  AT(VkPipelineCacheCreateInfo, initialDataSize);
+  AT(VkPipelineCacheCreateInfo, pInitialData);
   SIZE(VkDescriptorSetLayoutBinding);
   SIZE(VkDescriptorSetLayoutCreateInfo);
   SIZE(VkPushConstantRange);
@@ -90,6 +93,7 @@ int main(void) {
   VALUE(VK_ERROR_INCOMPATIBLE_DRIVER);
   VALUE(VK_ERROR_OUT_OF_POOL_MEMORY);
   VALUE(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
+  VALUE(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
   VALUE(VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO);
   VALUE(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);
   VALUE(VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO);

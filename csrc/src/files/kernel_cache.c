@@ -510,6 +510,8 @@ void mp_kernel_cache_open(mp_kernel_cache_slot_t* slot, const mp_kernel_cache_in
   slot->dir_fd = slot->lock_fd = -1;
   slot->subject = subject ? subject : "<payload>";
   slot->what = input->what;
+  slot->accept = input->accept;
+  slot->accept_context = input->accept_context;
   snprintf(slot->kind, sizeof slot->kind, "%s", input->kind);
   slot->clock = mp_trace_now_ms();
   char path[PATH_MAX], why[512];
@@ -603,6 +605,12 @@ static bool look(mp_kernel_cache_slot_t* slot, uint8_t** out_data, uint64_t* out
   uint8_t* data = NULL;
   entry_state_t state =
       read_entry(slot->dir_fd, slot->name, slot->key, true, &data, &info, why, sizeof why);
+  if (state == ENTRY_VALID && slot->accept &&
+      !slot->accept(slot->accept_context, data, info.size - HEADER, why, sizeof why)) {
+    free(data);
+    data = NULL;
+    state = ENTRY_INVALID;
+  }
   if (state == ENTRY_VALID) {
     *out_data = data;
     *out_size = info.size - HEADER;
@@ -730,7 +738,14 @@ void mp_kernel_cache_probe(const mp_kernel_cache_input_t* input, const char** ou
   }
   hex(key, KEY, name);
   entry_info_t info;
-  switch (read_entry(dir_fd, name, key, false, NULL, &info, why, sizeof why)) {
+  uint8_t* data = NULL;
+  entry_state_t state = read_entry(dir_fd, name, key, false, input->accept ? &data : NULL, &info,
+                                   why, sizeof why);
+  if (state == ENTRY_VALID && input->accept &&
+      !input->accept(input->accept_context, data, info.size - HEADER, why, sizeof why))
+    state = ENTRY_INVALID;
+  free(data);
+  switch (state) {
     case ENTRY_VALID:
       *out_state = "hit";
       snprintf(detail, capacity, "%s %s %s in %s (%" PRIu64 " bytes)", input->kind, input->what,

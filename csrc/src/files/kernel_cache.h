@@ -22,11 +22,11 @@
  * (a lock file beside the entry, flock) and looks again once it holds it, so that processes
  * starting at once build each key once; a lock is never waited on for more than two minutes.
  *
- * For another kind (Vulkan's VkPipelineCache data, say): give the input the code it compiles
- * (the SPIR-V words), its options (the pipeline's specialisation, as bytes the kind writes the
- * same way each time), the device (vendor, device ID, pipelineCacheUUID) and the driver version;
- * seed vkCreatePipelineCache with what get returns, and put what vkGetPipelineCacheData gives
- * after the pipelines are made. The driver checks its own cache header too. */
+ * Vulkan (kinds/vulkan/vulkan_pipeline_cache.c) keys the SPIR-V words with the entry point and
+ * specialisation as its options and the device's identity (vendor, device ID, pipelineCacheUUID,
+ * driver version), checks an entry's VkPipelineCache header itself (the input's accept) before
+ * seeding vkCreatePipelineCache with it, and puts what vkGetPipelineCacheData gives after a
+ * miss's pipeline is made. */
 #ifndef MODPACK_FILES_KERNEL_CACHE_H_
 #define MODPACK_FILES_KERNEL_CACHE_H_
 
@@ -44,6 +44,12 @@ typedef struct {
   const char* device;  /* which device: name, architecture */
   const char* driver;  /* the driver's version */
   const char* what;    /* what an entry holds, for log lines ("program binary", "cubin") */
+  /* Optional (NULL: none): the kind's own check of a sealed entry's data before it counts as a
+   * hit, for data the driver would take on trust (Vulkan: the pipeline cache header names this
+   * device). false, with why in |why|: the entry is ignored as a damaged one is, and built. */
+  bool (*accept)(const void* context, const uint8_t* data, uint64_t size, char* why,
+                 size_t capacity);
+  const void* accept_context; /* passed to accept (borrowed: it must outlive the slot) */
 } mp_kernel_cache_input_t;
 
 typedef struct {
@@ -53,6 +59,8 @@ typedef struct {
   char kind[MP_KERNEL_CACHE_MAX_KIND];
   const char* what;
   const char* subject; /* for log lines: the library's path (borrowed) */
+  bool (*accept)(const void*, const uint8_t*, uint64_t, char*, size_t); /* the input's */
+  const void* accept_context;
   int dir_fd;          /* the folder, opened by get (-1: not yet) */
   int lock_fd;         /* the key's build lock, held from a miss to close (-1: none) */
   double clock;        /* when the current step began (for the trace's times) */

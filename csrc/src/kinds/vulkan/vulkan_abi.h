@@ -59,6 +59,7 @@ enum {
   VK_STRUCTURE_TYPE_FENCE_CREATE_INFO = 8,
   VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO = 12,
   VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO = 16,
+  VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO = 17,
   VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO = 18,
   VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO = 29,
   VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO = 30,
@@ -365,6 +366,14 @@ typedef struct {
 } VkShaderModuleCreateInfo;
 
 typedef struct {
+  VkStructureType sType;
+  const void* pNext;
+  VkFlags flags;
+  size_t initialDataSize;
+  const void* pInitialData;
+} VkPipelineCacheCreateInfo;
+
+typedef struct {
   uint32_t binding;
   int32_t descriptorType;
   uint32_t descriptorCount;
@@ -562,6 +571,10 @@ typedef struct {
     (VkDevice, VkPipelineCache, uint32_t, const VkComputePipelineCreateInfo*, const void*,        \
      VkPipeline*))                                                                                \
   X(DestroyPipeline, void, (VkDevice, VkPipeline, const void*))                                   \
+  X(CreatePipelineCache, VkResult,                                                                \
+    (VkDevice, const VkPipelineCacheCreateInfo*, const void*, VkPipelineCache*))                  \
+  X(DestroyPipelineCache, void, (VkDevice, VkPipelineCache, const void*))                         \
+  X(GetPipelineCacheData, VkResult, (VkDevice, VkPipelineCache, size_t*, void*))                  \
   X(CreateDescriptorPool, VkResult,                                                               \
     (VkDevice, const VkDescriptorPoolCreateInfo*, const void*, VkDescriptorPool*))                \
   X(DestroyDescriptorPool, void, (VkDevice, VkDescriptorPool, const void*))                       \
@@ -671,6 +684,16 @@ typedef struct {
   uint32_t subgroup_operations;         /* VK_SUBGROUP_FEATURE_*_BIT in compute shaders */
 } mp_vulkan_support_t;
 
+/* Which device and driver a physical device is, as its properties say: the kernel cache's key
+ * (vulkan_pipeline_cache.c) and what a pipeline cache's header must name. */
+typedef struct {
+  uint32_t vendor_id;
+  uint32_t device_id;
+  uint32_t driver_version;
+  uint8_t cache_uuid[16]; /* pipelineCacheUUID */
+  char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
+} mp_vulkan_identity_t;
+
 /* The process-wide Vulkan state: one instance and its physical devices that have a compute
  * queue. Created on first use. */
 typedef struct {
@@ -684,6 +707,7 @@ typedef struct {
   uint32_t device_count;
   VkPhysicalDevice physical[MP_VULKAN_MAX_DEVICES];
   mp_vulkan_support_t support[MP_VULKAN_MAX_DEVICES];
+  mp_vulkan_identity_t identity[MP_VULKAN_MAX_DEVICES];
   char names[MP_VULKAN_MAX_DEVICES][320]; /* "device name (Vulkan X.Y.Z, driver ...)" */
 } mp_vulkan_t;
 

@@ -259,6 +259,12 @@ static void initialise(void) {
     uint32_t v = properties.apiVersion;
     snprintf(state.names[state.device_count], sizeof state.names[0], "%s (Vulkan %u.%u.%u)",
              properties.deviceName, v >> 22, (v >> 12) & 0x3ffu, v & 0xfffu);
+    mp_vulkan_identity_t* identity = &state.identity[state.device_count];
+    identity->vendor_id = properties.vendorID;
+    identity->device_id = properties.deviceID;
+    identity->driver_version = properties.driverVersion;
+    memcpy(identity->cache_uuid, properties.pipelineCacheUUID, sizeof identity->cache_uuid);
+    memcpy(identity->name, properties.deviceName, sizeof identity->name);
     mp_vulkan_support_t* support = &state.support[state.device_count];
     uint32_t own = VK_MAKE_API_VERSION(0, VK_API_VERSION_MAJOR(v), VK_API_VERSION_MINOR(v), 0);
     support->api_version = own < state.instance_version ? own : state.instance_version;

@@ -6,7 +6,10 @@
  *
  * A kernel's pipeline is made per device at its first launch there (its shader module, the
  * descriptor set layouts, the pipeline layout with its push-constant range, the compute
- * pipeline, a descriptor pool and sets) and cached in the module. A launch writes the buffers
+ * pipeline, a descriptor pool and sets) and cached in the module. The compute pipeline goes
+ * through the kernel cache (vulkan_pipeline_cache.h): the driver's pipeline cache data an
+ * earlier process kept for the same SPIR-V, entry point, specialisation, device and driver
+ * seeds it, else what the driver compiled is kept. A launch writes the buffers
  * into the kernel's descriptor sets, records bind, push constants and vkCmdDispatch into the
  * device's command buffer, submits it and waits: launches are synchronous, and each device's
  * launches and copies are serialised by its lock (vulkan_device.c).
@@ -23,6 +26,7 @@
 #include <string.h>
 
 #include "core/registry.h"
+#include "kinds/vulkan/vulkan_pipeline_cache.h"
 
 extern const mp_kind_t mp_vulkan_kind; /* this kind's descriptor, at the end */
 extern const mp_preflight_api_t mp_vulkan_preflight; /* vulkan_preflight.c */
@@ -166,7 +170,17 @@ static mp_status_t make_pipeline(mp_vulkan_module_t* m, const mp_vulkan_t* vk,
       p->layout,
       0,
       -1};
-  result = vk->vk.CreateComputePipelines(d->device, 0, 1, &create, NULL, &p->pipeline);
+  /* Through the kernel cache: the driver's pipeline cache from an earlier process, if kept. */
+  const uint8_t* spirv;
+  MP_RETURN_IF_ERROR(mp_vulkan_shader_words(m, in->shader, &spirv));
+  mp_vulkan_pipeline_key_t key = {spirv, m->shaders[in->shader].code.raw_size,
+                                  mp_kernel_symbol(info),
+                                  in->constant_count ? &specialization : NULL};
+  mp_vulkan_pipeline_cache_t cache;
+  mp_vulkan_pipeline_cache_open(&cache, vk, d, device, &key, m->base.load_flags,
+                                m->base.library_path);
+  result = vk->vk.CreateComputePipelines(d->device, cache.cache, 1, &create, NULL, &p->pipeline);
+  mp_vulkan_pipeline_cache_close(&cache, vk, d, result == VK_SUCCESS);
   if (result != VK_SUCCESS) {
     p->pipeline = 0;
     return mp_errorf(MP_ERR_RUNTIME,
