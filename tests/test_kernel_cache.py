@@ -12,10 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
+import shutil
 import stat
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -476,6 +479,212 @@ def test_a_folder_others_can_write_is_never_used(ptx_library, stub_driver, tmp_p
     assert "chmod 700" in listing["kernels"]["reason"]
 
 
+# ---- Vulkan on lavapipe ------------------------------------------------------------------------
+# A pipeline's VkPipelineCache data, keyed by its SPIR-V, entry point and specialization; the
+# entry's VkPipelineCacheHeaderVersionOne is checked against the device before the driver sees
+# it. (lavapipe in Mesa 22.3 keeps a 32-byte header and no compiled code: what a hit saves there
+# is nothing, but what is stored, found and refused is the same on every driver.)
+
+needs_vulkan = pytest.mark.skipif(
+    not shutil.which("glslangValidator") or not shutil.which("spirv-cross")
+    or modpack.device_count("vulkan") < 1,
+    reason="no Vulkan device or no glslang-tools (scripts/dev.sh installs lavapipe and both)")
+
+SPEC_SCALE = """#version 450
+layout(local_size_x = 64) in;
+layout(constant_id = 0) const float K = 1.0;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform P { uint n; } p;
+void main() { uint i = gl_GlobalInvocationID.x; if (i < p.n) y[i] = x[i] * K; }
+"""
+
+# Calls scale once per variant (after writing that variant's bytes over the entry: the fuzz
+# test's), each time from a fresh copy of the library (a process loads a path once), so that
+# each call makes its pipeline through the cache.
+VULKAN_CHILD = r"""
+import json, shutil, sys
+from pathlib import Path
+import numpy as np
+import modpack
+from modpack import kernel_cache_stats
+path, option, factor, entry, *variants = sys.argv[1:]
+x = np.arange(256, dtype=np.float32)
+each = []
+for variant in variants or [None]:
+    load = path
+    if variant:
+        Path(entry).write_bytes(Path(variant).read_bytes())
+        load = shutil.copyfile(path, variant + ".so")
+    root = modpack.load_module(load, kernel_cache=option == "on")
+    a = modpack.array(x, device="vulkan:0")
+    y = modpack.empty(256, "float32", device="vulkan:0")
+    root.get_function("scale", query_imports=True)(a, y, 256, 4, 1, 1)
+    each.append(y.numpy().tolist() == (float(factor) * x).tolist())
+print(json.dumps({"ok": all(each), "each": each, **kernel_cache_stats()}))
+"""
+
+
+def vulkan_library(folder: Path, k: float = 3.0, name: str = "vk.so") -> Path:
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(modpack.vulkan_module({"scale": SPEC_SCALE}, specialization={"K": k}))
+    return host.export_library(folder / name)
+
+
+def vulkan_run(path: Path, cache: Path | str, k: float = 3.0, option: str = "on",
+               entry: Path | None = None, variants: tuple[Path, ...] = ()) -> tuple[dict, str]:
+    """One fresh process calling scale (once, or once per variant): (its result and counters,
+    its stderr)."""
+    proc = child(VULKAN_CHILD, str(path), option, str(k), str(entry or ""), *map(str, variants),
+                 MODPACK_KERNEL_CACHE=str(cache), MODPACK_LOG_LOADING="1")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["ok"], result
+    return result, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def vk_library(tmp_path_factory) -> Path:
+    if modpack.device_count("vulkan") < 1 or not shutil.which("glslangValidator"):
+        pytest.skip("no Vulkan device or no glslang-tools")
+    return vulkan_library(tmp_path_factory.mktemp("vk"))
+
+
+def pipeline_cache_header(data: bytes) -> tuple[int, int, int, int, bytes]:
+    """VkPipelineCacheHeaderVersionOne: header size, version, vendorID, deviceID, UUID."""
+    return (*struct.unpack_from("<4I", data), data[16:32])
+
+
+@needs_vulkan
+def test_vulkan_a_second_process_seeds_its_pipeline_from_the_entry(vk_library, tmp_path):
+    """The first process makes the pipeline and stores the driver's pipeline cache data (kind
+    "vulkan", a version 1 header naming this device); the second finds it (a hit, nothing
+    stored) and computes the same result; `modpack cache list` labels the entry vulkan."""
+    cache = tmp_path / "kernels"
+    first, log = vulkan_run(vk_library, cache)
+    assert (first["misses"], first["stores"], first["hits"]) == (1, 1, 0)
+    assert any(line.startswith("stored the vulkan pipeline cache") for line in cache_lines(log))
+    (entry,) = entries(cache)
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o600
+    data = entry.read_bytes()
+    assert data[offset("kind"):offset("kind") + 7] == b"vulkan\0"
+    size, version, _, _, _ = pipeline_cache_header(data[lib.MP_KERNEL_CACHE_HEADER_SIZE:])
+    assert size >= 32 and version == 1
+    second, log = vulkan_run(vk_library, cache)
+    assert (second["hits"], second["misses"], second["stores"], second["ignored"]) == (1, 0, 0, 0)
+    assert any(line.startswith("hit: vulkan pipeline cache") for line in cache_lines(log))
+    listing = json.loads(run(sys.executable, "-m", "modpack", "cache", "list", "--json",
+                             env={**os.environ, "MODPACK_KERNEL_CACHE": str(cache)}))
+    assert [(e["kind"], e["valid"]) for e in listing["kernels"]["entries"]] == [("vulkan", True)]
+
+
+@needs_vulkan
+def test_vulkan_a_specialization_value_is_part_of_the_key(vk_library, tmp_path):
+    """The same SPIR-V specialised K=3 and K=5 is two entries; each library hits its own and
+    computes with its own constant."""
+    cache = tmp_path / "kernels"
+    five = vulkan_library(tmp_path, 5.0, "five.so")
+    vulkan_run(vk_library, cache)
+    result, _ = vulkan_run(five, cache, 5.0)
+    assert (result["misses"], result["stores"]) == (1, 1)
+    assert len(entries(cache)) == 2
+    assert vulkan_run(five, cache, 5.0)[0]["hits"] == 1
+    assert vulkan_run(vk_library, cache)[0]["hits"] == 1
+
+
+@needs_vulkan
+def test_vulkan_the_cache_is_off_by_option_and_by_an_empty_variable(vk_library, tmp_path):
+    """kernel_cache=False and MODPACK_KERNEL_CACHE="" make the pipeline without a cache and
+    write nothing."""
+    cache = tmp_path / "kernels"
+    result, log = vulkan_run(vk_library, cache, option="off")
+    assert (result["off"], result["hits"], result["misses"], result["stores"]) == (1, 0, 0, 0)
+    assert "kernel_cache=False" in log and not cache.exists()
+    result, log = vulkan_run(vk_library, "")
+    assert (result["off"], result["stores"]) == (1, 0)
+    assert "MODPACK_KERNEL_CACHE is set empty" in log
+
+
+def _vk_wrong_vendor(entry: Path) -> None:
+    data = bytearray(entry.read_bytes()[lib.MP_KERNEL_CACHE_HEADER_SIZE:])
+    data[8] ^= 0x01  # vendorID; the entry resealed
+    entry.write_bytes(entry_bytes(entry.name, "vulkan", bytes(data)))
+
+
+def _vk_rewrite(offset_in_data: int, value: int) -> Callable[[Path], None]:
+    def damage(entry: Path) -> None:
+        data = bytearray(entry.read_bytes()[lib.MP_KERNEL_CACHE_HEADER_SIZE:])
+        struct.pack_into("<I", data, offset_in_data, value)
+        entry.write_bytes(entry_bytes(entry.name, "vulkan", bytes(data)))
+    return damage
+
+
+def _vk_short(entry: Path) -> None:
+    data = entry.read_bytes()[lib.MP_KERNEL_CACHE_HEADER_SIZE:][:20]
+    entry.write_bytes(entry_bytes(entry.name, "vulkan", data))
+
+
+VULKAN_DAMAGE = {
+    "a flipped byte": (_flip, "its data is damaged (checksum mismatch)"),
+    "truncated": (_truncate, "truncated: its header says"),
+    "another vendor's header": (_vk_wrong_vendor, "another device's or driver's (vendor"),
+    "a header of version 2": (_vk_rewrite(4, 2), "pipeline cache header is version 2, not 1"),
+    "a 16-byte header size": (_vk_rewrite(0, 16), "pipeline cache header says 16 bytes"),
+    "shorter than its header": (_vk_short, "20 bytes, shorter than the 32-byte"),
+}
+
+
+@needs_vulkan
+@pytest.mark.parametrize("case", list(VULKAN_DAMAGE))
+def test_vulkan_a_damaged_or_foreign_entry_is_a_miss(vk_library, tmp_path, case):
+    """A damaged entry, or a sealed one whose pipeline cache header is not this device's (or not
+    a version 1 header), never reaches the driver: it is ignored (said why), counted a miss, the
+    pipeline made from the SPIR-V with the right result, and a good entry stored in its place."""
+    damage, why = VULKAN_DAMAGE[case]
+    cache = tmp_path / "kernels"
+    vulkan_run(vk_library, cache)
+    (entry,) = entries(cache)
+    good = entry.read_bytes()
+    damage(entry)
+    result, log = vulkan_run(vk_library, cache)
+    assert (result["ignored"], result["hits"], result["misses"], result["stores"]) == (1, 0, 1, 1)
+    assert any(why in line for line in cache_lines(log)), cache_lines(log)
+    assert entry.read_bytes() == good
+    assert vulkan_run(vk_library, cache)[0]["hits"] == 1
+
+
+@needs_vulkan
+def test_vulkan_random_and_truncated_pipeline_caches_never_crash(vk_library, tmp_path):
+    """Fuzz the header check: 120 sealed entries of random bytes, of the good data cut short at
+    every length, of the good header with one random byte changed, and of the good header with
+    random bytes after it, each written over the entry before a fresh load. Every call computes
+    the right result; every entry without a header naming this device is ignored, never given
+    to the driver."""
+    cache = tmp_path / "kernels"
+    vulkan_run(vk_library, cache)
+    (entry,) = entries(cache)
+    good = entry.read_bytes()[lib.MP_KERNEL_CACHE_HEADER_SIZE:]
+    rng = random.Random(32)
+    datas = [rng.randbytes(rng.randrange(1, 200)) for _ in range(40)]
+    datas += [good[:n] for n in range(1, 32)]
+    for _ in range(34):
+        changed = bytearray(good)
+        at = rng.randrange(32)
+        changed[at] ^= rng.randrange(1, 256)
+        datas.append(bytes(changed))
+    foreign = len(datas)
+    datas += [good[:32] + rng.randbytes(rng.randrange(1, 200)) for _ in range(15)]
+    folder = tmp_path / "variants"
+    folder.mkdir()
+    variants = []
+    for i, data in enumerate(datas):
+        variants.append(folder / f"{i:03}")
+        variants[-1].write_bytes(entry_bytes(entry.name, "vulkan", data))
+    result, _ = vulkan_run(vk_library, cache, entry=entry, variants=tuple(variants))
+    assert len(result["each"]) == len(datas) == 120
+    assert result["ignored"] == foreign and result["hits"] == len(datas) - foreign
+
+
 # ---- listing, pruning, the size bound ---------------------------------------------------------
 
 
@@ -538,10 +747,14 @@ def test_a_store_keeps_the_folder_within_its_bound(ptx_library, stub_driver, tmp
 
 C_PROGRAM = r"""
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "modpack/modpack.h"
+/* argv: library, "on" or "off", and optionally the kernel's name and its argument count (the
+ * first argument 5, the others 1). */
 int main(int argc, char** argv) {
-  (void)argc;
+  const char* name = argc > 3 ? argv[3] : "tick";
+  int count = argc > 4 ? atoi(argv[4]) : 7;
   mp_load_options_t options;
   memset(&options, 0, sizeof options);
   options.struct_size = sizeof options;
@@ -552,8 +765,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 7; ++i) args[i] = mp_int(i == 0 ? 5 : 1);
   ret = mp_none();
   if (mp_module_load(argv[1], &options, &root) != MP_OK ||
-      mp_module_get_function(root, "tick", 1, &tick) != MP_OK ||
-      mp_function_call(tick, args, 7, &ret) != MP_OK) {
+      mp_module_get_function(root, name, 1, &tick) != MP_OK ||
+      mp_function_call(tick, args, count, &ret) != MP_OK) {
     fprintf(stderr, "%s\n", mp_error_message());
     return 1;
   }
@@ -583,6 +796,28 @@ def test_the_c_api_has_the_same_switch(runtime_prefix, ptx_library, stub_driver,
     log.unlink()
     assert run(exe, ptx_library, "on", env=env) == "hits 1 misses 0 stores 0 off 0\n"
     assert log.read_text().splitlines()[:2] == LOADED
+
+
+@needs_vulkan
+def test_the_c_api_switch_covers_vulkan_pipelines(runtime_prefix, tmp_path):
+    """From C, a Vulkan kernel (push constants only, so no arrays): MP_LOAD_NO_KERNEL_CACHE
+    makes its pipeline without the cache and writes nothing; without it the first program
+    stores and the second hits."""
+    exe = build_c_program(runtime_prefix, C_PROGRAM, tmp_path / "tick")
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(modpack.vulkan_module({"tick": """#version 450
+layout(local_size_x = 1) in;
+layout(push_constant) uniform P { int n; } p;
+void main() { }
+"""}))
+    library = host.export_library(tmp_path / "tick.so")
+    cache = tmp_path / "kernels"
+    env = {**os.environ, "MODPACK_KERNEL_CACHE": str(cache)}
+    assert run(exe, library, "off", "tick", "4", env=env) == "hits 0 misses 0 stores 0 off 1\n"
+    assert not cache.exists()
+    assert run(exe, library, "on", "tick", "4", env=env) == "hits 0 misses 1 stores 1 off 0\n"
+    assert run(exe, library, "on", "tick", "4", env=env) == "hits 1 misses 0 stores 0 off 0\n"
+    assert len(entries(cache)) == 1
 
 
 def test_the_load_logger_says_hit_or_miss(ptx_library, stub_driver, tmp_path):
