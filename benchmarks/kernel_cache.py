@@ -11,10 +11,13 @@ Prints one Markdown table of medians over fresh processes:
 - CUDA PTX-only, against the stub driver of the tests (tests/data/stub_libcuda.c): its linker
   makes a fake cubin at once, so these rows are modpack's own cost around the driver (the key's
   SHA-256 over the PTX, the entry read and checked), not a GPU's JIT.
+- Vulkan on this machine's driver (lavapipe here; the validation layer off): the first call of
+  each of two kernels (two pipelines, one of them specialised) until both results are back,
+  cold, cached and off, and how many bytes of pipeline cache the driver gave to keep.
 - Eight processes started at once on an empty cache: wall time, builds (stores), and whether
   every process computed.
 
-    PYTHONPATH=. python benchmarks/kernel_cache.py [--runs 5]
+    PYTHONPATH=. python benchmarks/kernel_cache.py [--runs 5] [--only vulkan ...]
 """
 
 from __future__ import annotations
@@ -107,6 +110,74 @@ print(json.dumps({"ok": True, "first_call_ms": (t3 - t2) * 1e3,
 """
 
 
+# A vector op and a row softmax whose workgroup size is a specialization constant.
+VULKAN_SHADERS = {
+    "scale": """#version 450
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform P { float k; uint n; } p;
+void main() { uint i = gl_GlobalInvocationID.x; if (i < p.n) y[i] = x[i] * p.k; }
+""",
+    "softmax": """#version 450
+layout(constant_id = 0) const uint BLOCK_SIZE = 32;
+layout(local_size_x_id = 0) in;
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform P { uint ncols; } p;
+shared float partial[BLOCK_SIZE];
+void main() {
+  const uint base = gl_WorkGroupID.x * p.ncols, tid = gl_LocalInvocationID.x;
+  float m = -1.0 / 0.0;
+  for (uint c = tid; c < p.ncols; c += BLOCK_SIZE) m = max(m, x[base + c]);
+  partial[tid] = m;
+  barrier();
+  for (uint s = BLOCK_SIZE / 2; s > 0; s >>= 1) {
+    if (tid < s) partial[tid] = max(partial[tid], partial[tid + s]);
+    barrier();
+  }
+  m = partial[0];
+  barrier();
+  float sum = 0.0;
+  for (uint c = tid; c < p.ncols; c += BLOCK_SIZE) sum += exp(x[base + c] - m);
+  partial[tid] = sum;
+  barrier();
+  for (uint s = BLOCK_SIZE / 2; s > 0; s >>= 1) {
+    if (tid < s) partial[tid] += partial[tid + s];
+    barrier();
+  }
+  for (uint c = tid; c < p.ncols; c += BLOCK_SIZE) y[base + c] = exp(x[base + c] - m) / partial[0];
+}
+""",
+}
+
+VULKAN_CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import numpy as np
+import modpack
+from modpack import kernel_cache_stats
+t1 = time.perf_counter()
+root = modpack.load_module(sys.argv[1])
+scale = root.get_function("scale", query_imports=True)
+softmax = root.get_function("softmax", query_imports=True)
+x = np.random.default_rng(0).standard_normal((8, 256)).astype(np.float32)
+a = modpack.array(x.ravel(), device="vulkan:0")
+y = modpack.empty(x.size, "float32", device="vulkan:0")
+z = modpack.empty(x.size, "float32", device="vulkan:0")
+t2 = time.perf_counter()
+scale(a, y, 2.0, x.size, x.size // 64, 1, 1)
+softmax(a, z, 256, 8, 1, 1)
+ys, zs = y.numpy(), z.numpy().reshape(8, 256)
+t3 = time.perf_counter()
+e = np.exp(x - x.max(axis=1, keepdims=True))
+ok = (ys.tolist() == (2 * x.ravel()).tolist()
+      and bool(np.allclose(zs, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)))
+print(json.dumps({"ok": ok, "first_call_ms": (t3 - t2) * 1e3,
+                  "load_to_result_ms": (t3 - t1) * 1e3, **kernel_cache_stats()}))
+"""
+
+
 def child(code: str, library: Path, env: dict[str, str]) -> dict:
     proc = subprocess.run([sys.executable, "-c", code, str(library)], capture_output=True,
                           text=True, env={**os.environ, **env}, timeout=600)
@@ -172,6 +243,34 @@ def cuda_rows(work: Path, runs: int) -> list[tuple[str, str]]:
              f"{median(cached, 'first_call_ms'):.2f} ms")]
 
 
+def vulkan_rows(work: Path, runs: int) -> list[tuple[str, str]]:
+    host = modpack.csource_module("int placeholder;")
+    host.import_module(modpack.vulkan_module(VULKAN_SHADERS,
+                                             specialization={"BLOCK_SIZE": 64}))
+    library = host.export_library(work / "vulkan.so")
+    base = {"MODPACK_VULKAN_VALIDATION": "0"}
+    cold, cached, off = [], [], []
+    kept: list[int] = []
+    for i in range(runs):  # interleaved, as OpenCL's
+        cache = work / f"vulkan-{i}"
+        cold.append(child(VULKAN_CHILD, library, {**base, "MODPACK_KERNEL_CACHE": str(cache)}))
+        assert cold[-1]["misses"] == 2 and cold[-1]["stores"] == 2, cold[-1]
+        cached.append(child(VULKAN_CHILD, library, {**base, "MODPACK_KERNEL_CACHE": str(cache)}))
+        assert cached[-1]["hits"] == 2, cached[-1]
+        off.append(child(VULKAN_CHILD, library, {**base, "MODPACK_KERNEL_CACHE": ""}))
+        kept = sorted(p.stat().st_size - 128 for p in cache.iterdir() if len(p.name) == 64)
+    rows = []
+    for label, results in (("cold (empty cache: build, store)", cold),
+                           ("cached (second process: the entries)", cached),
+                           ("cache off", off)):
+        rows.append((f"Vulkan first call of two kernels, {label}",
+                     f"{median(results, 'first_call_ms'):.1f} ms (load to result "
+                     f"{median(results, 'load_to_result_ms'):.1f} ms)"))
+    rows.append(("Vulkan pipeline cache the driver gave to keep, per pipeline",
+                 " and ".join(f"{n} bytes" for n in kept)))
+    return rows
+
+
 def eight_at_once(work: Path) -> tuple[str, str]:
     host = modpack.csource_module("int placeholder;")
     host.import_module(modpack.opencl_module(OPENCL_SOURCE))
@@ -201,11 +300,21 @@ def eight_at_once(work: Path) -> tuple[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="fresh processes per row")
+    parser.add_argument("--only", nargs="+", choices=("opencl", "cuda", "vulkan", "eight"),
+                        help="measure only these rows (default: all)")
     args = parser.parse_args()
+    only = set(args.only or ("opencl", "cuda", "vulkan", "eight"))
     with tempfile.TemporaryDirectory(prefix="modpack-kernel-cache-") as folder:
         work = Path(folder)
-        rows = opencl_rows(work, args.runs) + cuda_rows(work, args.runs)
-        rows.append(eight_at_once(work))
+        rows = []
+        if "opencl" in only:
+            rows += opencl_rows(work, args.runs)
+        if "cuda" in only:
+            rows += cuda_rows(work, args.runs)
+        if "vulkan" in only:
+            rows += vulkan_rows(work, args.runs)
+        if "eight" in only:
+            rows.append(eight_at_once(work))
     print(f"| measure (medians of {args.runs} fresh processes) | result |")
     print("|---|---|")
     for label, value in rows:
