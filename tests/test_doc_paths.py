@@ -18,12 +18,11 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
-_TOP = sorted(p.name for p in ROOT.iterdir()
-              if p.is_dir() and not p.name.startswith(".") and p.name not in {"build", "wheelhouse"})
-_TICKED = re.compile(r"`((?:%s)/[^`\s]*)`" % "|".join(map(re.escape, _TOP)))
+_TOP = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")
+              and p.name not in {"build", "wheelhouse"})
+_TICKED = re.compile(r"`((?:" + "|".join(map(re.escape, _TOP)) + r")/[^`\s]*)`")
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _PLACEHOLDER = re.compile(r"<[^>]+>|(?:^|[/_])x(?:[/._]|$)")
 # Made by building or running something, named as where output lands.
