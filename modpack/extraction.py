@@ -27,7 +27,7 @@ from .runtime.binding import check, ffi, lib
 from .runtime.dtypes import display_name
 from .runtime.module import LoadedModule, wrap_module
 from .selftests.bundle import decode_bundle, json_scalar
-from .verdict import check_file, damaged, outcome
+from .verdict import NOT_DAMAGE, check_file, damaged, outcome
 from .weight_reports import extract_weight_file, is_weight_file
 
 __all__ = ["extract_library"]
@@ -65,7 +65,7 @@ def _extract_file(path: str, shown: str, out: Path, judged: bool = True) -> dict
 
     report = inspect_library(path)  # validates everything (payload checksums too), runs nothing
     loads = report.get("loads")
-    if judged and loads is not None and not loads["ok"] and loads["stage"] != "loaders":
+    if judged and loads is not None and not loads["ok"] and loads["stage"] not in NOT_DAMAGE:
         raise FormatError(f"{shown} {outcome(loads['stage'])}, so nothing is extracted: "
                           f"{loads['message']}")
     blob = report["blob"]

@@ -37,6 +37,7 @@ from .format.layout import (
     SYSTEM_LIB_ENTRY_PREFIX,
 )
 from .format.signatures import read_signatures
+from .format.tar_blob import ELF_ARCHES
 from .format.tar_members import check_members
 from .format.tar_seal import check_tar_seal, has_tar_seal
 from .interop.tvm import BLOB_SYMBOLS as TVM_BLOB_SYMBOLS
@@ -47,7 +48,7 @@ from .runtime.dtypes import dtype_name
 from .runtime.entries import describe_module, entry_module
 from .selftests.bundle import decode_bundle, selftest_summary
 from .toolchain.demangle import demangle, is_mangled
-from .verdict import Verdict, check_file
+from .verdict import NOT_DAMAGE, Verdict, check_file
 from .weight_reports import inspect_weight_file, is_weight_file
 
 __all__ = ["inspect_library"]
@@ -103,6 +104,7 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
         f.seek(0)
         try:
             elf = ELFFile(f)
+            machine = _machine(elf)
             headers: list[Any] | None
             location: tuple[str, int, int] | None = None
             tvm = None
@@ -141,6 +143,7 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
         result: dict[str, Any] = {
             "path": shown,
             "producer": "modpack",
+            "machine": machine,
             "format_version": None,
             "writer_version": None,
             "blob": None,
@@ -167,7 +170,8 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
         if note is not None:
             result["note"] = note
         result["loads"] = _loads(shown, result, prefix, location)
-        if result["loads"] is None or result["loads"]["ok"]:  # a refused file is not hashed
+        loads = result["loads"]  # a file refused as damaged is not hashed
+        if loads is None or loads["ok"] or loads["stage"] in NOT_DAMAGE:
             f.seek(0)  # whole (a load would not read it all either)
             result["content_digest"] = _content_digest(f)
         return result
@@ -274,6 +278,13 @@ def _inspect_tar(shown: str) -> dict[str, Any]:
     with open(shown, "rb") as f:
         result["content_digest"] = _content_digest(f)
     return result
+
+
+def _machine(elf: ELFFile) -> str:
+    """The machine the file was built for, as ``platform.machine()`` names it (``"x86_64"``,
+    ``"aarch64"``), or the ELF header's name for one modpack does not name (``"EM_RISCV"``)."""
+    name = str(elf["e_machine"])
+    return ELF_ARCHES.get(name, name)
 
 
 def _content_digest(f: Any) -> str:

@@ -19,7 +19,7 @@ import os
 import platform
 from dataclasses import dataclass
 
-from .errors import FormatError, ModpackError
+from .errors import FormatError, IncompatibleError, ModpackError
 from .format.code_frames import decode_frame
 from .format.layout import ENTRY_CODE_FRAMES
 from .format.payload_views import code_pieces
@@ -30,25 +30,32 @@ from .runtime.binding import error_from_status, ffi, lib
 from .runtime.entries import describe_module, entry_module
 from .runtime.weight_files import load_options
 
-__all__ = ["STAGES", "Verdict", "check_file", "damaged", "outcome"]
+__all__ = ["NOT_DAMAGE", "STAGES", "Verdict", "check_file", "damaged", "outcome"]
 
 _STAGES = {lib.MP_CHECK_FILE: "file", lib.MP_CHECK_SEAL: "seal", lib.MP_CHECK_BLOB: "blob",
            lib.MP_CHECK_PAYLOADS: "payloads", lib.MP_CHECK_WEIGHT_FILES: "weight files",
-           lib.MP_CHECK_LOADERS: "loaders"}
-# In the order they are checked; "code": the device code in frames decodes (a load decodes it
-# at its first use).
-STAGES = (*(_STAGES[k] for k in sorted(_STAGES, key=int)), "code")
+           lib.MP_CHECK_LOADERS: "loaders", lib.MP_CHECK_MACHINE: "machine"}
+# In the order they are judged; "code": the device code in frames decodes (a load decodes it
+# at its first use); "machine": the file was built for another machine, judged last, once the
+# rest held as on a machine of its kind.
+STAGES = (*(_STAGES[k] for k in sorted(_STAGES, key=int) if _STAGES[k] != "machine"), "code",
+          "machine")
+# The refusals that say nothing against the file: this process has no loader for a kind of
+# it, or this machine is not the one it was built for.
+NOT_DAMAGE = ("loaders", "machine")
 
 
 @dataclass(frozen=True)
 class Verdict:
     """Whether a load would take the file and its code work; if not, the stage that refused
-    it (``"file"``, ``"seal"``, ``"blob"``, ``"payloads"``, ``"weight files"``, ``"loaders"``,
-    ``"code"``, checked in that order: :data:`STAGES`) and the load's own error (for
-    ``"code"``, the error the first use of that code would raise). ``"loaders"`` is the one
-    refusal that says nothing against the file: a module's kind has no loader registered in
-    this process (every other check held), and a load in a process that registers one takes
-    it."""
+    it (``"file"``, ``"seal"``, ``"blob"``, ``"payloads"``, ``"weight files"``,
+    ``"loaders"``, ``"code"``, ``"machine"``, judged in that order: :data:`STAGES`) and the
+    load's own error (for ``"code"``, the error the first use of that code would raise).
+    Two refusals say nothing against the file (:data:`NOT_DAMAGE`): ``"loaders"``, a module's
+    kind has no loader registered in this process (every other check held), and a load in a
+    process that registers one takes it; ``"machine"``, the file was built for another machine
+    (an ``IncompatibleError`` naming both), and every other check held as on a machine of its
+    kind."""
 
     ok: bool
     stage: str | None = None
@@ -71,13 +78,15 @@ def outcome(stage: str | None) -> str:
         return "would load, but the first use of its device code would fail"
     if stage == "loaders":
         return "is sound, but would not load in this process"
+    if stage == "machine":
+        return "is sound, but would not load on this machine"
     return "would not load"
 
 
 def damaged(verdict: Verdict) -> bool:
     """Whether |verdict| refuses the file for what it is, rather than for what this process
-    lacks (a loader for one of its kinds)."""
-    return not verdict.ok and verdict.stage != "loaders"
+    lacks (a loader for one of its kinds) or for the machine it was built for."""
+    return not verdict.ok and verdict.stage not in NOT_DAMAGE
 
 
 def check_file(path: str | os.PathLike[str], *, verify_checksums: bool = True) -> Verdict:
@@ -96,12 +105,16 @@ def check_file(path: str | os.PathLike[str], *, verify_checksums: bool = True) -
         return Verdict(True)
     stage = ffi.new("int32_t*")
     status = lib.mp_library_check_file(os.fsencode(shown), load_options(flags).pointer, stage)
+    machine = None
     if status != 0:
-        return Verdict(False, _STAGES.get(stage[0], "file"), error_from_status(status))
+        machine = Verdict(False, _STAGES.get(stage[0], "file"), error_from_status(status))
+        if machine.stage != "machine":
+            return machine
     seal = ffi.new("mp_seal_v1_t*")
     if lib.mp_seal_check_file(os.fsencode(shown), seal) != 0:  # checked just now: changed since
         return Verdict(False, "seal", error_from_status(lib.mp_error_code()))
-    return _check_code(shown, seal.blob_offset, seal.blob_size)
+    code = _check_code(shown, seal.blob_offset, seal.blob_size)
+    return code if machine is None or not code.ok else machine
 
 
 def _check_tar(shown: str, flags: int) -> Verdict:
@@ -111,7 +124,8 @@ def _check_tar(shown: str, flags: int) -> Verdict:
     try:
         check_tar_seal(shown)
         located = find_tar_blob(shown)
-        located.check_machine(shown, platform.machine())
+        if len(set(located.machines.values())) > 1:  # no machine links these: damage
+            located.check_machine(shown, platform.machine())
     except FormatError as exc:  # IncompatibleError too
         return Verdict(False, "seal", exc)
     stage = ffi.new("int32_t*")
@@ -119,7 +133,12 @@ def _check_tar(shown: str, flags: int) -> Verdict:
                                        load_options(flags).pointer, stage)
     if status != 0:
         return Verdict(False, _STAGES.get(stage[0], "blob"), error_from_status(status))
-    return _check_code(shown, located.offset, located.size)
+    code = _check_code(shown, located.offset, located.size)
+    try:  # judged last, as for a library: the rest holds or fails on any machine
+        located.check_machine(shown, platform.machine())
+    except IncompatibleError as exc:
+        return code if not code.ok else Verdict(False, "machine", exc)
+    return code
 
 
 def _check_code(path: str, offset: int, size: int) -> Verdict:

@@ -29,6 +29,8 @@ _COVERS = {  # what each check vouches for, shown with its result
                     "exported with, and intact",
     "loaders": "each module's kind has a loader in this process (what a load here needs; a "
                "kind a package registers loads where that package is imported)",
+    "machine": "the library was built for this machine (what a load here needs; the other "
+               "checks hold on any machine)",
     "code": "the device code stored in code frames (compress_code): every frame decodes to the "
             "code its header promises, as a load decodes it at the code's first use",
     "signature": "every byte of the sealed file (SHA-256), by the signer's Ed25519 key",
@@ -81,6 +83,8 @@ def verify_library(path: str | os.PathLike[str],
             later or failed_at("weight files"))
     if stage == "loaders":  # the file is sound; this process cannot load it
         add("loaders", None, f"not here: {loads['message']}")
+    if stage == "machine":  # the file is sound; this machine cannot load it
+        add("machine", None, f"not here: {loads['message']}")
     if stage == "code" or _has_code_frames(report):
         earlier = not loads["ok"] and stage != "code"
         add("code", None if earlier else not failed_at("code"),

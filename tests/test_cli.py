@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import platform
 import subprocess
 import sys
 import tarfile
@@ -19,9 +20,9 @@ import modpack
 from modpack.cli.main import format_inspection, main
 from modpack.inspection import inspect_library
 
-TOP_KEYS = ["path", "producer", "format_version", "writer_version", "blob", "modules",
-            "import_tree", "functions", "signatures", "seal", "content_digest", "signed_by",
-            "loads", "metadata", "selftests"]
+TOP_KEYS = ["path", "producer", "machine", "format_version", "writer_version", "blob",
+            "modules", "import_tree", "functions", "signatures", "seal", "content_digest",
+            "signed_by", "loads", "metadata", "selftests"]
 BLOB_KEYS = ["symbol", "section", "file_offset", "size", "index_size", "index_checksum",
              "payload_checksums", "metadata_offset", "metadata_size", "selftests_offset",
              "selftests_size"]
@@ -124,6 +125,7 @@ def test_library_without_blob(tmp):
     assert report == {
         "path": str(path),
         "producer": "modpack",
+        "machine": platform.machine(),
         "format_version": None,
         "writer_version": None,
         "blob": None,

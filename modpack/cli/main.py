@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -60,7 +61,10 @@ def _add_inspect(subparsers: _Subparsers) -> None:
             "every module with its payload and import edges, the import tree and the exported "
             "host functions. The file is read, never loaded: no code from it runs. The blob is "
             "fully validated, payload checksums included. The exit status is 1 when the file "
-            "is damaged (its seal does not match), as loading it would fail."
+            "is damaged (its seal does not match) or was not made by modpack, as loading it "
+            "would fail anywhere; 0 for a sound library, including one built for another "
+            "machine (its machine is shown) or one whose kind has no loader in this process "
+            "(each said on stderr)."
         ),
     )
     p.add_argument("library", help="path to the shared library (e.g. deploy.so) or weight file")
@@ -70,7 +74,7 @@ def _add_inspect(subparsers: _Subparsers) -> None:
 
 def _run_inspect(args: argparse.Namespace) -> int:
     from ..inspection import inspect_library
-    from ..verdict import outcome
+    from ..verdict import NOT_DAMAGE, outcome
 
     report = inspect_library(args.library)
     if args.json:
@@ -80,7 +84,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
     loads = report.get("loads")
     if loads is not None and not loads["ok"]:  # one verdict: the loader refuses it, so inspect
         sys.stdout.flush()
-        if loads["stage"] == "loaders":  # not the file's fault: said, and exit 0
+        if loads["stage"] in NOT_DAMAGE:  # not the file's fault: said, and exit 0
             sys.stderr.write(f"modpack inspect: note: {args.library} "
                              f"{outcome(loads['stage'])}: {loads['message']}\n")
             return 0
@@ -105,6 +109,10 @@ def format_inspection(report: dict[str, Any]) -> str:
         field("content digest", report["content_digest"])
     for key_id in report.get("signed_by", []):
         field("signed by", f"key {key_id[:16]} (check: modpack verify --key PUB.pem)")
+    if report.get("machine"):  # the machine it was built for
+        here = platform.machine()
+        field("machine", report["machine"] + ("" if report["machine"] == here
+                                              else f" (not this machine, which is {here})"))
 
     if report.get("producer") == "tvm":
         field("producer", f"TVM, blob layout of {report['format_version']}")
@@ -126,7 +134,8 @@ def format_inspection(report: dict[str, Any]) -> str:
                       f"(0x{blob['file_offset']:x})")
         field("index", f"{blob['index_size']} bytes, checksum {blob['index_checksum']}")
         loads = report.get("loads")
-        checked = ("verified" if loads is None or loads["ok"] or loads["stage"] == "code"
+        checked = ("verified" if loads is None or loads["ok"]
+                   or loads["stage"] in ("code", "loaders", "machine")
                    else "not verified: the file would not load")
         field("flags", "payload checksums: "
                        + (f"yes ({checked})" if blob["payload_checksums"] else "no"))

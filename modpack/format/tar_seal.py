@@ -67,6 +67,12 @@ def check_tar_seal(path: str | os.PathLike[str]) -> list[str]:
         with tarfile.open(path, "r") as tar:
             members = tar.getmembers()
             if not members or members[-1].name != SEAL_MEMBER:
+                if not any(m.name.endswith(".o") for m in members):
+                    raise FormatError(
+                        f"{path} was not made by modpack: this tar archive carries no modpack "
+                        f"seal ({SEAL_MEMBER}) and none of the object files a .tar export "
+                        "holds; load_module loads the .so and .tar files modpack's "
+                        "export_library writes")
                 raise FormatError(f"{path} carries no modpack seal (no {SEAL_MEMBER} member at "
                                   "its end): it was damaged or truncated, or made without "
                                   "modpack's export; export it again, or load it with "

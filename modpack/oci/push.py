@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import ArgumentError, FormatError, MissingFileError, NotFoundError
 from ..files.scratch import new_workspace
+from ..verdict import NOT_DAMAGE
 from . import media
 from .artifact import Layer, config_document, describe_file, index_document, manifest_document
 from .client import RegistryClient, RegistrySettings, _canonical
@@ -77,7 +78,7 @@ def push(library: str | os.PathLike[str], target: str, *,
         raise ArgumentError(f"{source} is a weight file: push the library that refers to it "
                             "(its weight files go with it)")
     loads = report.get("loads")
-    if loads is not None and not loads["ok"] and loads["stage"] != "loaders":
+    if loads is not None and not loads["ok"] and loads["stage"] not in NOT_DAMAGE:
         raise FormatError(f"{source} would not load ({loads['message']}): it is not pushed")
     weight_layers = _weight_layers(source, report, weights)
     devices = device_strings(variants) if variants else [None]

@@ -11,14 +11,7 @@ from __future__ import annotations
 import threading
 
 from .. import errors
-
-try:
-    from .._rt import ffi, lib
-except ImportError as exc:  # pragma: no cover - only without a build
-    raise ImportError(
-        "modpack's C runtime (modpack._rt) is not built: install the package with "
-        "`pip install -e .` (or `pip install .`) from the repository root"
-    ) from exc
+from .._rt import ffi, lib  # built: modpack.runtime's import checks it (runtime/unbuilt.py)
 
 # The functions every load calls, looked up once now: cffi makes a function's Python object
 # on its first lookup (3-4 us each), which would otherwise land in a process's first load.

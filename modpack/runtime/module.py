@@ -24,6 +24,7 @@ from ..errors import ArgumentError, MissingFileError
 from ..modules.base import Module
 from .binding import check, ffi, lib, string
 from .function import Function, lookup
+from .names import no_such_array
 from .views import view_of
 from .weight_files import WeightArrays, current_arrays, current_version, overlay_paths
 
@@ -176,7 +177,7 @@ class LoadedModule:
             for i in range(count):
                 check(lib.mp_module_array_at(self._handle, i, name, tensor))
                 arrays[string(name[0])] = view_of(tensor[0], reference)
-            self._arrays_cache = _ReadOnlyMapping(arrays)
+            self._arrays_cache = _ReadOnlyMapping(arrays, f"the {self.type_key} module")
         return self._arrays_cache
 
     def swap_weights(self, path: str | os.PathLike[str], file_name: str | None = None) -> None:
@@ -223,11 +224,18 @@ def _runtime_reference(handle: Any) -> Any:
 
 
 class _ReadOnlyMapping(Mapping[str, np.ndarray]):
-    def __init__(self, data: dict[str, np.ndarray]) -> None:
+    def __init__(self, data: dict[str, np.ndarray], where: str) -> None:
         self._data = data
+        self._where = where  # "the const module", for messages
 
     def __getitem__(self, key: str) -> np.ndarray:
-        return self._data[key]
+        try:
+            return self._data[key]
+        except KeyError:
+            raise no_such_array(key, self._data, self._where) from None
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)

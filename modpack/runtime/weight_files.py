@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import ArgumentError, MissingFileError
 from .binding import check, ffi, lib, string
+from .names import no_such_array
 from .trust import TrustedKey, trusted_keys_array
 from .views import view_of
 
@@ -165,13 +166,18 @@ class WeightArrays(Mapping[str, np.ndarray]):
     def __getitem__(self, key: str) -> np.ndarray:
         view = self._views.get(key)
         if view is None:
-            index = self._index[key]  # KeyError for a name the module does not have
+            index = self._index.get(key)
+            if index is None:  # a NotFoundError (a KeyError) naming the closest name
+                raise no_such_array(key, self._names, "the weights module")
             name = ffi.new("char**")
             tensor = ffi.new("DLTensor**")
             version = self._versions[lib.mp_weights_array_file(self._handle, index)]
             check(lib.mp_weights_array_in(self._handle, version, index, name, tensor))
             view = self._views[key] = view_of(tensor[0], version)
         return view
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index  # (Mapping's would build a not-found message per miss)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -235,7 +241,12 @@ class WeightFile(Mapping[str, np.ndarray]):
         return dict(self._described[name])  # KeyError for a name the file does not have
 
     def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._arrays:
+            raise no_such_array(key, self._arrays, f"the weight file {str(self.path)!r}")
         return self._arrays[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._arrays
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._arrays)

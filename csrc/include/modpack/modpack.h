@@ -245,6 +245,9 @@ enum {
   /* A module of a kind no loader is registered for in this process: not damage (every other
    * check was made), but a load here refuses it (MP_ERR_NOT_FOUND, as the load says). */
   MP_CHECK_LOADERS = 6,
+  /* A library built for another machine (MP_ERR_INCOMPATIBLE, naming both machines), judged
+   * last: every other check was made as on a machine of its kind, and held. Not damage. */
+  MP_CHECK_MACHINE = 7,
 };
 MP_API mp_status_t mp_library_check_file(const char* path, const mp_load_options_t* options,
                                          int32_t* out_stage);

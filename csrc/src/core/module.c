@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/names.h"
 
 struct mp_module {
   atomic_long refcount;
@@ -21,6 +22,7 @@ struct mp_module {
   mp_library_t* library; /* its reference; NULL for modules not loaded from a library */
   const mp_module_owner_ops_t* owner_ops;
   mp_module_find_array_fn find_array; /* NULL: arrays are found by walking them */
+  mp_module_each_function_fn each_function; /* unlisted functions' names, for messages */
   mp_module_t** imports; /* retained */
   uint64_t import_count;
   uint64_t import_capacity;
@@ -314,6 +316,73 @@ static mp_status_t find_first(mp_module_t* root, const char* name, int32_t query
   return status;
 }
 
+/* Offer |c| every name of |m| of one sort (functions, arrays); a qualified name
+ * ("module/function") is offered as such. */
+typedef void (*offer_fn)(mp_module_t* m, mp_closest_t* c, bool qualified);
+
+static void offer_name(mp_module_t* m, mp_closest_t* c, bool qualified, const char* name) {
+  if (!name) return;
+  if (!qualified) {
+    mp_closest_offer(c, name);
+    return;
+  }
+  if (!m->name) return;
+  char joined[2 * MP_CLOSEST_MAX_NAME + 2];
+  int n = snprintf(joined, sizeof joined, "%s/%s", m->name, name);
+  if (n > 0 && (size_t)n < sizeof joined) mp_closest_offer(c, joined);
+}
+
+typedef struct {
+  mp_module_t* module;
+  mp_closest_t* closest;
+  bool qualified;
+} offer_context_t;
+
+static void offer_listed(void* context, const char* name) {
+  offer_context_t* o = context;
+  offer_name(o->module, o->closest, o->qualified, name);
+}
+
+static void offer_functions(mp_module_t* m, mp_closest_t* c, bool qualified) {
+  uint64_t count = mp_module_function_count(m);
+  for (uint64_t i = 0; i < count; ++i) offer_name(m, c, qualified, mp_module_function_name(m, i));
+  offer_context_t o = {m, c, qualified};
+  if (m->each_function) m->each_function(m, offer_listed, &o);
+}
+
+static void offer_arrays(mp_module_t* m, mp_closest_t* c, bool qualified) {
+  uint64_t count = mp_module_array_count(m);
+  for (uint64_t i = 0; i < count; ++i) {
+    const char* name = NULL;
+    const DLTensor* array = NULL;
+    if (m->vtable->array_at(m, i, &name, &array) == MP_OK) offer_name(m, c, qualified, name);
+    else mp_error_clear();
+  }
+}
+
+/* " (did you mean 'NAME'?)" for the name closest to |name| among those the lookup that did
+ * not find it searched (|root|, and its imports if |query_imports|), or "": the not-found
+ * messages' suggestion. Only on the error path, so it may be slow. */
+static const char* suggest(mp_module_t* root, const char* name, int32_t query_imports,
+                           offer_fn offer, char* buffer, size_t capacity) {
+  bool qualified = strchr(name, '/') != NULL;
+  mp_closest_t c;
+  mp_closest_begin(&c, name);
+  walk_t w;
+  walk_begin(&w, root);
+  for (mp_module_t* m; (m = walk_next(&w));) {
+    offer(m, &c, qualified);
+    if (query_imports) walk_push_imports(&w, m);
+  }
+  walk_end(&w);
+  return mp_closest_suffix(&c, buffer, capacity);
+}
+
+const char* mp_module_suggest_function(mp_module_t* root, const char* name,
+                                       int32_t query_imports, char* buffer, size_t capacity) {
+  return suggest(root, name, query_imports, offer_functions, buffer, capacity);
+}
+
 static mp_status_t visit_function(mp_module_t* m, const char* name, void* out, bool* out_found) {
   mp_function_t** out_function = out;
   mp_status_t status = MP_OK;
@@ -341,9 +410,13 @@ mp_status_t mp_module_get_function(mp_module_t* module, const char* name, int32_
   if (!module || !name)
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_get_function: NULL module or name");
   MP_RETURN_IF_ERROR(mp_module_find_function(module, name, query_imports, out_function));
-  if (!*out_function)
-    return mp_errorf(MP_ERR_NOT_FOUND, "no function named '%s' in the %s module%s", name,
-                     module->type_key, query_imports ? " or its imports" : "");
+  if (!*out_function) {
+    char suggestion[MP_CLOSEST_MAX_NAME + 32];
+    return mp_errorf(MP_ERR_NOT_FOUND, "no function named '%s' in the %s module%s%s", name,
+                     module->type_key, query_imports ? " or its imports" : "",
+                     suggest(module, name, query_imports, offer_functions, suggestion,
+                             sizeof suggestion));
+  }
   return MP_OK;
 }
 
@@ -390,6 +463,10 @@ mp_status_t mp_module_array_at(mp_module_t* module, uint64_t index, const char**
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "array index %llu out of range for the %s module",
                      (unsigned long long)index, module->type_key);
   return module->vtable->array_at(module, index, out_name, out_array);
+}
+
+void mp_module_set_function_lister(mp_module_t* module, mp_module_each_function_fn each) {
+  module->each_function = each;
 }
 
 void mp_module_set_array_finder(mp_module_t* module, mp_module_find_array_fn find) {
@@ -439,9 +516,13 @@ mp_status_t mp_module_find_array(mp_module_t* module, const char* name, int32_t 
     return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_module_get_array: NULL module or name");
   found_array_t found = {NULL, NULL};
   MP_RETURN_IF_ERROR(find_first(module, name, query_imports, visit_array_owner, &found));
-  if (!found.array)
-    return mp_errorf(MP_ERR_NOT_FOUND, "no array named '%s' in the %s module%s", name,
-                     module->type_key, query_imports ? " or its imports" : "");
+  if (!found.array) {
+    char suggestion[MP_CLOSEST_MAX_NAME + 32];
+    return mp_errorf(MP_ERR_NOT_FOUND, "no array named '%s' in the %s module%s%s", name,
+                     module->type_key, query_imports ? " or its imports" : "",
+                     suggest(module, name, query_imports, offer_arrays, suggestion,
+                             sizeof suggestion));
+  }
   *out_array = found.array;
   if (out_owner) *out_owner = found.owner;
   return MP_OK;

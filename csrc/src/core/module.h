@@ -4,6 +4,7 @@
 #define MODPACK_CORE_MODULE_H_
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "modpack/kind.h"
 
@@ -32,6 +33,20 @@ bool mp_module_try_retain(mp_module_t* module);
 typedef mp_status_t (*mp_module_find_array_fn)(mp_module_t* self, const char* name,
                                                const DLTensor** out_array);
 void mp_module_set_array_finder(mp_module_t* module, mp_module_find_array_fn find);
+
+/* A kind of the runtime's own whose functions are not listed (function_count) but found by
+ * name (a library's host functions, by their symbols) sets this, before the module is shared:
+ * it calls |visit| with each function's name, for the suggestion of a not-found message. */
+typedef void (*mp_module_name_visit_fn)(void* context, const char* name);
+typedef void (*mp_module_each_function_fn)(mp_module_t* self, mp_module_name_visit_fn visit,
+                                           void* context);
+void mp_module_set_function_lister(mp_module_t* module, mp_module_each_function_fn each);
+
+/* " (did you mean 'NAME'?)" into |buffer| for the function name closest to |name| among those
+ * of |root| (and its imports if |query_imports|), or "": the suggestion of a not-found
+ * message. For the error path only: it lists every name. */
+const char* mp_module_suggest_function(mp_module_t* root, const char* name,
+                                       int32_t query_imports, char* buffer, size_t capacity);
 
 /* mp_module_get_array, and the module the array was found in (borrowed). */
 mp_status_t mp_module_find_array(mp_module_t* module, const char* name, int32_t query_imports,

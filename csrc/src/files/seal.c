@@ -138,8 +138,8 @@ static mp_status_t read_note(int fd, uint64_t file_size, const char* path, const
   if (status != MP_ERR_NOT_FOUND) return status;
   if (trailer) return note_missing(raw, path);
   return mp_errorf(MP_ERR_NOT_FOUND,
-                   "'%s' carries no modpack seal: it was damaged or truncated, or linked "
-                   "without modpack's export (by hand, or by a modpack before the seal)",
+                   "'%s' carries no modpack seal (no seal note, no seal trailer): modpack's "
+                   "export did not make it, or it lost its seal after export",
                    path);
 }
 

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,6 +23,7 @@
 #include "core/registry.h"
 #include "files/elf_dynamic.h"
 #include "load/blob_index.h"
+#include "load/elf_check.h"
 #include "load/file_check.h"
 #include "load/kinds.h"
 #include "load/load_settings.h"
@@ -176,13 +178,24 @@ mp_status_t mp_library_check_file(const char* path, const mp_load_options_t* opt
   mp_seal_v1_t seal;
   bool sealed = false;
   *stage = MP_CHECK_SEAL;
-  mp_status_t status =
-      mp_file_check_before_dlopen(fd, resolved, &id, settings.flags, &seal, &sealed);
+  /* A library for another machine is checked as on a machine of its kind, and refused for its
+   * machine last: that says nothing against the file, and the rest may. */
+  char other_machine[512] = "";
+  if (mp_elf_check_machine(fd, id.size, resolved) != MP_OK) {
+    snprintf(other_machine, sizeof other_machine, "%s", mp_error_message());
+    mp_error_clear();
+  }
+  mp_status_t status = mp_file_check_before_dlopen(fd, resolved, &id, settings.flags,
+                                                   other_machine[0] != '\0', &seal, &sealed);
   if (status == MP_OK && sealed) status = check_blob_symbol(fd, resolved, id.size, &seal);
   /* The file's own bytes first, then the files it refers to (a load checks those before
    * dlopen, the blob after: the verdict differs from a load only in which of two faults it
    * names first). */
   if (status == MP_OK && sealed) status = check_contents(fd, resolved, &seal, &settings, stage);
+  if (status == MP_OK && other_machine[0]) {
+    *stage = MP_CHECK_MACHINE;
+    status = mp_errorf(MP_ERR_INCOMPATIBLE, "%s", other_machine);
+  }
   if (status == MP_OK) *stage = 0;
   close(fd);
   mp_load_settings_free(&settings);

@@ -65,22 +65,32 @@ static const char* machine_name(unsigned machine, char* buffer, size_t size) {
   }
 }
 
-mp_status_t mp_elf_check_kind(int fd, uint64_t file_size, const char* path) {
+/* The ELF header's identification, type and machine (in this machine's byte order); false for
+ * a file that is not ELF. */
+static bool read_kind(int fd, uint64_t file_size, unsigned char ident[EI_NIDENT], unsigned* type,
+                      unsigned* machine) {
   /* The fields needed are at the same offsets in 32- and 64-bit headers. */
   unsigned char head[EI_NIDENT + 4]; /* e_ident, e_type, e_machine: one read */
   if (file_size < sizeof head || !mp_file_read_at(fd, head, sizeof head, 0) ||
       memcmp(head, ELFMAG, SELFMAG) != 0)
-    return MP_OK;
-  const unsigned char* ident = head;
+    return false;
+  memcpy(ident, head, EI_NIDENT);
   Elf32_Half type_and_machine[2];
   memcpy(type_and_machine, head + EI_NIDENT, sizeof type_and_machine);
+  *type = type_and_machine[0], *machine = type_and_machine[1];
+  if (ident[EI_DATA] != (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB)) {
+    *type = ((*type & 0xff) << 8) | (*type >> 8);
+    *machine = ((*machine & 0xff) << 8) | (*machine >> 8);
+  }
+  return true;
+}
+
+mp_status_t mp_elf_check_machine(int fd, uint64_t file_size, const char* path) {
+  unsigned char ident[EI_NIDENT];
+  unsigned type, machine;
+  if (!read_kind(fd, file_size, ident, &type, &machine)) return MP_OK;
   bool swapped =
       ident[EI_DATA] != (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? ELFDATA2LSB : ELFDATA2MSB);
-  unsigned type = type_and_machine[0], machine = type_and_machine[1];
-  if (swapped) {
-    type = ((type & 0xff) << 8) | (type >> 8);
-    machine = ((machine & 0xff) << 8) | (machine >> 8);
-  }
   bool other_class = ident[EI_CLASS] != (__SIZEOF_POINTER__ == 8 ? ELFCLASS64 : ELFCLASS32);
   if (MP_THIS_MACHINE && (machine != MP_THIS_MACHINE || other_class || swapped)) {
     char built[32], here[32];
@@ -93,6 +103,14 @@ mp_status_t mp_elf_check_kind(int fd, uint64_t file_size, const char* path) {
                      ident[EI_DATA] == ELFDATA2MSB ? "big" : "little",
                      machine_name(MP_THIS_MACHINE, here, sizeof here));
   }
+  return MP_OK;
+}
+
+mp_status_t mp_elf_check_kind(int fd, uint64_t file_size, const char* path, bool any_machine) {
+  unsigned char ident[EI_NIDENT];
+  unsigned type, machine;
+  if (!read_kind(fd, file_size, ident, &type, &machine)) return MP_OK;
+  if (!any_machine) MP_RETURN_IF_ERROR(mp_elf_check_machine(fd, file_size, path));
   if (type == ET_REL)
     return mp_errorf(MP_ERR_INCOMPATIBLE,
                      "'%s' is a relocatable object file, not a shared library: a system library "
@@ -200,4 +218,55 @@ bool mp_elf_defines_symbol(int fd, uint64_t file_size, const char* name) {
     if (dynsym_defines(fd, file_size, &s, &strtab, name)) return true;
   }
   return false;
+}
+
+/* The symbols of one dynamic symbol table (section |s|, names in |strtab|) that |prefix| starts,
+ * read a bounded batch at a time. */
+static void each_dynsym(int fd, uint64_t file_size, const ElfW(Shdr) * s,
+                        const ElfW(Shdr) * strtab, const char* prefix,
+                        void (*visit)(void* context, const char* name), void* context) {
+  size_t length = strlen(prefix);
+  if (s->sh_entsize != sizeof(ElfW(Sym)) || s->sh_offset > file_size ||
+      s->sh_size > file_size - s->sh_offset || strtab->sh_offset > file_size ||
+      strtab->sh_size > file_size - strtab->sh_offset || length >= MAX_NAME)
+    return;
+  uint64_t count = s->sh_size / sizeof(ElfW(Sym));
+  ElfW(Sym) batch[256];
+  for (uint64_t i = 0; i < count && i < MAX_SYMBOLS; i += sizeof batch / sizeof batch[0]) {
+    uint64_t n = count - i < sizeof batch / sizeof batch[0] ? count - i
+                                                           : sizeof batch / sizeof batch[0];
+    if (!mp_file_read_at(fd, batch, (size_t)n * sizeof batch[0],
+                         s->sh_offset + i * sizeof batch[0]))
+      return;
+    for (uint64_t k = 0; k < n; ++k) {
+      char found[MAX_NAME];
+      uint64_t at = batch[k].st_name, room = strtab->sh_size;
+      if (batch[k].st_shndx == SHN_UNDEF || at >= room) continue;
+      size_t take = room - at < sizeof found - 1 ? (size_t)(room - at) : sizeof found - 1;
+      if (!mp_file_read_at(fd, found, take, strtab->sh_offset + at)) continue;
+      found[take] = '\0';
+      /* (a name that does not end within the bytes read is longer than any compared) */
+      if (memchr(found, '\0', take) && strncmp(found, prefix, length) == 0 &&
+          found[length] != '\0')
+        visit(context, found + length);
+    }
+  }
+}
+
+void mp_elf_each_defined_symbol(int fd, uint64_t file_size, const char* prefix,
+                                void (*visit)(void* context, const char* name), void* context) {
+  ElfW(Ehdr) eh;
+  if (file_size < sizeof eh || !mp_file_read_at(fd, &eh, sizeof eh, 0) ||
+      memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_shentsize != sizeof(ElfW(Shdr)) ||
+      eh.e_shnum == 0 || eh.e_shoff > file_size ||
+      (uint64_t)eh.e_shnum * sizeof(ElfW(Shdr)) > file_size - eh.e_shoff)
+    return;
+  for (uint64_t i = 0; i < eh.e_shnum; ++i) {
+    ElfW(Shdr) s, strtab;
+    if (!mp_file_read_at(fd, &s, sizeof s, eh.e_shoff + i * sizeof s)) return;
+    if (s.sh_type != SHT_DYNSYM || s.sh_link >= eh.e_shnum ||
+        !mp_file_read_at(fd, &strtab, sizeof strtab, eh.e_shoff + s.sh_link * sizeof strtab))
+      continue;
+    each_dynsym(fd, file_size, &s, &strtab, prefix, visit, context);
+  }
 }

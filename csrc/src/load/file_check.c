@@ -4,10 +4,13 @@
 #endif
 #include "load/file_check.h"
 
+#include <elf.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "files/elf_dynamic.h"
 #include "files/seal.h"
 #include "load/elf_check.h"
 #include "modpack/weights.h"
@@ -40,13 +43,29 @@ static mp_status_t refuse_tvm_library(int fd, const char* path, const mp_file_id
   return MP_OK;
 }
 
-/* What a file that carries no seal is, for the message: one made by TVM, or else unsealed. */
+/* Whether modpack's export made the ELF file: it defines the blob or the module context's
+ * library slot, found by the section headers' symbol table or, where a tool dropped those,
+ * as the dynamic loader would find them. */
+static bool made_by_modpack(int fd, const char* path, const mp_file_id_t* id) {
+  static const char* const symbols[] = {MP_BLOB_SYMBOL, MP_CTX_LIBRARY_SYMBOL};
+  for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; ++i) {
+    if (mp_elf_defines_symbol(fd, id->size, symbols[i])) return true;
+    mp_elf_symbol_t found;
+    if (mp_elf_dynamic_symbol(fd, id->size, path, symbols[i], &found) != MP_OK) mp_error_clear();
+    else if (found.found) return true;
+  }
+  return false;
+}
+
+/* What a file that carries no seal is, for the message: one made by TVM; one modpack's export
+ * made, which lost its seal (allow_unsealed loads it); or one modpack did not make at all (not
+ * ELF, damaged, or another tool's library), which allow_unsealed would only dlopen. */
 static mp_status_t unsealed(int fd, const char* path, const mp_file_id_t* id) {
-  char reason[512];
-  snprintf(reason, sizeof reason, "%s", mp_error_message());
   MP_RETURN_IF_ERROR(refuse_tvm_library(fd, path, id));
-  if (mp_elf_defines_symbol(fd, id->size, MP_BLOB_SYMBOL) ||
-      mp_elf_defines_symbol(fd, id->size, MP_CTX_LIBRARY_SYMBOL))
+  uint8_t magic[SELFMAG];
+  bool elf = id->size >= sizeof magic && mp_file_read_at(fd, magic, sizeof magic, 0) &&
+             memcmp(magic, ELFMAG, SELFMAG) == 0;
+  if (elf && made_by_modpack(fd, path, id))
     return mp_errorf(MP_ERR_FORMAT,
                      "'%s' carries no modpack seal, though modpack's export made it: it was "
                      "stripped after export (strip, objcopy and packagers' strip steps drop the "
@@ -57,18 +76,32 @@ static mp_status_t unsealed(int fd, const char* path, const mp_file_id_t* id) {
                      "allow_unsealed=True); C: MP_LOAD_ALLOW_UNSEALED), which leaves its code, "
                      "headers and blob index unchecked before dlopen",
                      path);
+  if (!elf)
+    return mp_errorf(MP_ERR_FORMAT,
+                     "'%s' was not made by modpack: it is not a shared library (%" PRIu64
+                     " bytes, no ELF header) and carries no modpack seal; load_module loads the "
+                     "libraries modpack's export_library writes (.so, .tar), and "
+                     "modpack.load_weights its weight files",
+                     path, id->size);
+  if (mp_elf_check_fd(fd, id->size, path) != MP_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", mp_error_message());
+    return mp_errorf(MP_ERR_FORMAT, "%s (and it carries no modpack seal)", why);
+  }
   return mp_errorf(MP_ERR_FORMAT,
-                   "%s; export it again, or load it without the check "
-                   "(load_module(path, allow_unsealed=True); C: MP_LOAD_ALLOW_UNSEALED), "
-                   "which leaves its code, headers and blob index unchecked before dlopen",
-                   reason);
+                   "'%s' was not made by modpack: it carries no modpack seal, no blob (%s) and "
+                   "no modpack symbols, so another tool built this shared library; load_module "
+                   "loads only the libraries modpack's export_library writes (load this one "
+                   "with ctypes.CDLL or dlopen)",
+                   path, MP_BLOB_SYMBOL);
 }
 
 mp_status_t mp_file_check_before_dlopen(int fd, const char* path, const mp_file_id_t* id,
-                                        uint32_t flags, mp_seal_v1_t* seal, bool* sealed) {
+                                        uint32_t flags, bool any_machine, mp_seal_v1_t* seal,
+                                        bool* sealed) {
   *sealed = false;
   MP_RETURN_IF_ERROR(refuse_weight_file(fd, path, id));
-  MP_RETURN_IF_ERROR(mp_elf_check_kind(fd, id->size, path));
+  MP_RETURN_IF_ERROR(mp_elf_check_kind(fd, id->size, path, any_machine));
   mp_status_t status = mp_seal_check_fd(fd, id->size, path, seal);
   *sealed = status == MP_OK;
   if (status != MP_ERR_NOT_FOUND) return status;

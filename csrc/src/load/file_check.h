@@ -10,8 +10,10 @@
 #include "modpack/modpack.h"
 
 /* The checks before dlopen on the library open as |fd|: *sealed says whether it carries a
- * (valid) seal, then in |seal|. */
+ * (valid) seal, then in |seal|. |any_machine|: a library built for another machine passes (the
+ * tools check the rest of such a file, and name its machine last: load/check.c). */
 mp_status_t mp_file_check_before_dlopen(int fd, const char* path, const mp_file_id_t* id,
-                                        uint32_t flags, mp_seal_v1_t* seal, bool* sealed);
+                                        uint32_t flags, bool any_machine, mp_seal_v1_t* seal,
+                                        bool* sealed);
 
 #endif /* MODPACK_LOAD_FILE_CHECK_H_ */

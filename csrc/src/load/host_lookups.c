@@ -83,13 +83,19 @@ mp_status_t mp_host_lookup_resolve(mp_host_lookup_t* entry, mp_function_t** out_
   /* Imports only: the library's own functions are plain C calls for its code. */
   for (uint64_t i = 0; i < mp_module_import_count(node) && !found && status == MP_OK; ++i)
     status = mp_module_find_function(mp_module_import_at(node, i), entry->name, 1, &found);
+  char suggestion[MP_MODULE_MAX_NAME + 32] = "";
+  for (uint64_t i = 0; status == MP_OK && !found && !suggestion[0] &&
+                       i < mp_module_import_count(node);
+       ++i)
+    mp_module_suggest_function(mp_module_import_at(node, i), entry->name, 1, suggestion,
+                               sizeof suggestion);
   mp_module_release(node);
   MP_RETURN_IF_ERROR(status);
   if (!found)
     return mp_errorf(MP_ERR_NOT_FOUND,
                      "host code asked for function '%s', which no module imported by the library "
-                     "provides",
-                     entry->name);
+                     "provides%s",
+                     entry->name, suggestion);
   pthread_mutex_lock(&lookups->lock);
   if (!entry->function) { /* keep the first of racing resolutions */
     entry->function = found;

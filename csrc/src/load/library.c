@@ -10,15 +10,18 @@
 #include "load/library.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
 #include "core/module.h"
 #include "load/dl_names.h"
+#include "load/elf_check.h"
 #include "load/library_state.h"
 #include "load/overlays.h"
 
@@ -75,6 +78,23 @@ void* mp_library_symbol(const mp_library_t* library, const char* symbol) {
     if (strcmp(library->system->symbols[i].name, symbol) == 0)
       return library->system->symbols[i].address;
   return NULL;
+}
+
+void mp_library_each_symbol(const mp_library_t* library, const char* prefix,
+                            void (*visit)(void* context, const char* name), void* context) {
+  size_t length = strlen(prefix);
+  if (library->system) {
+    for (uint64_t i = 0; i < library->system->num_symbols; ++i) {
+      const char* name = library->system->symbols[i].name;
+      if (strncmp(name, prefix, length) == 0 && name[length]) visit(context, name + length);
+    }
+    return;
+  }
+  int fd = library->fd >= 0 ? library->fd : open(library->path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+    mp_elf_each_defined_symbol(fd, (uint64_t)st.st_size, prefix, visit, context);
+  if (fd >= 0 && fd != library->fd) close(fd);
 }
 
 void mp_library_set_settings(mp_library_t* library, mp_load_settings_t* settings) {

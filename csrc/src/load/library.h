@@ -44,6 +44,12 @@ void mp_library_set_root(mp_library_t* library, mp_module_t* root);
 /* The address of |symbol| in the library, or NULL. */
 void* mp_library_symbol(const mp_library_t* library, const char* symbol);
 
+/* Call |visit| with the name of each symbol of the library that |prefix| starts, the prefix
+ * dropped: a system library's symbol entries, else the dynamic symbols of its file (read
+ * anew at each call: for messages, e.g. the host function a misspelt name meant). */
+void mp_library_each_symbol(const mp_library_t* library, const char* prefix,
+                            void (*visit)(void* context, const char* name), void* context);
+
 /* The file the library was loaded from, open while it is loaded; -1 when none is (a system
  * library, or a loader that needed no descriptor). */
 int mp_library_file(const mp_library_t* library);

@@ -26,6 +26,12 @@ static mp_status_t library_get_function(mp_module_t* self, const char* name,
   return mp_function_create(fn, NULL, NULL, self, out_function);
 }
 
+/* Its functions' names, for the suggestion of a not-found message. */
+static void library_each_function(mp_module_t* self, mp_module_name_visit_fn visit,
+                                  void* context) {
+  mp_library_each_symbol(mp_module_impl(self), MP_FUNC_SYMBOL_PREFIX, visit, context);
+}
+
 static const mp_module_vtable_t library_vtable = {
     .get_function = library_get_function,
 };
@@ -39,6 +45,7 @@ mp_status_t mp_library_node(mp_library_t* library, mp_module_t** out_node, bool*
     return MP_OK;
   }
   MP_RETURN_IF_ERROR(mp_module_create(MP_LIBRARY_TYPE_KEY, &library_vtable, library, out_node));
+  mp_module_set_function_lister(*out_node, library_each_function);
   mp_library_adopt_module(library, *out_node);
   library->lookups.node = *out_node;
   /* A lookup of a name no library defines pages in the symbol tables now, while loading,

@@ -148,7 +148,8 @@ static mp_status_t load_fd(int fd, mp_file_id_t id, const char* path,
   double clock = mp_trace_now_ms();
   mp_seal_v1_t seal;
   bool sealed;
-  mp_status_t checked = mp_file_check_before_dlopen(fd, path, &id, settings->flags, &seal, &sealed);
+  mp_status_t checked = mp_file_check_before_dlopen(fd, path, &id, settings->flags, false, &seal,
+                                                       &sealed);
   if (checked != MP_OK) {
     close(fd);
     return checked;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/names.h"
 
 enum { MAX_WEIGHT_LOCATIONS = 4096, MAX_OVERLAYS = 64 };
 
@@ -138,44 +139,6 @@ bool mp_load_settings_names_files(const mp_load_settings_t* s) {
   return false;
 }
 
-enum { MAX_COMPARED_NAME = 255 }; /* longer names are listed, never suggested */
-
-/* The Levenshtein distance between |a| and |b|, both at most MAX_COMPARED_NAME bytes. */
-static size_t edit_distance(const char* a, size_t la, const char* b, size_t lb) {
-  size_t row[MAX_COMPARED_NAME + 1];
-  for (size_t j = 0; j <= lb; ++j) row[j] = j;
-  for (size_t i = 1; i <= la; ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= lb; ++j) {
-      size_t above = row[j];
-      size_t best = diagonal + (a[i - 1] != b[j - 1]);
-      if (above + 1 < best) best = above + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      row[j] = best;
-      diagonal = above;
-    }
-  }
-  return row[lb];
-}
-
-/* The recorded name |given| was most likely meant as: within a third of its length in
- * edits (one edit for short names), or NULL. */
-static const char* closest(const char* given, const char* const* names, uint64_t count) {
-  size_t lg = strlen(given);
-  const char* best = NULL;
-  size_t best_distance = SIZE_MAX;
-  for (uint64_t i = 0; i < count && lg <= MAX_COMPARED_NAME; ++i) {
-    size_t ln = strlen(names[i]);
-    if (ln > MAX_COMPARED_NAME) continue;
-    size_t longer = lg > ln ? lg : ln;
-    size_t distance = edit_distance(given, lg, names[i], ln);
-    if (distance <= (longer / 3 > 1 ? longer / 3 : 1) && distance < best_distance)
-      best = names[i], best_distance = distance;
-  }
-  return best;
-}
-
 mp_status_t mp_load_settings_check_names(const mp_load_settings_t* s, const char* library_path,
                                          const char* const* names, uint64_t count) {
   for (uint64_t i = 0; i < s->num_weights; ++i) {
@@ -197,13 +160,16 @@ mp_status_t mp_load_settings_check_names(const mp_load_settings_t* s, const char
         break;
       }
     }
-    const char* meant = closest(given, names, count);
+    mp_closest_t meant;
+    mp_closest_begin(&meant, given);
+    for (uint64_t j = 0; j < count; ++j) mp_closest_offer(&meant, names[j]);
+    char suggestion[MP_CLOSEST_MAX_NAME + 32];
     return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                      "the load names the weight file '%s' (weights=; C: mp_load_options_t."
-                     "weights), which '%s' does not refer to%s%s%s: it refers to %s; name each "
+                     "weights), which '%s' does not refer to%s: it refers to %s; name each "
                      "as the library records it (`modpack inspect` shows them)",
-                     given, library_path, meant ? " (did you mean '" : "", meant ? meant : "",
-                     meant ? "'?)" : "", listed);
+                     given, library_path,
+                     mp_closest_suffix(&meant, suggestion, sizeof suggestion), listed);
   }
   return MP_OK;
 }
