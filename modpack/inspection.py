@@ -54,6 +54,7 @@ from .weight_reports import inspect_weight_file, is_weight_file
 __all__ = ["inspect_library"]
 
 _ELF_MAGIC = b"\x7fELF"
+_CTX_LIBRARY_SYMBOL = ffi.string(lib.MP_CTX_LIBRARY_SYMBOL).decode()
 
 
 def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -96,8 +97,9 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
         head = f.read(len(_ELF_MAGIC))
         if len(head) < len(_ELF_MAGIC) or head != _ELF_MAGIC:
             raise FormatError(
-                f"{shown} is not an ELF file ({file_size} bytes, no ELF header); "
-                "inspect reads shared libraries made by export_library"
+                f"{shown} was not made by modpack: it is not an ELF file ({file_size} bytes, "
+                "no ELF header); inspect reads the libraries modpack's export_library writes "
+                "(.so, .tar, .o) and its weight files"
             )
         seal_report, sealed_blob, by_note = _seal_report(shown)
         note = None
@@ -140,9 +142,11 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
             ) from None
 
         signers = [s["key_id"] for s in read_signatures(shown)]  # unchecked: verify --key
+        ours = (blob_symbol is not None or bool(functions) or seal_report["state"] != "absent"
+                or _find_symbol(tables, prefix + _CTX_LIBRARY_SYMBOL) is not None)
         result: dict[str, Any] = {
             "path": shown,
-            "producer": "modpack",
+            "producer": "modpack" if ours else None,  # None: no seal, blob or symbol of ours
             "machine": machine,
             "format_version": None,
             "writer_version": None,

@@ -226,3 +226,62 @@ def test_dlpack_copy_gives_a_copy():
     copied = np.from_dlpack(Copied())
     a.copy_from(np.zeros(4, np.float32))
     assert np.array_equal(copied, np.arange(4, dtype=np.float32))  # not the zeros
+
+
+MISSPELT_C = VADD_C + r"""
+static double read_weight(void) {
+  const DLTensor* w;
+  if (mp_backend_get_array("wieght", &w) != MP_OK) return -1.0;
+  return ((const float*)w->data)[0];
+}
+MP_EXPORT_FUNC0(read_weight, double)
+"""
+
+
+def test_a_misspelt_name_is_offered_the_closest_one(tmp_path):
+    """A misspelt function or array name got a bare "no function named ...": the not-found
+    error offers the closest name the lookup searched (by edit distance, as the runtime's
+    check of weight file names does), from Python's lookups, the mappings of arrays and host
+    code's mp_backend_get_array alike; a name close to none gets no suggestion."""
+    host = modpack.csource_module(MISSPELT_C)
+    host.import_module(modpack.const_module({"weight": np.ones(4, np.float32),
+                                             "bias": np.zeros(4, np.float32)}))
+    root = modpack.load_module(host.export_library(tmp_path / "names.so"))
+    with pytest.raises(modpack.NotFoundError,
+                       match=r"^no function named 'vad' in the library module "
+                             r"\(did you mean 'vadd'\?\)$"):
+        root["vad"]
+    with pytest.raises(modpack.NotFoundError, match=r"\(did you mean 'add_int'\?\)$"):
+        root.get_function("add_itn", query_imports=True)
+    with pytest.raises(modpack.NotFoundError) as caught:
+        root["convolution"]
+    assert "did you mean" not in str(caught.value)
+    arrays = root.imported_modules[0].arrays
+    with pytest.raises(modpack.NotFoundError,
+                       match=r"^no array named 'wieght' in the const module "
+                             r"\(did you mean 'weight'\?\)$"):
+        arrays["wieght"]
+    assert "weight" in arrays and "wieght" not in arrays and arrays.get("wieght") is None
+    with pytest.raises(modpack.NotFoundError,
+                       match=r"no array named 'wieght' in the library module or its imports "
+                             r"\(did you mean 'weight'\?\)"):
+        root["read_weight"]()
+    weights = modpack.load_weights(modpack.save_weights({"weight": np.ones(2)},
+                                                        tmp_path / "w.mpw"))
+    with pytest.raises(modpack.NotFoundError, match=r"\(did you mean 'weight'\?\)$"):
+        weights["Weight"]
+    assert weights.get("wieght") is None
+
+
+def test_the_closest_name_rule():
+    """Within a third of the longer name's length in edits (one for short names), the first
+    of equally close names, never the name itself: an unrelated name is not offered."""
+    from modpack.runtime.names import closest
+
+    assert closest("vad", ["vadd", "add_int"]) == "vadd"
+    assert closest("ab", ["xy"]) is None
+    assert closest("weights_0", ["weights_1", "weights_2"]) == "weights_1"
+    assert closest("x", ["x"]) is None
+    assert closest("layer.attn.q_proj", ["layer.attn.k_proj", "layer.mlp.up"]) == \
+        "layer.attn.k_proj"
+    assert closest("a" * 300, ["a" * 299]) is None  # too long to compare, as in C

@@ -8,6 +8,7 @@ import shutil
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -95,9 +96,90 @@ def test_truncated_file_in_fresh_process_does_not_crash(copy):
 def test_not_a_library(tmp_path):
     path = tmp_path / "junk.so"
     path.write_bytes(b"\x00" * 4096)
-    assert "carries no modpack seal" in str(load_error(path))
+    assert "was not made by modpack: it is not a shared library (4096 bytes, no ELF header) " \
+        "and carries no modpack seal" in str(load_error(path))
     with pytest.raises(modpack.FormatError, match="not an ELF"):
         modpack.load_module(path, allow_unsealed=True)
+
+
+def cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "modpack", *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def not_ours(message: str) -> bool:
+    """Whether |message| says the file was not made by modpack, without calling it damaged or
+    suggesting a load without the check (which would only dlopen a stranger's file)."""
+    return ("was not made by modpack" in message and "allow_unsealed" not in message
+            and "damaged" not in message)
+
+
+def test_a_text_file_is_said_not_to_be_made_by_modpack(tmp_path):
+    """A text file given to load_module was "damaged or truncated ... load it with
+    allow_unsealed=True": it is said to be no shared library, and not modpack's; load_module,
+    load_module_from_bytes and inspect say so alike."""
+    path = tmp_path / "notes.txt"
+    path.write_text("a text file, not a library\n")
+    message = str(load_error(path))
+    assert not_ours(message) and "not a shared library" in message, message
+    with pytest.raises(modpack.FormatError) as caught:
+        modpack.load_module_from_bytes(path.read_bytes())
+    assert not_ours(str(caught.value)), caught.value
+    shown = cli("inspect", path)
+    assert shown.returncode == 1 and not_ours(shown.stderr), shown.stderr
+    assert "not an ELF file" in shown.stderr
+
+
+def test_another_tools_library_is_said_not_to_be_made_by_modpack(tmp_path):
+    """A shared library another tool built (a C compiler's, the system's zlib) was "damaged
+    or truncated", with allow_unsealed=True offered, which then dlopened it: it is said to be
+    not modpack's, naming what it lacks; inspect reports it with no producer and exits 1 (a
+    load refuses it anywhere)."""
+    source = tmp_path / "f.c"
+    source.write_text("int f(void) { return 1; }\n")
+    foreign = tmp_path / "libforeign.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", foreign, source], check=True)
+    system = [p for p in (Path("/usr/lib/x86_64-linux-gnu/libz.so.1"),
+                          Path("/lib/x86_64-linux-gnu/libz.so.1")) if p.exists()]
+    libraries = [foreign, *system[:1]]
+    for path in libraries:
+        message = str(load_error(path))
+        assert not_ours(message), message
+        assert "no modpack seal, no blob (__dev_mblob) and no modpack symbols" in message
+        with pytest.raises(modpack.FormatError) as caught:
+            modpack.load_module_from_bytes(path.read_bytes())
+        assert not_ours(str(caught.value)), caught.value
+    from modpack.inspection import inspect_library
+
+    report = inspect_library(foreign)
+    assert report["producer"] is None and report["blob"] is None and not report["loads"]["ok"]
+    shown = cli("inspect", foreign)
+    assert shown.returncode == 1 and not_ours(shown.stderr), shown.stderr
+    assert "producer           not modpack" in shown.stdout
+
+
+def test_a_stripped_export_is_still_offered_allow_unsealed(copy):
+    """The one unsealed file that allow_unsealed is for: modpack's export, its seal note
+    dropped by a tool. Its message says so, and the load without the check takes it."""
+    path = copy()
+    subprocess.run(["objcopy", "-R", ".note.modpack", path], check=True)
+    message = str(load_error(path))
+    assert "though modpack's export made it" in message and "allow_unsealed=True" in message
+    assert "was not made by modpack" not in message
+    assert modpack.load_module(path, allow_unsealed=True)["add_int"](2, 3) == 5
+
+
+def test_a_tar_archive_modpack_did_not_make(tmp_path):
+    """A .tar holding no object file is not a .tar export: said so, with no allow_unsealed."""
+    import tarfile
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    path = tmp_path / "notes.tar"
+    with tarfile.open(path, "w") as tar:
+        tar.add(notes, arcname="notes.txt")
+    message = str(load_error(path))
+    assert "was not made by modpack" in message and "allow_unsealed" not in message, message
 
 
 def test_a_weight_file_is_named_as_one_before_dlopen(tmp_path):

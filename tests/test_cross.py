@@ -80,6 +80,41 @@ def test_one_choice_of_target_drives_the_whole_export(tmp_path, monkeypatch, how
         modpack.load_module(path)
 
 
+def test_the_tools_report_a_library_for_another_machine_as_sound(tmp_path):
+    """`modpack inspect` exited 1 on a valid aarch64 library ("would not load", where its
+    help says 1 is damage): the file is checked as on a machine of its kind and reported with
+    its machine, exit 0, a note on stderr; verify holds; extract writes it; a damaged one is
+    still refused (exit 1). A .tar export alike."""
+    path = quickstart_tree().export_library(tmp_path / "deploy.so", target=TARGET)
+    report = inspect_library(path)
+    assert report["machine"] == "aarch64" and report["loads"]["stage"] == "machine"
+    assert report["content_digest"] is not None  # sound: identified like any other
+    shown = subprocess.run([sys.executable, "-m", "modpack", "inspect", str(path)],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"machine +aarch64 \(not this machine, which is ", shown.stdout)
+    assert "payload checksums: yes (verified)" in shown.stdout
+    assert "is sound, but would not load on this machine" in shown.stderr
+    assert "was built for aarch64" in shown.stderr
+    verified = modpack.verify_library(path)
+    assert verified["ok"], verified
+    assert {c["check"]: c["ok"] for c in verified["checks"]}["machine"] is None
+    from modpack.extraction import extract_library
+
+    assert extract_library(path, tmp_path / "out")["modules"]
+    damaged = tmp_path / "damaged.so"
+    data = bytearray(path.read_bytes())
+    offset = report["blob"]["file_offset"] + report["modules"][1]["offset"]
+    data[offset + 40] ^= 1  # a payload byte: its checksum fails, whatever the machine
+    damaged.write_bytes(bytes(data))
+    refused = subprocess.run([sys.executable, "-m", "modpack", "inspect", str(damaged)],
+                             capture_output=True, text=True)
+    assert refused.returncode == 1 and "checksum" in refused.stderr, refused.stderr
+    tar = quickstart_tree().export_library(tmp_path / "deploy.tar", target=TARGET)
+    assert inspect_library(tar)["loads"]["stage"] == "machine"
+    assert modpack.verify_library(tar)["ok"]
+
+
 def test_an_llvm_module_follows_the_target(tmp_path):
     ir = "define i64 @__mp_func_seven(i8* %s, i8* %a, i32 %n, i8* %r) {\n  ret i64 0\n}\n"
     path = modpack.llvm_module(ir).export_library(tmp_path / "ir.so", target=TARGET)

@@ -136,3 +136,40 @@ def test_a_failing_python_loader_keeps_its_class_and_gets_the_context_as_a_note(
                    for note in caught.value.__notes__)
     finally:
         modpack.unregister_loader("test.strict")
+
+
+def test_a_source_folder_shadowing_the_installed_package_is_named(tmp_path):
+    """Python run from a repository's root imports its ``modpack`` folder, whose runtime is
+    not built, before the installed package; the message said "install the package". It names
+    the folder imported and the one it shadows, and says to run from elsewhere or build the
+    checkout; with nothing installed to shadow, it says to build it."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    package = Path(modpack.__file__).parent
+    checkout = tmp_path / "checkout"
+    shutil.copytree(package, checkout / "modpack",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__", "lib", "include"))
+    shadowed = subprocess.run([sys.executable, "-c", "import modpack"], cwd=checkout,
+                              capture_output=True, text=True)
+    last = shadowed.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: modpack was imported from "
+                           f"{checkout.resolve() / 'modpack'}, a source folder whose C runtime "
+                           "(modpack._rt) is not built; it shadows the modpack installed in "
+                           f"{package}"), last
+    assert "Run from another folder" in last and "`pip install -e .`" in last
+    # Without site's set-up (-S) no finder knows the installed package; its dependencies stay
+    # importable through PYTHONPATH (unless a wheel's modpack lies there too).
+    import sysconfig
+
+    sites = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    if any((Path(site) / "modpack").is_dir() for site in sites):
+        return  # installed as a wheel: run from there, the copy always shadows it
+    alone = subprocess.run([sys.executable, "-S", "-c", "import modpack"], cwd=checkout,
+                           capture_output=True, text=True,
+                           env={"PYTHONPATH": os.pathsep.join(sorted(sites))})
+    last = alone.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: modpack's C runtime (modpack._rt) is not built in "
+                           f"{checkout.resolve() / 'modpack'}: install the package"), last

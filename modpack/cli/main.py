@@ -120,6 +120,8 @@ def format_inspection(report: dict[str, Any]) -> str:
                       f"{blob['section']} at file offset {blob['file_offset']}")
         if report.get("note"):
             field("note", report["note"])
+    elif report.get("producer", "modpack") is None:
+        field("producer", "not modpack: no seal, no blob, no symbol of modpack's (below)")
     elif blob is None and not (report.get("loads") or {"ok": True})["ok"]:
         field("format version", "- (no blob read)")
         field("blob", "none read: the file would not load (below)")
