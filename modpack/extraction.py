@@ -23,6 +23,7 @@ from .files.names import safe_file_name
 from .format.code_frames import decode_frame
 from .format.payload_views import code_pieces
 from .interop.tvm import decode_device_payload
+from .json_schema import dumps
 from .runtime.binding import check, ffi, lib
 from .runtime.dtypes import display_name
 from .runtime.module import LoadedModule, wrap_module
@@ -132,7 +133,7 @@ def _extras(report: dict[str, Any], data: bytes, out: Path) -> None:
         if t.returns is not None:
             record["returns"] = json_scalar(t.returns)
         records.append(record)
-    (out / "selftests.json").write_text(json.dumps({"tests": records}, indent=2) + "\n")
+    (out / "selftests.json").write_text(dumps({"tests": records}))
     report["selftests_file"] = "selftests.json"
 
 
@@ -180,7 +181,7 @@ def extract_library(path: str | os.PathLike[str],
             return extract_weight_file(shown, out)
         else:
             manifest = _extract_file(shown, shown, out)
-        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        (out / "manifest.json").write_text(dumps(manifest))
     except BaseException:
         # Nothing half-written left behind, and the caller's own (empty) folder kept.
         if created:

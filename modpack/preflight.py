@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 from .errors import ArgumentError, FormatError, MissingFileError
+from .reports import PreflightReport
 from .runtime.binding import error_from_status, ffi, lib
 
 __all__ = ["preflight"]
 
 
-def preflight(path: str | os.PathLike[str], device: str) -> dict[str, Any]:
+def preflight(path: str | os.PathLike[str], device: str) -> PreflightReport:
     """Which code |device| would get from each module of the library at |path|.
 
     device : ``"cuda:sm_90"`` (a compute capability), ``"rocm:gfx90a:sramecc+:xnack-"`` (a
@@ -25,7 +25,8 @@ def preflight(path: str | os.PathLike[str], device: str) -> dict[str, Any]:
 
     Returns ``{"path", "device", "devices", "unavailable", "fits", "reason", "modules": [{"index",
     "type_key", "size", "status", "reason", "answers": [{"device", "fits", "variant", "kind",
-    "reason", ...}]}], "read": {"bytes", "reads"}}``; ``fits`` is True when every module has
+    "reason", ...}]}], "read": {"bytes", "reads"}}`` (a :class:`~modpack.reports.PreflightReport`;
+    docs/json.md: ``modpack preflight --json``); ``fits`` is True when every module has
     code for the device. Raises ArgumentError for a DEVICE that names no device, FormatError for
     a file that is not a sealed library (or is damaged).
     """
@@ -51,7 +52,7 @@ def preflight(path: str | os.PathLike[str], device: str) -> dict[str, Any]:
         if status != 0:
             raise error_from_status(status)
         if needed[0] < capacity:
-            report: dict[str, Any] = json.loads(ffi.string(buffer).decode())
+            report: PreflightReport = json.loads(ffi.string(buffer).decode())
             return report
         capacity = needed[0] + 1
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from .errors import MissingFileError, ModpackError
 from .format.signatures import signature_checks
+from .reports import VerifyReport
 from .runtime.trust import TrustedKey, trusted_keys_array
 from .verdict import check_file
 from .weight_reports import is_weight_file, verify_weight_file
@@ -38,18 +39,19 @@ _COVERS = {  # what each check vouches for, shown with its result
 
 
 def verify_library(path: str | os.PathLike[str],
-                   trusted_keys: Iterable[TrustedKey] | None = None) -> dict[str, Any]:
+                   trusted_keys: Iterable[TrustedKey] | None = None) -> VerifyReport:
     """Check |path| without loading it: the seal, every payload and, when |trusted_keys| are
-    given, that a signature by one of them holds (and none of theirs fails). Returns
-    ``{"path", "ok", "checks": [{"check", "ok", "covers", "message", ...}], "signatures"}``;
-    ``ok`` is True only when every check holds."""
+    given, that a signature by one of them holds (and none of theirs fails). Returns a
+    :class:`~modpack.reports.VerifyReport`: ``{"path", "ok", "checks": [{"check", "ok",
+    "covers", "message", ...}], "signatures"}``; ``ok`` is True only when every check holds
+    (docs/json.md: ``modpack verify --json``)."""
     from .inspection import inspect_library
 
     shown = os.fspath(path)
     if not os.path.isfile(shown):
         raise MissingFileError(f"no such library: {shown}")
     if is_weight_file(shown):
-        return verify_weight_file(shown, trusted_keys)
+        return cast(VerifyReport, verify_weight_file(shown, trusted_keys))
     checks: list[dict[str, Any]] = []
 
     def add(name: str, ok: bool | None, message: str | None = None, **extra: Any) -> None:
@@ -65,7 +67,8 @@ def verify_library(path: str | os.PathLike[str],
         add("blob", True, f"TVM's blob read: {len(report['modules'])} modules")
         add("seal", None, "TVM writes no seal: nothing covers this file's bytes")
         add("payloads", None, "TVM records no payload checksums")
-        return {"path": shown, "ok": True, "checks": checks, "signatures": []}
+        return cast(VerifyReport, {"path": shown, "ok": True, "checks": checks,
+                                   "signatures": []})
     loads = (report or {}).get("loads") or {"ok": verdict.ok, "stage": verdict.stage,
                                              "message": verdict.message}
     stage = loads["stage"]
@@ -93,7 +96,8 @@ def verify_library(path: str | os.PathLike[str],
     rows, signatures = signature_checks(shown, keys, "library", _COVERS["signature"])
     checks.extend(rows)
     ok = all(c["ok"] is not False for c in checks)
-    return {"path": shown, "ok": ok, "checks": checks, "signatures": signatures}
+    return cast(VerifyReport, {"path": shown, "ok": ok, "checks": checks,
+                               "signatures": signatures})
 
 
 def _refers_to_weight_files(report: dict[str, Any] | None) -> bool:

@@ -9,7 +9,6 @@ would hand out, and a file a load refuses makes each of them fail.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 from .errors import ModpackError
 from .files.names import safe_file_name
 from .format.signatures import is_weight_file, read_signatures, signature_checks
+from .json_schema import dumps
 from .runtime.binding import check, ffi, lib
 from .runtime.trust import TrustedKey, trusted_keys_array
 from .runtime.weight_files import describe_module, load_options, load_weights
@@ -116,7 +116,7 @@ def extract_weight_file(path: str | os.PathLike[str], out: Path) -> dict[str, An
         file = out / "arrays" / safe_file_name(str(index), entry["name"], ".npy")
         np.save(file, np.ascontiguousarray(arrays[entry["name"]]))
         entry["file"] = file.relative_to(out).as_posix()
-    (out / "manifest.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "manifest.json").write_text(dumps(report))
     return report
 
 

@@ -111,7 +111,7 @@ def test_json_on_stdout_in_process(diamond_so, capsys):
     assert main(["inspect", str(path), "--json"]) == 0
     out, err = capsys.readouterr()
     assert err == ""
-    assert json.loads(out) == inspect_library(path)
+    assert json.loads(out) == {"schema_version": 1, **inspect_library(path)}
 
 
 def test_library_without_blob(tmp):
@@ -190,7 +190,7 @@ def test_python_dash_m(diamond_so):
     proc = run_cli("inspect", str(path), "--json")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
-    assert json.loads(proc.stdout) == inspect_library(path)
+    assert json.loads(proc.stdout) == {"schema_version": 1, **inspect_library(path)}
 
 
 def corrupt(path: Path, file_offset: int) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import registry as registry_helper
+from json_docs import check_keys
 from registry import Registry
 
 import modpack
@@ -138,9 +139,11 @@ def test_command_line_push_pull_and_cache(registry, env):
     assert "pushed oci://" in pushed.stdout and "push model.mpw" in pushed.stderr
     pulled = cli("pull", f"{registry.url}/cli/model:v1", "-o", str(env / "out"), "--json")
     answer = json.loads(pulled.stdout)
+    check_keys(answer, "`modpack pull --json`")
     assert Path(answer["library"]) == env / "out" / "deploy.so"
     assert (env / "out" / "deploy.so").read_bytes() == lib.read_bytes()
     listing = json.loads(cli("cache", "list", "--json").stdout)
+    check_keys(listing, "`modpack cache list --json`")
     (entry,) = [e for e in listing["layers"]["entries"] if e["kind"] == "reference"]
     assert entry["reference"] == f"{registry.url}/cli/model:v1"
     assert sorted(entry["files"]) == ["deploy.so", "model.mpw"]

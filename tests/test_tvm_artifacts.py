@@ -57,7 +57,8 @@ def test_extract_a_tvm_library(tmp_path):
     source = (tmp_path / "out" / files["opencl"]["code_file"]).read_text()
     assert "__kernel void add_kernel" in source
     assert (tmp_path / "out" / files["relax.VMExecutable"]["payload_file"]).stat().st_size == 1290
-    assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == manifest
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == {
+        "schema_version": 1, **manifest}
 
 
 def test_extract_a_modpack_library_and_its_arrays(tmp_path):

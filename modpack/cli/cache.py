@@ -18,12 +18,13 @@ references (``oci://...``) forget pulled references, so they reach the layers st
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..json_schema import dumps
 
 __all__ = ["STORES", "PruneRequest", "Store", "add_cache"]
 
@@ -142,7 +143,8 @@ def add_cache(subparsers: Any) -> None:
     actions = p.add_subparsers(dest="cache_action", metavar="list|prune")
     listing = actions.add_parser("list", help="what each store holds")
     listing.add_argument("--json", action="store_true",
-                         help="as JSON: {store name: {folder, entries, ...}}")
+                         help="as JSON: {schema_version, store name: {folder, entries, "
+                              "...}} (docs/json.md)")
     pruning = actions.add_parser("prune", help="remove what nothing needs")
     pruning.add_argument("references", nargs="*", metavar="REFERENCE",
                          help="forget these pulled references first (oci://...; layers only)")
@@ -165,7 +167,7 @@ def _run_cache(args: argparse.Namespace) -> int:
     if args.cache_action == "list":
         reports = {s.name: s.entries() for s in stores}
         if args.json:
-            sys.stdout.write(json.dumps(reports, indent=2) + "\n")
+            sys.stdout.write(dumps(reports))
         else:
             for store in stores:
                 print("\n".join(store.show(reports[store.name])))

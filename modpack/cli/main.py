@@ -32,12 +32,14 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import __version__
 from ..compat import zip_strict
 from ..errors import ModpackError
+from ..json_schema import dumps
+from ..reports import PreflightReport
 from .cache import add_cache
 from .oci import add_pull, add_push
 from .selftest import add_selftest
@@ -78,7 +80,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
     report = inspect_library(args.library)
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(dumps(report))
     else:
         sys.stdout.write(format_inspection(report))
     loads = report.get("loads")
@@ -415,13 +417,13 @@ def _run_preflight(args: argparse.Namespace) -> int:
         print(f"modpack preflight: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(dumps(report))
     else:
         sys.stdout.write(format_preflight(report))
     return 0 if report["fits"] else 1
 
 
-def format_preflight(report: dict[str, Any]) -> str:
+def format_preflight(report: PreflightReport) -> str:
     """The human-readable form of a :func:`~modpack.preflight.preflight` answer."""
     verdict = "fits" if report["fits"] else "DOES NOT FIT"
     out = [f"{report['path']} on {report['device']}: {verdict}: {report['reason']}"]
@@ -447,7 +449,7 @@ def format_preflight(report: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _answer_line(a: dict[str, Any]) -> str:
+def _answer_line(a: Mapping[str, Any]) -> str:
     if not a["fits"]:
         has = ", ".join(v["variant"] if isinstance(v, dict) else v for v in a.get("variants", []))
         return f"NO CODE: {a['reason']}" + (f" (the file has: {has})" if has else "")

@@ -9,10 +9,11 @@ its ``layers`` store).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from typing import Any
+
+from ..json_schema import dumps
 
 __all__ = ["add_pull", "add_push"]
 
@@ -123,7 +124,7 @@ def _run_pull(args: argparse.Namespace) -> int:
               "bundle": str(pulled.bundle) if pulled.bundle else None,
               "downloaded": pulled.downloaded, "oms_verified": pulled.verified_oms}
     if args.json:
-        sys.stdout.write(json.dumps(answer, indent=2) + "\n")
+        sys.stdout.write(dumps(answer))
         return 0
     print(f"pulled {pulled.reference} (manifest {pulled.manifest}, "
           f"{'device ' + pulled.device if pulled.device else 'every device'}): "

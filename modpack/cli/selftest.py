@@ -9,9 +9,10 @@ and say pass or fail per test (modpack.selftests).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
+
+from ..json_schema import dumps
 
 __all__ = ["add_selftest", "format_selftest"]
 
@@ -64,7 +65,7 @@ def _run_selftest(args: argparse.Namespace) -> int:
     if args.json:
         report = {"path": args.library, "device": args.device, "passed": passed,
                   "tests": [r.to_json() for r in results]}
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(dumps(report))
     else:
         sys.stdout.write(format_selftest(args.library, results))
     return 0 if passed else 1

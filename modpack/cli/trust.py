@@ -8,9 +8,11 @@ a library (seal, payloads, signatures) without loading it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
+
+from ..json_schema import dumps
+from ..reports import VerifyReport
 
 __all__ = ["add_sign", "add_verify", "format_verification"]
 
@@ -89,13 +91,13 @@ def _run_verify(args: argparse.Namespace) -> int:
 
     report = verify_library(args.library, args.key or None)
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(dumps(report))
     else:
         sys.stdout.write(format_verification(report))
     return 0 if report["ok"] else 1
 
 
-def format_verification(report: dict[str, Any]) -> str:
+def format_verification(report: VerifyReport) -> str:
     """One line per check: what it is, whether it holds, what it covers, why it failed."""
     out = [report["path"]]
     for c in report["checks"]:

@@ -23,7 +23,7 @@ def unbuilt_message() -> str:
                 spec = finder.find_spec("modpack", [
                     p for p in sys.path if Path(p or ".").resolve() != here.parent])
             else:
-                spec = finder.find_spec("modpack", None)  # type: ignore[call-arg]
+                spec = finder.find_spec("modpack", None)
         except Exception:  # a third-party finder's failure: no answer
             continue
         origin = Path(spec.origin).parent if spec is not None and spec.origin else None

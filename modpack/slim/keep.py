@@ -5,7 +5,7 @@ preflight, so that what slim keeps is exactly what a load on that device takes."
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ArgumentError, ModpackError
@@ -67,7 +67,9 @@ def kept_variants(path: str | os.PathLike[str], devices: Sequence[str]
                 continue
             names = kept.setdefault(module["index"], set())
             for reply in module["answers"]:
-                for choice in reply.get("kernels") or [reply]:
+                kernels = reply.get("kernels")
+                choices: list[Mapping[str, Any]] = list(kernels) if kernels else [reply]
+                for choice in choices:
                     if not choice.get("fits"):
                         raise ModpackError(
                             f"{os.fspath(path)}: {_module_label(path, module['index'], key)} "
@@ -98,7 +100,7 @@ def _module_label(path: str | os.PathLike[str], index: int, key: str) -> str:
         f"module[{index}] ({key})"
 
 
-def _needed(choice: dict[str, Any]) -> set[str]:
+def _needed(choice: Mapping[str, Any]) -> set[str]:
     """The variant a device is given, and the portable code its loader falls back on when
     the driver refuses it (PTX for CUDA, a generic target for ROCm)."""
     names = {choice["variant"]}

@@ -12,6 +12,7 @@ import numpy as np
 from typing_extensions import assert_type
 
 import modpack
+from modpack.reports import PreflightReport, VerifyReport
 
 HOST = r"""
 #include "modpack/backend.h"
@@ -67,8 +68,19 @@ def use(path: Path) -> float:
     assert_type(modpack.empty((2, 3), "float32"), modpack.Array)
 
     report = modpack.verify_library(path)
-    assert_type(report, "dict[str, Any]")
+    assert_type(report, VerifyReport)
+    assert_type(report["ok"], bool)
     assert report["ok"]
+    for check in report["checks"]:
+        assert_type(check["ok"], "bool | None")
+        assert_type(check["message"], "str | None")
+    answer = modpack.preflight(path, "host")
+    assert_type(answer, PreflightReport)
+    assert_type(answer["fits"], bool)
+    assert_type(answer["read"]["bytes"], int)
+    statuses = {m["type_key"]: m["status"] for m in answer["modules"]}
+    assert_type(statuses, "dict[str, str]")
+    assert statuses["const"] == "no-device-code"
     assert_type(modpack.__version__, str)
     try:
         modpack.load_module(path.with_name("missing.so"))
