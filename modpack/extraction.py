@@ -24,6 +24,7 @@ from .format.code_frames import decode_frame
 from .format.payload_views import code_pieces
 from .interop.tvm import decode_device_payload
 from .json_schema import dumps
+from .progress import Progress
 from .runtime.binding import check, ffi, lib
 from .runtime.dtypes import display_name
 from .runtime.module import LoadedModule, wrap_module
@@ -59,12 +60,15 @@ def _const_arrays(payload: bytes, folder: Path, index: int) -> list[dict[str, An
     return saved
 
 
-def _extract_file(path: str, shown: str, out: Path, judged: bool = True) -> dict[str, Any]:
+def _extract_file(path: str, shown: str, out: Path, judged: bool = True,
+                  progress: Progress | None = None) -> dict[str, Any]:
     """|judged|: refuse what a load would refuse (False for a .tar's member, whose archive
     was judged whole)."""
     from .inspection import inspect_library
 
     report = inspect_library(path)  # validates everything (payload checksums too), runs nothing
+    if progress is not None:
+        progress.phase("checked")
     loads = report.get("loads")
     if judged and loads is not None and not loads["ok"] and loads["stage"] not in NOT_DAMAGE:
         raise FormatError(f"{shown} {outcome(loads['stage'])}, so nothing is extracted: "
@@ -84,6 +88,8 @@ def _extract_file(path: str, shown: str, out: Path, judged: bool = True) -> dict
         stem = safe_file_name(str(m["index"]), m["type_key"], "")
         payload_file = out / "modules" / f"{stem}.bin"
         payload_file.write_bytes(payload)
+        if progress is not None:
+            progress(len(payload))
         m["payload_file"] = payload_file.relative_to(out).as_posix()
         decoded = (decode_device_payload(m["type_key"], payload)
                    if report.get("producer") == "tvm" else None)
@@ -164,7 +170,9 @@ def _device_code(module: dict[str, Any], payload: bytes, folder: Path, stem: str
 def extract_library(path: str | os.PathLike[str],
                     directory: str | os.PathLike[str]) -> dict[str, Any]:
     """Write the contents of the library at |path| into |directory| (new, or empty) and return
-    the manifest also written there as ``manifest.json``."""
+    the manifest also written there as ``manifest.json`` (with ``schema_version`` first:
+    docs/json.md). Above ``MODPACK_PROGRESS_MIN_BYTES`` (64 MiB), it shows its progress
+    (:mod:`modpack.progress`)."""
     shown = os.fspath(path)
     out = Path(directory)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -175,13 +183,14 @@ def extract_library(path: str | os.PathLike[str],
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     try:
-        if shown.endswith(".tar"):
-            manifest = _extract_tar(shown, out)
-        elif is_weight_file(shown):
-            return extract_weight_file(shown, out)
-        else:
-            manifest = _extract_file(shown, shown, out)
-        (out / "manifest.json").write_text(dumps(manifest))
+        with Progress("extract", shown, os.path.getsize(shown)) as progress:
+            if shown.endswith(".tar"):
+                manifest = _extract_tar(shown, out, progress)
+            elif is_weight_file(shown):
+                return extract_weight_file(shown, out)
+            else:
+                manifest = _extract_file(shown, shown, out, progress=progress)
+            (out / "manifest.json").write_text(dumps(manifest))
     except BaseException:
         # Nothing half-written left behind, and the caller's own (empty) folder kept.
         if created:
@@ -193,7 +202,7 @@ def extract_library(path: str | os.PathLike[str],
     return manifest
 
 
-def _extract_tar(shown: str, out: Path) -> dict[str, Any]:
+def _extract_tar(shown: str, out: Path, progress: Progress) -> dict[str, Any]:
     """A ``.tar`` export: refused as its load refuses it (:mod:`modpack.verdict`: the tar
     seal, the rule for its members, its objects, its blob), its blob taken from the object
     that holds it."""
@@ -214,7 +223,7 @@ def _extract_tar(shown: str, out: Path) -> dict[str, Any]:
             raise FormatError(f"{shown} holds no object files; it is not a modpack .tar export")
         with_blob = [o for o in objects if inspect_library(o)["blob"] is not None]
         manifest = _extract_file(os.fspath(with_blob[0] if with_blob else objects[0]), shown,
-                                 out, judged=False)
+                                 out, judged=False, progress=progress)
     tar_report = inspect_library(shown)
     manifest.update(functions=tar_report["functions"], signatures=tar_report["signatures"],
                     seal=tar_report["seal"], content_digest=tar_report["content_digest"])

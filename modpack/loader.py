@@ -27,6 +27,7 @@ from .errors import (
 from .files.scratch import new_workspace
 from .format.tar_seal import check_tar_seal, has_tar_seal
 from .modules.base import Module
+from .progress import Progress
 from .runtime.binding import error_from_status, ffi, lib
 from .runtime.callbacks import register_python_loader, unregister_python_loader
 from .runtime.load_log import follow_logger
@@ -150,12 +151,30 @@ def load_module(path: str | os.PathLike[str], *, verify_checksums: bool = True,
     follow_logger()  # the load's phases to the modpack.load logger, if it logs DEBUG
     # The runtime resolves the path, and refuses what is not a regular file without blocking;
     # a failure is explained in Python terms only when it happens.
-    status = lib.mp_module_load(name.encode(_FS_ENCODING, _FS_ERRORS), options.pointer, out)
+    if trusted_keys is None:
+        status = lib.mp_module_load(name.encode(_FS_ENCODING, _FS_ERRORS), options.pointer, out)
+    else:
+        status = _load_signed(name, options.pointer, out)
     if status != 0:
         error = error_from_status(status)
         _check_file(Path(name))
         raise error
     return _root(out)
+
+
+def _load_signed(name: str, options: Any, out: Any) -> int:
+    """A signed load, whose runtime hashes the whole file (SHA-256) before it maps any of it:
+    seconds for a large library, so its start and end are said (:mod:`modpack.progress`, lines
+    only: a load draws no bar) above ``MODPACK_PROGRESS_MIN_BYTES``. Returns its status."""
+    try:
+        size = os.stat(name).st_size
+    except OSError:
+        size = 0  # the load says why
+    with Progress("load (signed)", name, size, bar=False) as progress:
+        status: int = lib.mp_module_load(name.encode(_FS_ENCODING, _FS_ERRORS), options, out)
+        if status != 0:
+            progress.failed()
+    return status
 
 
 def _load_checked(path: str | os.PathLike[str], trusted_oms: Any, weights: Any,

@@ -8,6 +8,8 @@
 - ``modpack.export``: the steps of ``export_library`` (compiling each host module, the link,
   writing the blob and its payloads, the weight file, the seal) with their times at
   ``DEBUG``, and one line per finished export at ``INFO``.
+- ``modpack.progress``: the progress of long operations on large files at ``INFO``, where no
+  bar is drawn (:mod:`modpack.progress`).
 
 As a library should, modpack adds no handler but a ``NullHandler``: the application decides
 where records go, e.g. ``logging.basicConfig(level=logging.DEBUG)``, or

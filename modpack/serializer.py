@@ -12,7 +12,6 @@ Writing streams each payload to the file once, hashing as it goes, then writes t
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -21,7 +20,6 @@ import xxhash
 
 from .compat import zip_strict
 from .errors import ArgumentError, ModpackError
-from .extras import import_extra
 from .format import (
     LIB_TYPE_KEY,
     MAX_TYPE_KEY,
@@ -36,10 +34,10 @@ from .format.code_frames import CodeFrames
 from .format.layout import ALIGNMENT, ENTRY_CODE_FRAMES, NO_EXTRAS, align_up
 from .log import export_log, timed
 from .modules.tree import HostNode, Node, imports_of, walk
+from .progress import Progress
 
 __all__ = ["BlobFile", "BlobPlan", "ModuleSerializer"]
 
-PROGRESS_THRESHOLD = 256 << 20  # bytes of payload before a progress bar is worth showing
 SMALL_PAYLOAD = 64 << 10  # payloads up to this size are joined and written at once
 
 
@@ -186,16 +184,18 @@ class ModuleSerializer:
     def write_blob(self, path: str | os.PathLike[str], alignment: int = ALIGNMENT) -> int:
         """Write the blob to the file |path|; returns its size."""
         with open(path, "w+b") as f:
-            return self.write_blob_to(f, 0, alignment)
+            return self.write_blob_to(f, 0, alignment, label=os.path.basename(path))
 
-    def write_blob_to(self, f: BlobFile, base: int, alignment: int = ALIGNMENT) -> int:
+    def write_blob_to(self, f: BlobFile, base: int, alignment: int = ALIGNMENT, *,
+                      label: str = "the blob") -> int:
         """Write the blob into the seekable file |f| starting at byte |base| (e.g. inside an
         object file's section); returns its size and leaves |f| at its end.
 
         |alignment| (a power of two >= 64) places each payload, e.g. 4096 to let loaders map
         payloads page by page. Each payload streams from its module's buffers to the file
         once, hashed on the way; a payload identical to an earlier one (same size, checksum
-        and bytes) is dropped and its entry points at the first copy.
+        and bytes) is dropped and its entry points at the first copy. Large payloads show
+        their progress (:mod:`modpack.progress`), |label| (the library's name) naming them.
         """
         if alignment < ALIGNMENT or alignment & (alignment - 1):
             raise ArgumentError(f"payload_alignment must be a power of two >= {ALIGNMENT}")
@@ -208,7 +208,8 @@ class ModuleSerializer:
         stored: dict[tuple[int, int, int], int] = {}
 
         with timed(export_log, "write the blob: %d modules, %d payload bytes",
-                   len(plan.nodes), sum(sizes)), _progress(sum(sizes)) as progress:
+                   len(plan.nodes), sum(sizes)), \
+                Progress("export", label, sum(sizes)) as progress:
             f.seek(base)
             f.write(bytes(layout.index_size))
             cursor = layout.index_size
@@ -235,15 +236,14 @@ class ModuleSerializer:
         return cursor
 
 
-def _stream_payload(node: Any, size: int, f: BlobFile, progress: Any) -> int:
+def _stream_payload(node: Any, size: int, f: BlobFile, progress: Progress) -> int:
     """Write |node|'s payload chunks to |f| as they come; returns their XXH3-64."""
     if size <= SMALL_PAYLOAD:  # joined: one hash and one write instead of one per chunk
         data = b"".join(node.payload_chunks())
         if len(data) != size:
             _size_mismatch(node, len(data), size)
         f.write(data)
-        if progress is not None:
-            progress.update(size)
+        progress(size)
         return xxhash.xxh3_64_intdigest(data)
     digest = xxhash.xxh3_64()
     written = 0
@@ -252,8 +252,7 @@ def _stream_payload(node: Any, size: int, f: BlobFile, progress: Any) -> int:
         digest.update(view)
         f.write(view)
         written += len(view)
-        if progress is not None:
-            progress.update(len(view))
+        progress(len(view))
     if written != size:
         _size_mismatch(node, written, size)
     return digest.intdigest()
@@ -278,23 +277,6 @@ def _same_bytes(f: BlobFile, a: int, b: int, size: int, chunk: int = 1 << 20) ->
             return False
     f.seek(b + size)
     return True
-
-
-class _NoProgress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def _progress(total: int) -> Any:
-    """A byte progress bar on stderr for long exports when it is a terminal."""
-    if total < PROGRESS_THRESHOLD or not sys.stderr.isatty():
-        return _NoProgress()
-    tqdm = import_extra("tqdm", "build", "the progress bar of an export").tqdm
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                desc="modpack: writing payloads", leave=False)
 
 
 def _check_type_key(key: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from .errors import MissingFileError, ModpackError
 from .format.signatures import signature_checks
+from .progress import Progress
 from .reports import VerifyReport
 from .runtime.trust import TrustedKey, trusted_keys_array
 from .verdict import check_file
@@ -44,12 +45,20 @@ def verify_library(path: str | os.PathLike[str],
     given, that a signature by one of them holds (and none of theirs fails). Returns a
     :class:`~modpack.reports.VerifyReport`: ``{"path", "ok", "checks": [{"check", "ok",
     "covers", "message", ...}], "signatures"}``; ``ok`` is True only when every check holds
-    (docs/json.md: ``modpack verify --json``)."""
-    from .inspection import inspect_library
-
+    (docs/json.md: ``modpack verify --json``). Above ``MODPACK_PROGRESS_MIN_BYTES`` (64 MiB),
+    it shows its progress (:mod:`modpack.progress`)."""
     shown = os.fspath(path)
     if not os.path.isfile(shown):
         raise MissingFileError(f"no such library: {shown}")
+    with Progress("verify", shown, os.path.getsize(shown)) as progress:
+        return _verify(shown, trusted_keys, progress)
+
+
+def _verify(shown: str, trusted_keys: Iterable[TrustedKey] | None,
+            progress: Progress) -> VerifyReport:
+    """verify_library's checks, each said to |progress| when made."""
+    from .inspection import inspect_library
+
     if is_weight_file(shown):
         return cast(VerifyReport, verify_weight_file(shown, trusted_keys))
     checks: list[dict[str, Any]] = []
@@ -59,10 +68,12 @@ def verify_library(path: str | os.PathLike[str],
                        **extra})
 
     verdict = check_file(shown)  # what a load would say: the checks below agree with it
+    progress.phase("seal, payloads and code checked")
     try:
         report: dict[str, Any] | None = inspect_library(shown)
     except ModpackError:
         report = None
+    progress.phase("blob read")
     if report is not None and report.get("producer") == "tvm":  # nothing of ours to check
         add("blob", True, f"TVM's blob read: {len(report['modules'])} modules")
         add("seal", None, "TVM writes no seal: nothing covers this file's bytes")
@@ -94,6 +105,8 @@ def verify_library(path: str | os.PathLike[str],
             "not checked: an earlier check failed" if earlier else failed_at("code"))
     keys = trusted_keys_array(trusted_keys) if trusted_keys else None
     rows, signatures = signature_checks(shown, keys, "library", _COVERS["signature"])
+    if keys:
+        progress.phase("signatures checked")
     checks.extend(rows)
     ok = all(c["ok"] is not False for c in checks)
     return cast(VerifyReport, {"path": shown, "ok": ok, "checks": checks,

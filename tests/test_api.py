@@ -134,26 +134,6 @@ def test_loading_log_names_each_phase(tmp_path):
     assert "GB/s" in proc.stderr
 
 
-def test_progress_bar_only_on_terminals(monkeypatch):
-    from modpack import serializer
-
-    class Terminal:
-        def isatty(self) -> bool:
-            return True
-
-        def write(self, text: str) -> int:
-            return len(text)
-
-        def flush(self) -> None:
-            pass
-
-    assert serializer._progress(1 << 40).__class__.__name__ == "_NoProgress"  # not a terminal
-    monkeypatch.setattr(serializer.sys, "stderr", Terminal())
-    assert serializer._progress(1 << 10).__class__.__name__ == "_NoProgress"  # too small
-    with serializer._progress(1 << 40) as bar:
-        assert bar is not None and bar.total == 1 << 40
-
-
 def test_functions_without_parameters(tmp_path):
     host = modpack.csource_module(r"""
 #include "modpack/backend.h"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import sys
@@ -520,6 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)
         return 2
+    _progress_lines()
     try:
         status: int = args.run(args)
         return status
@@ -535,6 +537,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args.command, f"{where}{exc.strerror or exc}")
     except KeyboardInterrupt:
         return 130
+
+
+class _Stderr(logging.Handler):
+    """Records as lines on whatever sys.stderr is when they come."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sys.stderr.write(self.format(record) + "\n")
+
+
+def _progress_lines() -> None:
+    """The progress of long operations (modpack.progress) as lines on stderr, where no bar is
+    drawn: CI logs get them (a terminal gets bars)."""
+    logger = logging.getLogger("modpack.progress")
+    if not any(isinstance(h, _Stderr) for h in logger.handlers):
+        logger.addHandler(_Stderr())
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
 
 
 def _fail(command: str, message: str) -> int:

@@ -32,7 +32,7 @@ _PLACEHOLDER = bytes(8)  # the anchor's stand-in for the blob
 def prepared_blob(plan: ExportPlan) -> memoryview:
     """|plan|'s whole blob, in memory (for blobs under PREPARE_IN_MEMORY_BELOW)."""
     buffer = io.BytesIO()
-    plan.serializer.write_blob_to(buffer, 0, plan.alignment)
+    plan.serializer.write_blob_to(buffer, 0, plan.alignment, label=plan.output.name)
     return buffer.getbuffer()  # (the buffer itself: no copy)
 
 
@@ -52,9 +52,9 @@ def blob_writer(plan: ExportPlan, prepared: memoryview | None = None) -> BlobWri
 
     def write_blob(f: Any, offset: int) -> int:
         if plan.payload_bytes < WRITE_BEHIND_FROM:
-            return serializer.write_blob_to(f, offset, alignment)
+            return serializer.write_blob_to(f, offset, alignment, label=plan.output.name)
         behind = WriteBehind(f)
-        size = serializer.write_blob_to(behind, offset, alignment)
+        size = serializer.write_blob_to(behind, offset, alignment, label=plan.output.name)
         behind.finish()
         return size
 

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 from ..errors import ArgumentError, FormatError, ModpackError
 from ..extras import import_extra
 from ..files.kernel_copy import copy_range
+from ..progress import Progress
 from ..runtime.binding import check, ffi, lib
 from .coverage import SIGNATURE_SLOTS, Coverage, note_fields, read_coverage, signed_digest
 from .layout import check_struct
@@ -157,16 +158,27 @@ def sign_library(path: str | os.PathLike[str], private_key: str | os.PathLike[st
     """Add a signature by |private_key| (PEM bytes or a PEM file's path) to the sealed library
     or weight file at |path| (a symbolic link: the file it names), replacing an earlier one by
     the same key; the file is replaced atomically. Returns the key id (hex) the signature
-    records."""
+    records. Above ``MODPACK_PROGRESS_MIN_BYTES`` (64 MiB), it shows its progress
+    (:mod:`modpack.progress`)."""
+    shown = os.fspath(path)
+    path = Path(path).resolve()  # sign the file a link names, not replace the link
+    with Progress("sign", shown, path.stat().st_size if path.is_file() else 0) as progress:
+        return _sign(path, private_key, progress)
+
+
+def _sign(path: Path, private_key: str | os.PathLike[str] | bytes, progress: Progress) -> str:
+    """sign_library's work, saying how far it got to |progress|."""
     serialization = _cryptography("serialization")
     Encoding, PublicFormat = serialization.Encoding, serialization.PublicFormat
-    path = Path(path).resolve()  # sign the file a link names, not replace the link
     pem = private_key if isinstance(private_key, bytes) else Path(private_key).read_bytes()
     key = _private_key(pem)
     # Only a whole file is signed: its seal must hold (the runtime finds it before a block).
     check(lib.mp_seal_check_file(os.fsencode(path), ffi.new("mp_seal_v1_t*")))
+    progress.phase("seal checked")
     weights = is_weight_file(path)
     content = weight_file_digest(path) if weights else None
+    if weights:
+        progress.phase("content digest checked")
     # The key is cryptography's, imported only when signing (the sign extra): typed object.
     public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)  # type: ignore[attr-defined]
     signer = key_id(public)
@@ -174,7 +186,7 @@ def sign_library(path: str | os.PathLike[str], private_key: str | os.PathLike[st
         with open(path, "rb") as f:
             coverage = read_coverage(f)
         if coverage is not None:  # sealed by its note: signed in a slot of it
-            _sign_in_note(path, key, signer, coverage)
+            _sign_in_note(path, key, signer, coverage, progress)
             return signer.hex()
     with open(path, "rb") as source, tempfile.NamedTemporaryFile(
             dir=path.parent, prefix=f".{path.name}.", delete=False) as target:
@@ -182,9 +194,10 @@ def sign_library(path: str | os.PathLike[str], private_key: str | os.PathLike[st
             signed_size, records = signature_block(source)
             if content is not None:  # a weight file: the digest is known, the bytes are copied
                 _copy(source, target, signed_size, path)
+                progress(signed_size)
                 message = _WEIGHTS_CONTEXT + content
             else:
-                message = _CONTEXT + _copy_hashed(source, target, signed_size, path)
+                message = _CONTEXT + _copy_hashed(source, target, signed_size, path, progress)
             signature = key.sign(message)  # type: ignore[attr-defined]  # (as above)
             kept = [r for r in records if RECORD.unpack(r)[3] != signer]
             kept.append(RECORD.pack(_RECORD_MAGIC, lib.MP_SIGNATURE_ED25519, 0, signer, signature,
@@ -200,7 +213,8 @@ def sign_library(path: str | os.PathLike[str], private_key: str | os.PathLike[st
     return signer.hex()
 
 
-def _sign_in_note(path: Path, key: Any, signer: bytes, coverage: Coverage) -> None:
+def _sign_in_note(path: Path, key: Any, signer: bytes, coverage: Coverage,
+                  progress: Progress) -> None:
     """Sign the library at |path| in a slot of its seal note (one signed by the same key before
     keeps its slot), in a copy put in place of it."""
     size = path.stat().st_size
@@ -209,6 +223,7 @@ def _sign_in_note(path: Path, key: Any, signer: bytes, coverage: Coverage) -> No
         try:
             _copy(source, target, size, path)
             target.flush()
+            progress(size)
             with open(target.name, "r+b") as copy:
                 slots = note_fields(copy, coverage)[-1]
                 records = [slots[i * RECORD.size:(i + 1) * RECORD.size]
@@ -233,7 +248,8 @@ def _sign_in_note(path: Path, key: Any, signer: bytes, coverage: Coverage) -> No
     os.replace(target.name, path)
 
 
-def _copy_hashed(source: BinaryIO, target: Any, size: int, path: Path) -> bytes:
+def _copy_hashed(source: BinaryIO, target: Any, size: int, path: Path,
+                 progress: Progress) -> bytes:
     """Copy the first |size| bytes of |source| to |target|, hashing them on the way; returns
     their SHA-256."""
     digest = hashlib.sha256()
@@ -246,6 +262,7 @@ def _copy_hashed(source: BinaryIO, target: Any, size: int, path: Path) -> bytes:
         digest.update(chunk)
         target.write(chunk)
         copied += len(chunk)
+        progress(len(chunk))
     return digest.digest()
 
 

@@ -46,6 +46,7 @@ from ..files.disk_full import full_disk_reported
 from ..files.scratch import AnonymousOutput
 from ..files.write_behind import WRITE_BEHIND_FROM, WriteBehind
 from ..format.seal import write_seal
+from ..progress import Progress
 from ..runtime.array import numpy_of
 from ..runtime.dtypes import array_dtype_to_dl
 from .format import (
@@ -305,12 +306,13 @@ def _write(output: Path, arrays: list[_Array], layout: _Layout) -> tuple[Anonymo
     target = AnonymousOutput(output)
     try:
         f: BinaryIO = target.file
-        if layout.data_size >= WRITE_BEHIND_FROM:
-            behind = WriteBehind(f)
-            _write_data(behind, arrays, layout, output)
-            behind.finish()
-        else:
-            _write_data(f, arrays, layout, output)
+        with Progress("save", output.name, layout.data_size) as progress:
+            if layout.data_size >= WRITE_BEHIND_FROM:
+                behind = WriteBehind(f)
+                _write_data(behind, arrays, layout, output, progress)
+                behind.finish()
+            else:
+                _write_data(f, arrays, layout, output, progress)
         index = _pack_index(arrays, layout)
         f.seek(0)
         f.write(index)
@@ -355,7 +357,8 @@ class _Pending:
     future: Future[bytes] | None = None
 
 
-def _write_data(f: Any, arrays: list[_Array], layout: _Layout, output: Path) -> None:
+def _write_data(f: Any, arrays: list[_Array], layout: _Layout, output: Path,
+                progress: Progress) -> None:
     """Stream each stored array into |f| at its offset, zero padding between, hashing its
     chunks on a thread pool; fill in every array's digest, and fail naming an array whose
     bytes are not those of the first pass."""
@@ -371,6 +374,7 @@ def _write_data(f: Any, arrays: list[_Array], layout: _Layout, output: Path) -> 
             for chunk in _chunks(a.data):
                 pending.append(_Pending(a, hasher, chunk, pool.submit(_sha256, chunk)))
                 f.write(chunk)
+                progress(len(chunk))
                 _settle(pending, output, wait=False)
             pending.append(_Pending(a, hasher))
             cursor = a.offset + a.size
