@@ -5,22 +5,31 @@
 
 (-E: every docstring read anew; -W: a warning fails the build; tests/test_docs.py runs the
 same.) The reference documents
-what ``modpack`` exports (``modpack.__all__``), grouped in index.rst."""
+what ``modpack`` exports (``modpack.__all__``), grouped in index.rst, and beside it the C API
+(c.rst) and the C++ API (cpp.rst), rendered from the headers by headers.py, and the command
+line (cli.rst), rendered from its parser by sphinx-argparse."""
 
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import modpack
 
+sys.path.insert(0, str(Path(__file__).parent))  # headers.py: the C and C++ pages
+
 project = "modpack"
 release = version = modpack.__version__
 copyright = "the modpack authors"
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinxarg.ext", "headers"]
 exclude_patterns = ["_build"]
 html_theme = "alabaster"
 html_static_path: list[str] = []
+# No typographic quotes or dashes: "--json" in a help text and "" in a header's comment are
+# what a user types.
+smartquotes = False
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 napoleon_numpy_docstring = True
