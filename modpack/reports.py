@@ -49,7 +49,9 @@ class VerifyReport(TypedDict):
 class PreflightAnswer(TypedDict, total=False):
     """The code one device would get from a module: the variant chosen and why, the ones it
     would fall back to; or (``fits`` False) why none fits, with the variants the file has.
-    A module whose kernels each choose (CUDA, ROCm) answers per kernel, in ``kernels``."""
+    A module whose kernels each choose (CUDA, ROCm) answers per kernel, in ``kernels``; one whose
+    code the kernel cache keeps (CUDA's PTX) says in ``kernel_cache`` whether a load would find
+    it there: ``{"state": "hit" | "miss" | "off", "detail": ...}``."""
 
     device: str
     fits: bool
@@ -59,6 +61,7 @@ class PreflightAnswer(TypedDict, total=False):
     fallbacks: list[str]
     variants: list[Any]
     kernels: list[dict[str, Any]]
+    kernel_cache: dict[str, str]
 
 
 class PreflightModule(TypedDict):

@@ -77,6 +77,10 @@ def module_name(path: Path) -> str:
 
 def python_imports() -> dict[str, set[str]]:
     files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    # Extension modules (modpack._rt, built; its stub _rt.pyi) are leaves: `from .. import _rt`
+    # imports the extension, not the package it sits in.
+    extensions = {module_name(p.with_name(p.name.split(".")[0] + ".py"))
+                  for pattern in ("*.so", "*.pyi") for p in PACKAGE.rglob(pattern)}
     graph: dict[str, set[str]] = defaultdict(set)
     for name, path in files.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -90,8 +94,9 @@ def python_imports() -> dict[str, set[str]]:
                     anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join(anchor + ([base] if base else []))
                 # `from pkg import sub` imports the submodule when there is one.
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base
-                           for a in node.names]
+                targets = [f"{base}.{a.name}"
+                           if f"{base}.{a.name}" in files or f"{base}.{a.name}" in extensions
+                           else base for a in node.names]
             for target in targets:
                 if target in files and target != name:
                     graph[name].add(target)

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Union
 
 from ...errors import ArgumentError, CompileError, UnavailableError
 from ..device import check_compiler_options
@@ -25,7 +26,8 @@ from ..device import check_compiler_options
 __all__ = ["Defines", "GlslOptions", "compile_glsl", "tool"]
 
 # A macro's value: None (defined, empty), a bool (1 or 0), a number or a str.
-Defines = Mapping[str, "str | int | float | bool | None"] | Sequence[str]
+# typing.Union, not |: a type alias is evaluated at import, and CPython 3.9 has no | on types.
+Defines = Union[Mapping[str, Union[str, int, float, bool, None]], Sequence[str]]
 _MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TARGET = re.compile(r"(vulkan|spirv)1\.\d")
 _VERSION_LINE = re.compile(r"^[ \t]*#[ \t]*version\b[^\n]*\n?", re.M)

@@ -14,6 +14,7 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Union
 
 from ...errors import ArgumentError
 from ...format.layout import check_struct
@@ -130,8 +131,9 @@ class VulkanModule(DeviceModule):
 
 
 # A shader: SPIR-V bytes, GLSL source (a str), a file of either, or GLSL with its own defines.
-ShaderSource = str | bytes | bytearray | memoryview | os.PathLike[str]
-Shader = ShaderSource | tuple[ShaderSource, Defines]
+# typing.Union, not |: a type alias is evaluated at import, and CPython 3.9 has no | on types.
+ShaderSource = Union[str, bytes, bytearray, memoryview, os.PathLike[str]]
+Shader = Union[ShaderSource, tuple[ShaderSource, Defines]]
 
 
 def _spirv(shader: Shader, glsl: GlslOptions, what: str) -> bytes:

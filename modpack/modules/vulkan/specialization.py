@@ -19,6 +19,7 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Union
 
 import numpy as np
 
@@ -34,8 +35,9 @@ MAX_CONSTANT_NAME: int = lib.MP_VULKAN_MAX_CONSTANT_NAME
 _CODES = {"int": lib.kDLInt, "uint": lib.kDLUInt, "float": lib.kDLFloat, "bool": lib.kDLBool}
 _FLAG_DEFAULT: int = lib.MP_VULKAN_CONSTANT_DEFAULT
 
-Value = bool | int | float
-Specialization = Mapping[str | int, "Value | Mapping[str | int, Value]"]
+# typing.Union, not |: a type alias is evaluated at import, and CPython 3.9 has no | on types.
+Value = Union[bool, int, float]
+Specialization = Mapping[Union[str, int], Union[Value, Mapping[Union[str, int], Value]]]
 
 
 @dataclass(frozen=True)

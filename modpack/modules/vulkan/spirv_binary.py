@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Union
 
 from ...errors import ArgumentError
 
@@ -58,7 +59,8 @@ class SpecConstant:
 
 
 # One dimension of a workgroup size: a literal, or a specialization constant.
-Dimension = int | SpecConstant
+# typing.Union, not |: a type alias is evaluated at import, and CPython 3.9 has no | on types.
+Dimension = Union[int, SpecConstant]
 
 
 @dataclass(frozen=True)
