@@ -361,9 +361,10 @@ def deploy_so(tmp_path_factory) -> Path:
 def test_a_cpp_program_builds_against_the_installed_wheel(default_wheels, deploy_so,
                                                           tmp_path):
     """The wheel's C SDK in a fresh virtualenv: examples/cpp_embed with CMake (find_package
-    through ``modpack --cmake-dir``), then with ``g++ $(modpack --includes) ...
-    $(modpack --libs)``, then linked with the static runtime; each runs with nothing else
-    (no LD_LIBRARY_PATH: the rpath finds the runtime in the package)."""
+    through ``modpack --cmake-dir``), with the flags of the wheel's ``modpack.pc``, with
+    ``g++ $(modpack --includes) ... $(modpack --libs)``, then linked with the static runtime;
+    each runs with nothing else (no LD_LIBRARY_PATH: the rpath, which CMake, pkg-config and
+    ``--libs`` give, finds the runtime in the package)."""
     if HERE not in default_wheels:
         pytest.skip(f"no wheel for {HERE}")
     for tool in ("cmake", "c++"):
@@ -394,11 +395,17 @@ def test_a_cpp_program_builds_against_the_installed_wheel(default_wheels, deploy
     needed = run("readelf", "-d", build / "cpp_embed") if shutil.which("readelf") else ""
     assert not needed or "libmodpack_runtime.so" in needed, needed
 
-    flags = run("pkg-config", "--cflags", "--libs", "modpack",
-                env={**clean, "PKG_CONFIG_PATH": str(pkgconfig)}).split() \
-        if shutil.which("pkg-config") else []
-    assert not flags or ("-lmodpack_runtime" in flags and Path(flags[0][2:]).resolve() ==
-                         (package / "include").resolve()), flags
+    if shutil.which("pkg-config"):  # its flags, with the rpath: the program runs as built
+        flags = run("pkg-config", "--cflags", "--libs", "modpack",
+                    env={**clean, "PKG_CONFIG_PATH": str(pkgconfig)}).split()
+        assert "-lmodpack_runtime" in flags, flags
+        assert Path(flags[0][2:]).resolve() == (package / "include").resolve(), flags
+        rpaths = [f.split(",", 2)[2] for f in flags if f.startswith("-Wl,-rpath,")]
+        assert [Path(r).resolve() for r in rpaths] == [(package / "lib").resolve()], flags
+        exe = tmp_path / "cpp_embed_pkgconfig"
+        run("c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", CPP_EXAMPLE / "main.cpp",
+            *flags, "-o", exe, env=clean)
+        assert "cpp_embed: OK" in run(exe, deploy_so, env=clean)
 
     exe = tmp_path / "cpp_embed_flags"
     run("c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", *includes.split(),
