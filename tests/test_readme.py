@@ -8,7 +8,10 @@ rendered page):
 - ``<!-- readme-test: setup=NAME -->``: SETUPS[NAME] below runs first, making what the block
   takes as given (a host.c, arrays, keys) — the prose around the block says what they are;
 - ``<!-- readme-test: needs=PROGRAM -->``: skipped, saying so, when PROGRAM is not on PATH;
-- ``<!-- readme-test: skip=REASON -->``: never run here (a GPU, the network), with REASON.
+- ``<!-- readme-test: skip=REASON -->``: never run here (a GPU, the network), with REASON;
+- ``<!-- readme-test: file=NAME -->``: a whole script the prose saves as NAME and runs by
+  itself: it is saved so and run as ``python NAME`` in the reader's folder, sharing nothing with
+  the other blocks (tests/test_wheel.py runs the "Try it" one from an installed wheel too).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +29,7 @@ from conftest import ROOT
 
 README = ROOT / "README.md"
 _FENCE = re.compile(r"^(`{3,})(\w*)\s*$")
-_MARK = re.compile(r"^<!-- readme-test: (setup|needs|skip)=(.+?) -->$")
+_MARK = re.compile(r"^<!-- readme-test: (setup|needs|skip|file)=(.+?) -->$")
 
 HOST_C = r'''
 #include "modpack/backend.h"
@@ -154,6 +159,12 @@ def test_a_readme_python_block_runs(line, code, marks, reader, monkeypatch):
     if "needs" in marks and shutil.which(marks["needs"]) is None:
         pytest.skip(f"README.md:{line}: needs {marks['needs']}, which is not on PATH")
     monkeypatch.chdir(folder)
+    if "file" in marks:
+        (folder / marks["file"]).write_text(code + "\n")
+        proc = subprocess.run([sys.executable, marks["file"]], cwd=folder, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, f"README.md:{line}: {proc.stdout}{proc.stderr}"
+        return
     if "setup" in marks:
         exec(compile(SETUPS[marks["setup"]], f"<setup {marks['setup']}>", "exec"), namespace)
     exec(compile(code, f"README.md:{line}", "exec"), namespace)

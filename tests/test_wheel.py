@@ -11,7 +11,8 @@ against an installed wheel with CMake (``modpack --cmake-dir``), with the compil
 ``modpack --includes`` / ``--libs`` print, and with the static runtime, and runs.
 
 A wheel holds no debug info and no C sources: its libraries' DWARF is in a separate archive
-(wheelhouse/debug/), each ``.debug`` file matching its library by build ID and debug link.
+(wheelhouse/debug/), each ``.debug`` file matching its library by build ID and debug link. The
+README's "Try it" path runs as written from a wheel.
 
 The default suite builds two wheels, once a session: this Python's and the oldest supported's
 (3.9). ``-m slow`` installs one in every CPython the machine has (and builds a C program
@@ -296,6 +297,52 @@ def test_the_wheels_hold_no_debug_info_and_no_c_sources(default_wheels, tmp_path
         tar.extract("modpack/lib/libmodpack_runtime.so.debug", unpacked)
     found = gdb_line()
     assert re.search(r'Line \d+ of "[^"]*\.c"', found), found
+
+
+def _try_it() -> tuple[list[str], str]:
+    """The README's "Try it": its shell lines and its script (the block marked file=try.py)."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Try it\n", 1)[1].split("\n## ", 1)[0]
+    shell = re.search(r"```sh\n(.*?)\n```", section, re.S)
+    script = re.search(r"<!-- readme-test: file=try.py -->\n```python\n(.*?)\n```", section,
+                       re.S)
+    assert shell and script, "README.md: no shell block or no try.py block under ## Try it"
+    return shell.group(1).splitlines(), script.group(1)
+
+
+def test_the_readme_try_it_path_runs_as_written_from_a_wheel(default_wheels, tmp_path):
+    """README's "Try it" as written, past its first line, which builds the wheel (the fixture
+    builds it the same way: build_wheels.py, which that command runs): in a fresh folder whose
+    wheelhouse/ holds the wheel, the install line makes a virtualenv with the wheel and its
+    build extra, and the script saved as try.py prints what the README says it prints, with
+    modpack imported from that virtualenv. The README names CPython 3.11: another Python
+    running the suite gets its own version in those lines."""
+    if HERE not in default_wheels:
+        pytest.skip(f"no wheel for {HERE}")
+    if shutil.which("cc") is None and "CC" not in os.environ:
+        pytest.skip("exporting needs a C compiler (scripts/dev.sh installs gcc)")
+    shell, script = _try_it()
+    assert shell[0].startswith("scripts/dev.sh wheels --python 3.11"), shell[0]
+    expected = re.search(r"^print\(.*# (.+)$", script, re.M)
+    assert expected, "the script's print has no comment saying what it prints"
+    (tmp_path / "wheelhouse").mkdir()
+    shutil.copy2(default_wheels[HERE], tmp_path / "wheelhouse")
+    (tmp_path / "try.py").write_text(script + "\n")
+    tag = "cp" + HERE.replace(".", "")
+    commands = "\n".join(shell[1:]).replace("cp311", tag).replace("3.11", HERE)
+    bin_dir = tmp_path / "bin"  # python3.11 (or this Python's version) as the README calls it
+    bin_dir.mkdir()
+    (bin_dir / f"python{HERE}").symlink_to(Path(sys.executable).resolve())
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("VIRTUAL_ENV", None)
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert expected.group(1) in proc.stdout.splitlines(), (expected.group(1), proc.stdout)
+    where = run(tmp_path / "try" / "bin" / "python", "-c",
+                "import modpack; print(modpack.__file__)", cwd=tmp_path)
+    assert where.startswith(str(tmp_path / "try")), where
+    assert (tmp_path / "scale.so").is_file()
 
 
 def test_a_load_only_install_loads_inspects_verifies_and_names_the_build_extra(
