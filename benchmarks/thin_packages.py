@@ -27,8 +27,8 @@ import numpy as np
 
 import modpack
 from modpack.format.code_frames import CodeFrames, decode_frame
-from modpack.inspection import inspect_library
 from modpack.runtime.binding import check, ffi, lib
+from modpack.tools.inspection import inspect_library
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA_SOURCE = r"""
@@ -180,7 +180,7 @@ def main() -> None:
             modpack.const_module({"w": np.zeros(total // 2 // 4, dtype=np.float32)})], False)
         del large_bins
         size = large.stat().st_size
-        slim_code = ("import sys, time, modpack.slim as s\nt = time.perf_counter()\n"
+        slim_code = ("import sys, time, modpack.tools.slim as s\nt = time.perf_counter()\n"
                      "s.slim_library(sys.argv[1], sys.argv[2], 'sm_90')\n"
                      "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
                      "print(time.perf_counter() - t, hwm[0].split()[1])\n")

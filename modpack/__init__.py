@@ -27,6 +27,7 @@ from .errors import (
     UnavailableError,
     WeightsMismatchError,
 )
+from .exporter.serializer import ModuleSerializer
 from .loader import (
     load_module,
     load_module_from_bytes,
@@ -52,7 +53,6 @@ from .modules import (
     weights_module,
 )
 from .oci import pull, push
-from .preflight import preflight
 from .runtime.array import Array, array, empty, from_dlpack
 from .runtime.binding import lib as _lib
 from .runtime.devices import device_count, device_name, get_stream, set_stream, synchronize
@@ -65,8 +65,11 @@ from .runtime.values import local_memory
 from .runtime.warmup import warm_up as _warm_up
 from .runtime.weight_files import WeightFile, load_weights
 from .selftests import SelfTest, SelfTestResult, selftest
-from .serializer import ModuleSerializer
-from .verification import verify_library
+from .tools.extraction import extract_library
+from .tools.inspection import inspect_library
+from .tools.preflight import preflight
+from .tools.slim import slim_library
+from .tools.verification import verify_library
 from .weights import save_weights
 
 # The runtime's version, from the one place it is written (csrc/include/modpack/modpack.h).
@@ -112,10 +115,12 @@ __all__ = [
     "device_count",
     "device_name",
     "empty",
+    "extract_library",
     "float4_e2m1fn_x2",
     "from_dlpack",
     "from_triton",
     "get_stream",
+    "inspect_library",
     "kernel_cache_entries",
     "kernel_cache_stats",
     "llvm_module",
@@ -137,6 +142,7 @@ __all__ = [
     "save_weights",
     "selftest",
     "set_stream",
+    "slim_library",
     "synchronize",
     "unpack_float4",
     "unregister_loader",

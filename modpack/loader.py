@@ -34,7 +34,6 @@ from .runtime.load_log import follow_logger
 from .runtime.module import LoadedModule, wrap_module
 from .runtime.trust import TrustedKey
 from .runtime.weight_files import WeightsLocation, load_options
-from .tar_link import link_tar
 
 __all__ = ["load_module", "load_module_from_bytes", "load_system_lib", "register_loader",
            "unregister_loader"]
@@ -201,7 +200,7 @@ def _load_checked(path: str | os.PathLike[str], trusted_oms: Any, weights: Any,
 def _weight_files(library: Path, weights: WeightsLocation | None) -> list[Path]:
     """The weight files a load of |library| maps, found as the runtime finds them: by the
     names the library records, beside it, in a folder, or where |weights| maps them."""
-    from .inspection import inspect_library
+    from .tools.inspection import inspect_library
 
     report = inspect_library(library)
     names = sorted({f["file"] for m in report.get("modules", [])
@@ -361,6 +360,10 @@ def _load_relinked(path: Path, verify_checksums: bool, allow_unsealed: bool,
         except FormatError:
             if not allow_unsealed or has_tar_seal(path):
                 raise
+        # Linking is the exporter's (its toolchain and blob placement): imported only when a
+        # .tar is loaded, so that loading a shared library never imports the authoring side.
+        from .exporter.tar_link import link_tar
+
         shared = link_tar(path, workspace, seal=sealed)
         # Its weight files are beside the .tar, not beside the library linked from it.
         return load_module(shared, verify_checksums=verify_checksums,

@@ -116,6 +116,23 @@ def test_the_runtime_side_does_not_import_the_authoring_side_except_the_base_cla
     assert authoring <= {"modpack.modules.base"}, authoring
 
 
+def test_the_tools_wing_sits_on_top():
+    """modpack/tools/ (inspect, verify, extract, preflight, slim) reads libraries with what is
+    below it; nothing below imports a tool, so the loaded side and the exporter never grow
+    a dependency on a tool. Above the tools: the package's own names, the commands (cli/) and
+    the registries' workflows (oci/: push slims and inspects, pull preflights)."""
+    graph = python_imports()
+    above = ("modpack.tools", "modpack.cli", "modpack.oci")
+    # The one known arrow: a signed OMS load lists the library's weight files, which the
+    # bundle also covers, with inspect_library (a lazy import on that path only).
+    known = {("modpack.loader", "modpack.tools.inspection")}
+    upward = sorted((m, t) for m, targets in graph.items() for t in targets
+                    if t.startswith("modpack.tools") and not m.startswith(above)
+                    and m != "modpack" and (m, t) not in known)
+    assert graph["modpack.tools.slim.keep"], "the import reader found nothing in tools/"
+    assert upward == []
+
+
 def c_references(objects: Path) -> dict[str, set[str]]:
     defined: dict[str, str] = {}
     used: dict[str, set[str]] = defaultdict(set)

@@ -149,7 +149,7 @@ def test_another_tools_library_is_said_not_to_be_made_by_modpack(tmp_path):
         with pytest.raises(modpack.FormatError) as caught:
             modpack.load_module_from_bytes(path.read_bytes())
         assert not_ours(str(caught.value)), caught.value
-    from modpack.inspection import inspect_library
+    from modpack.tools.inspection import inspect_library
 
     report = inspect_library(foreign)
     assert report["producer"] is None and report["blob"] is None and not report["loads"]["ok"]

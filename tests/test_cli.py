@@ -18,7 +18,7 @@ from conftest import VADD_C, consts, run_python
 
 import modpack
 from modpack.cli.main import format_inspection, main
-from modpack.inspection import inspect_library
+from modpack.tools.inspection import inspect_library
 
 TOP_KEYS = ["path", "producer", "machine", "format_version", "writer_version", "blob",
             "modules", "import_tree", "functions", "signatures", "seal", "content_digest",

@@ -17,8 +17,8 @@ from conftest import ROOT, run
 import modpack
 from modpack.errors import ArgumentError, FormatError
 from modpack.format.code_frames import decode_frame, frame_info
-from modpack.inspection import inspect_library
 from modpack.runtime.binding import ffi, lib
+from modpack.tools.inspection import inspect_library
 
 # Long enough to compress: the kernels and a comment block the compiler skips.
 KERNELS = r"""
@@ -68,7 +68,7 @@ def test_export_option_is_checked(tmp_path):
 
 def test_extract_writes_the_raw_code(tmp_path):
     packed = library(tmp_path, "c.so", True)
-    from modpack.extraction import extract_library
+    from modpack.tools.extraction import extract_library
     extract_library(packed, tmp_path / "out")
     (source,) = (tmp_path / "out" / "modules").glob("*.cl")
     assert source.read_text() == KERNELS

@@ -18,7 +18,7 @@ from conftest import ROOT, run
 from elftools.elf.elffile import ELFFile
 
 import modpack
-from modpack.inspection import inspect_library
+from modpack.tools.inspection import inspect_library
 
 TARGET = "aarch64-linux-gnu"
 SYSROOT = Path("/usr") / TARGET
@@ -99,7 +99,7 @@ def test_the_tools_report_a_library_for_another_machine_as_sound(tmp_path):
     verified = modpack.verify_library(path)
     assert verified["ok"], verified
     assert {c["check"]: c["ok"] for c in verified["checks"]}["machine"] is None
-    from modpack.extraction import extract_library
+    from modpack.tools.extraction import extract_library
 
     assert extract_library(path, tmp_path / "out")["modules"]
     damaged = tmp_path / "damaged.so"

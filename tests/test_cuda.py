@@ -21,7 +21,6 @@ import pytest
 from conftest import ROOT, run
 
 import modpack
-from modpack.inspection import inspect_library
 from modpack.modules.cuda import (
     CUDAVariant,
     cubin_arch,
@@ -32,6 +31,7 @@ from modpack.modules.cuda import (
     ptx_target,
 )
 from modpack.runtime.binding import error_from_status, ffi, lib
+from modpack.tools.inspection import inspect_library
 
 KERNELS = r"""
 extern "C" __global__ void vadd(const float* __restrict__ a, const float* b, float* c, int n) {

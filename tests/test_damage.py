@@ -39,9 +39,9 @@ HANG_SECONDS = 30  # no load of a small damaged file takes this long
 # file: the parent sees which file a crash or a hang happened on.
 WORKER = r"""
 import os, shutil, sys, tempfile, modpack
-from modpack.extraction import extract_library
-from modpack.inspection import inspect_library
-from modpack.slim import slim_library
+from modpack.tools.extraction import extract_library
+from modpack.tools.inspection import inspect_library
+from modpack.tools.slim import slim_library
 
 def slim(path):
     # A slimmed copy that loads whole and calls, or a refusal.

@@ -10,8 +10,8 @@ import pytest
 from conftest import VADD_C
 
 import modpack
-from modpack.inspection import inspect_library
 from modpack.runtime.binding import EXCEPTIONS, error_from_status, lib
+from modpack.tools.inspection import inspect_library
 
 STATUS_CODES = {name: getattr(lib, name) for name in dir(lib) if name.startswith("MP_ERR_")}
 

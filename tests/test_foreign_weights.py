@@ -20,7 +20,7 @@ from test_signing import write_key
 
 import modpack
 from modpack.format.signatures import sign_library
-from modpack.inspection import inspect_library
+from modpack.tools.inspection import inspect_library
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy",
                                         reason="pip install safetensors (the test extra)")

@@ -35,8 +35,8 @@ from cryptography.hazmat.primitives.serialization import (
 import modpack
 from modpack.cli.main import main as cli
 from modpack.format.signatures import sign_library
-from modpack.inspection import inspect_library
 from modpack.runtime.binding import ffi, lib
+from modpack.tools.inspection import inspect_library
 
 VADD = r"""
 __kernel void vadd(__global const float* a, __global const float* b, __global float* c, int n) {

@@ -15,8 +15,8 @@ import pytest
 
 import modpack
 from modpack.cli.main import main as cli_main
-from modpack.inspection import inspect_library
 from modpack.modules.kernel_info import NULL, KernelArg, KernelInfo
+from modpack.tools.inspection import inspect_library
 
 needs_opencl = pytest.mark.skipif(modpack.device_count("opencl") < 1,
                                   reason="no OpenCL device")

@@ -42,7 +42,7 @@ def test_library_over_4_gib(tmp_path):
     del source
     assert path.stat().st_size > BIG
 
-    from modpack.inspection import inspect_library
+    from modpack.tools.inspection import inspect_library
 
     report = inspect_library(path)  # verifies every checksum
     assert report["blob"]["size"] > 4 << 30

@@ -135,7 +135,7 @@ def test_concurrent_loads_share_one_tree(tmp_path):
 KEEPER_SCRIPT = r"""
 import sys
 import modpack
-from modpack.inspection import inspect_library
+from modpack.tools.inspection import inspect_library
 
 class Keeper(modpack.BinaryModule):
     type_key = "test.keeper"

@@ -25,8 +25,8 @@ from test_signing import write_key
 
 import modpack
 from modpack.format.signatures import sign_library
-from modpack.inspection import inspect_library
 from modpack.runtime.binding import ffi, lib
+from modpack.tools.inspection import inspect_library
 
 METADATA = {
     "producer": "acme-compiler 3.1",

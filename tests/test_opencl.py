@@ -355,7 +355,7 @@ def test_missing_opencl_library_is_a_clear_error(kernels):
 
 
 def test_inspect_lists_the_kernels(kernels):
-    from modpack.inspection import inspect_library
+    from modpack.tools.inspection import inspect_library
 
     (ocl,) = [m for m in inspect_library(kernels.library_path)["modules"]
               if m["type_key"] == "opencl"]

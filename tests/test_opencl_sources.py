@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import modpack
-from modpack.inspection import inspect_library
+from modpack.tools.inspection import inspect_library
 
 pytestmark = pytest.mark.skipif(modpack.device_count("opencl") < 1, reason="no OpenCL device")
 

@@ -21,8 +21,8 @@ from test_signing import write_key
 
 import modpack
 from modpack import progress
-from modpack.extraction import extract_library
 from modpack.format.signatures import sign_library
+from modpack.tools.extraction import extract_library
 
 ARRAY = np.arange(1 << 18, dtype=np.float32)  # 1 MiB
 

@@ -68,7 +68,7 @@ def test_two_exports_in_two_processes_are_byte_identical(tmp_path):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_inspect_digest_identifies_the_artifact(tmp_path, name):
-    from modpack.inspection import inspect_library
+    from modpack.tools.inspection import inspect_library
     digests = export_in_a_fresh_process(tmp_path / "a", tmp_path / "tmp")
     report = inspect_library(tmp_path / "a" / name)
     assert report["content_digest"] == f"sha256:{digests[name]}"

@@ -23,12 +23,12 @@ import pytest
 from conftest import ROOT, run
 
 import modpack
-from modpack.extraction import extract_library
-from modpack.inspection import inspect_library
 from modpack.modules.rocm import read_code_object
 from modpack.modules.rocm.toolchain import find_hip_toolchain
 from modpack.runtime.binding import error_from_status, ffi, lib
-from modpack.verification import verify_library
+from modpack.tools.extraction import extract_library
+from modpack.tools.inspection import inspect_library
+from modpack.tools.verification import verify_library
 
 # OpenCL C without ROCm's device libraries: the work-item id from the builtins and the
 # dispatch packet (workgroup_size_x is its u16 at byte 4).

@@ -17,7 +17,7 @@ from conftest import VADD_C, consts, run_python
 from elftools.elf.elffile import ELFFile
 
 import modpack
-from modpack.inspection import inspect_library
+from modpack.tools.inspection import inspect_library
 
 
 def tags(module: modpack.Module) -> list[int]:
@@ -44,8 +44,7 @@ def test_a_tar_is_linked_with_its_blob_placed_or_linked_whole(host, tmp, monkeyp
     archive into its own segment, as an export places it; where that cannot be (here: the
     linker is made to leave no program header for it), every object is linked. Both load
     the same tree from a sealed library, and remove their workspace."""
-    import modpack.loader
-    import modpack.tar_link as tar_link
+    import modpack.exporter.tar_link as tar_link
     from modpack.format.image import NoProgramHeaderSlot
     from modpack.format.seal import check_seal
 
@@ -55,13 +54,15 @@ def test_a_tar_is_linked_with_its_blob_placed_or_linked_whole(host, tmp, monkeyp
     path = host.export_library(tmp / "t.tar")
     linked = []
 
+    link_tar = tar_link.link_tar
+
     def link_and_keep(*args, **kwargs):
-        shared = tar_link.link_tar(*args, **kwargs)
+        shared = link_tar(*args, **kwargs)
         check_seal(shared)  # sealed, as the load's own check requires
         linked.append((shared, shared.read_bytes()))
         return shared
 
-    monkeypatch.setattr(modpack.loader, "link_tar", link_and_keep)
+    monkeypatch.setattr(tar_link, "link_tar", link_and_keep)  # the loader imports it per .tar
     placed = modpack.load_module(path)
 
     def no_slot(*args, **kwargs):
@@ -422,7 +423,7 @@ def test_page_aligned_payloads(host, tmp):
     path = host.export_library(tmp / "paged.so", payload_alignment=4096)
     from blobtools import blob_extent
 
-    from modpack.inspection import inspect_library
+    from modpack.tools.inspection import inspect_library
 
     blob_offset, _ = blob_extent(path)
     (const,) = [m for m in inspect_library(path)["modules"] if m["type_key"] == "const"]
@@ -456,7 +457,7 @@ def test_identical_payloads_are_stored_once(host, tmp):
     for m in (a, b, c):
         host.import_module(m)
     path = host.export_library(tmp / "dedup.so")
-    from modpack.inspection import inspect_library
+    from modpack.tools.inspection import inspect_library
 
     mods = inspect_library(path)["modules"]
     assert mods[1]["offset"] == mods[2]["offset"] != mods[3]["offset"]
@@ -477,7 +478,7 @@ def test_ml_dtypes_round_trip(host, tmp):
     for n, expected in arrays.items():
         assert loaded[n].dtype == expected.dtype, n
         assert loaded[n].tobytes() == expected.tobytes(), n
-    from modpack.inspection import inspect_library
+    from modpack.tools.inspection import inspect_library
 
     (const,) = [m for m in inspect_library(path)["modules"] if m["type_key"] == "const"]
     assert [a["dtype"] for a in const["contents"]["arrays"]] == names
@@ -510,7 +511,7 @@ def test_low_precision_arrays_round_trip_and_inspect_names_them(host, tmp):
     if "t8" in arrays:
         assert loaded["t8"].dtype == np.dtype(ml_dtypes.float8_e5m2)
         assert loaded["t8"].astype(np.float32).tolist() == [1.0, -2.0, 0.5]
-    from modpack.inspection import inspect_library
+    from modpack.tools.inspection import inspect_library
 
     (const,) = [m for m in inspect_library(path)["modules"] if m["type_key"] == "const"]
     shown = {a["name"]: (a["dtype"], a["shape"]) for a in const["contents"]["arrays"]}

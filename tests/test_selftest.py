@@ -23,7 +23,7 @@ from test_signing import write_key
 
 import modpack
 from modpack.format.signatures import sign_library
-from modpack.inspection import inspect_library
+from modpack.tools.inspection import inspect_library
 
 needs_opencl = pytest.mark.skipif(modpack.device_count("opencl") < 1,
                                   reason="no OpenCL device (PoCL: apt-get install pocl-opencl-icd)")
@@ -424,7 +424,7 @@ def urlopen(url: str, accept: str = "*/*") -> bytes:
 
 def test_slim_keeps_metadata_and_self_tests(tmp_path):
     """slim rewrites the index: what it carries besides modules comes out as it went in."""
-    from modpack.slim import slim_library
+    from modpack.tools.slim import slim_library
 
     path = tree().export_library(tmp_path / "in.so", metadata={"k": "v"},
                                  selftests=cpu_tests())

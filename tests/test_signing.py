@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 import modpack
 from modpack.format.signatures import sign_library
-from modpack.inspection import inspect_library
+from modpack.tools.inspection import inspect_library
 
 # A constructor: it runs when the library is mapped, before any modpack call could stop it.
 HOST = r"""

@@ -17,8 +17,8 @@ import pytest
 
 import modpack
 from modpack.errors import ArgumentError, FormatError, ModpackError
-from modpack.inspection import inspect_library
-from modpack.slim import slim_library
+from modpack.tools.inspection import inspect_library
+from modpack.tools.slim import slim_library
 
 # Real CUDA code: the tests that compile it need nvcc (the damaged-copy tests below do not).
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None,
@@ -321,7 +321,7 @@ def test_slim_of_a_damage_campaign_raises_nothing_but_format_errors(tmp_path):
 
     from test_damage import damage, elf_regions
 
-    from modpack.verdict import check_file
+    from modpack.tools.verdict import check_file
 
     original = host_library(tmp_path)
     stripped = tmp_path / "stripped.so"

@@ -38,10 +38,10 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 import modpack
-from modpack.extraction import extract_library
 from modpack.format.seal import check_seal
 from modpack.format.signatures import sign_library
-from modpack.inspection import inspect_library
+from modpack.tools.extraction import extract_library
+from modpack.tools.inspection import inspect_library
 
 HOST = r"""
 #include "modpack/backend.h"

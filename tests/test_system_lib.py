@@ -159,7 +159,7 @@ def test_the_object_exposes_one_symbol(system_libs):
 
 
 def test_inspect_reads_a_system_library(system_libs):
-    from modpack.inspection import inspect_library
+    from modpack.tools.inspection import inspect_library
     report = inspect_library(system_libs[0])
     assert [m["type_key"] for m in report["modules"]] == ["_lib", "const", "opencl"]
     assert report["functions"] == ["first_weight", "scale_by_weight"]

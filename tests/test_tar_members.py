@@ -15,7 +15,7 @@ import modpack
 from modpack.format.tar_blob import find_tar_blob
 from modpack.format.tar_members import NAME_BYTES, name_problem
 from modpack.format.tar_seal import check_tar_seal, seal_tar
-from modpack.verdict import check_file
+from modpack.tools.verdict import check_file
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "/lib0.o", "/tmp/lib0.o", "../lib0.o",

@@ -1,5 +1,5 @@
 """The tools tell the truth: inspect, verify and extract give the loader's verdict on every file
-(modpack/verdict.py over the runtime's mp_library_check_file), say what was and was not
+(modpack/tools/verdict.py over the runtime's mp_library_check_file), say what was and was not
 established, and refuse crafted input with a clear error, never a traceback — files sealed anew
 over a lie (a seal note that hides the blob, code frames that never decode, hostile .tar
 members) included."""
@@ -23,11 +23,11 @@ from conftest import VADD_C
 from test_signing import write_key
 
 import modpack
-from modpack.extraction import extract_library
 from modpack.format.signatures import sign_library
 from modpack.format.tar_seal import seal_tar
-from modpack.inspection import inspect_library
-from modpack.verdict import check_file
+from modpack.tools.extraction import extract_library
+from modpack.tools.inspection import inspect_library
+from modpack.tools.verdict import check_file
 
 TVM_SO = Path(__file__).parent / "data" / "tvm" / "opencl_add_tvm0.27.so"
 
@@ -239,7 +239,7 @@ def said(path: Path, tmp: Path) -> dict[str, str]:
     """What load_module, inspect, verify, extract and slim say of |path|: "accepted",
     "refused" (a FormatError, or a report that says no), "refused: <class>" (another modpack
     error), or the name of anything else raised (which fails the tests)."""
-    from modpack.slim import slim_library
+    from modpack.tools.slim import slim_library
 
     out = tmp / "said"
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import modpack
-from modpack.inspection import inspect_library
+from modpack.tools.inspection import inspect_library
 
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's default; silences its notice
 triton = pytest.importorskip("triton", reason="Triton is not installed (pip install "

@@ -25,7 +25,7 @@ from test_signing import write_key
 
 import modpack
 from modpack.format.signatures import sign_library
-from modpack.inspection import inspect_library
+from modpack.tools.inspection import inspect_library
 
 HOST = r"""
 #include "modpack/backend.h"

@@ -16,8 +16,8 @@ import pytest
 from conftest import run
 
 import modpack
-from modpack.extraction import extract_library
-from modpack.inspection import inspect_library
+from modpack.tools.extraction import extract_library
+from modpack.tools.inspection import inspect_library
 
 TVM_SO = Path(__file__).parent / "data" / "tvm" / "opencl_add_tvm0.27.so"
 

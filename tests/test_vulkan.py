@@ -20,10 +20,10 @@ import pytest
 from conftest import ROOT, run
 
 import modpack
-from modpack.extraction import extract_library
-from modpack.inspection import inspect_library
 from modpack.modules.vulkan.glsl import compile_glsl
 from modpack.modules.vulkan.spirv import reflect
+from modpack.tools.extraction import extract_library
+from modpack.tools.inspection import inspect_library
 
 TOOLS = shutil.which("glslangValidator") and shutil.which("spirv-cross")
 needs_tools = pytest.mark.skipif(not TOOLS, reason="needs glslang-tools and spirv-cross "

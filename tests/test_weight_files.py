@@ -368,7 +368,7 @@ def test_float4_pairs_and_float8_arrays(tmp_path):
     p = check_file(path, items, 64, write_weight_file(items, path, 64))
     assert [(r["dtype_code"], r["dtype_bits"], r["dtype_lanes"], r["data_size"])
             for r in p.records] == [(17, 4, 2, 6), (10, 8, 1, 3), (12, 8, 1, 2)]
-    from modpack.weight_reports import inspect_weight_file
+    from modpack.tools.weight_reports import inspect_weight_file
 
     assert [(a["name"], a["dtype"], a["shape"]) for a in inspect_weight_file(path)["arrays"]] == \
         [("fp4", "float4_e2m1fn_x2", [2, 3]), ("f8", "float8_e4m3fn", [3]),

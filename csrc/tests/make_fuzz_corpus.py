@@ -166,8 +166,8 @@ def framed_seeds() -> dict[str, bytes]:
     """The device modules' payloads with their code in code frames (zstd level 19, and level 1
     for the CUDA one; a piece compression does not shrink is a stored frame), and a blob of
     them as an export with compress_code writes it (format 1.1, entry flags set)."""
+    from modpack.exporter.serializer import ModuleSerializer
     from modpack.format.code_frames import CodeFrames
-    from modpack.serializer import ModuleSerializer
 
     seeds: dict[str, bytes] = {}
     modules = writer_modules()
@@ -193,11 +193,11 @@ def framed_seeds() -> dict[str, bytes]:
 
 def extras_seeds() -> dict[str, bytes]:
     """A blob of format 1.2: metadata and a self-test bundle in its index, after the keys."""
+    from modpack.exporter.serializer import ModuleSerializer
     from modpack.format import IndexExtras
     from modpack.metadata import encode_metadata
     from modpack.selftests.bundle import encode_bundle
     from modpack.selftests.spec import check_selftests
-    from modpack.serializer import ModuleSerializer
 
     tests = check_selftests([modpack.SelfTest("f", [np.arange(4, dtype=np.float32), 2],
                                               expected={0: np.zeros(4, np.float32)})])
@@ -233,8 +233,8 @@ def tools_seeds(scratch: Path) -> dict[str, bytes]:
     """Whole files as the tools meet them (a library of every device kind sealed by its note,
     the same with compressed code, one without a blob, a signed one, a weight file, a TVM
     library, a library sealed by a trailer), their blobs, and each device kind's payloads."""
+    from modpack.exporter.serializer import ModuleSerializer
     from modpack.format.signatures import sign_library
-    from modpack.serializer import ModuleSerializer
 
     modules = writer_modules()
     root = modpack.csource_module("int placeholder;")

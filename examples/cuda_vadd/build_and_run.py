@@ -80,7 +80,7 @@ def run(path: Path, n: int = 1 << 20) -> int:
     lib = modpack.load_module(path)  # works without a GPU: nothing touches the driver yet
     (cuda,) = [m for m in lib.imported_modules if m.type_key == "cuda"]
     print(f"loaded {path}: host functions + a cuda module")
-    from modpack.inspection import inspect_library
+    from modpack import inspect_library
 
     for m in inspect_library(path)["modules"]:
         for v in (m.get("contents") or {}).get("variants", []):

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 import modpack
+from modpack import inspect_library
 from modpack.cli.main import format_inspection, format_preflight
-from modpack.inspection import inspect_library
 
 # OpenCL C without ROCm's device libraries: the work-item id from the amdgcn builtins and the
 # dispatch packet (workgroup_size_x is its u16 at byte 4).

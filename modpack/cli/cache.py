@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..json_schema import dumps
+from ..tools.json_schema import dumps
 
 __all__ = ["STORES", "PruneRequest", "Store", "add_cache"]
 

@@ -39,8 +39,8 @@ from typing import Any
 from .. import __version__
 from ..compat import zip_strict
 from ..errors import ModpackError
-from ..json_schema import dumps
 from ..reports import PreflightReport
+from ..tools.json_schema import dumps
 from .cache import add_cache
 from .oci import add_pull, add_push
 from .selftest import add_selftest
@@ -76,8 +76,8 @@ def _add_inspect(subparsers: _Subparsers) -> None:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
-    from ..inspection import inspect_library
-    from ..verdict import NOT_DAMAGE, outcome
+    from ..tools.inspection import inspect_library
+    from ..tools.verdict import NOT_DAMAGE, outcome
 
     report = inspect_library(args.library)
     if args.json:
@@ -97,9 +97,9 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
 
 def format_inspection(report: dict[str, Any]) -> str:
-    """The human-readable form of an :func:`~modpack.inspection.inspect_library` report."""
+    """The human-readable form of an :func:`~modpack.tools.inspection.inspect_library` report."""
     if report.get("kind") == "weight file":
-        from ..weight_reports import weight_file_report_lines
+        from ..tools.weight_reports import weight_file_report_lines
 
         return "\n".join(weight_file_report_lines(report)) + "\n"
     out: list[str] = [report["path"]]
@@ -366,7 +366,7 @@ def _add_extract(subparsers: _Subparsers) -> None:
 
 
 def _run_extract(args: argparse.Namespace) -> int:
-    from ..extraction import extract_library
+    from ..tools.extraction import extract_library
 
     manifest = extract_library(args.library, args.directory)
     if manifest.get("kind") == "weight file":
@@ -410,7 +410,7 @@ def _add_preflight(subparsers: _Subparsers) -> None:
 
 def _run_preflight(args: argparse.Namespace) -> int:
     from ..errors import ArgumentError
-    from ..preflight import preflight
+    from ..tools.preflight import preflight
 
     try:
         report = preflight(args.library, args.device)
@@ -425,7 +425,7 @@ def _run_preflight(args: argparse.Namespace) -> int:
 
 
 def format_preflight(report: PreflightReport) -> str:
-    """The human-readable form of a :func:`~modpack.preflight.preflight` answer."""
+    """The human-readable form of a :func:`~modpack.tools.preflight.preflight` answer."""
     verdict = "fits" if report["fits"] else "DOES NOT FIT"
     out = [f"{report['path']} on {report['device']}: {verdict}: {report['reason']}"]
     for d in report["unavailable"]:

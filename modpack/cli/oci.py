@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import Any
 
-from ..json_schema import dumps
+from ..tools.json_schema import dumps
 
 __all__ = ["add_pull", "add_push"]
 

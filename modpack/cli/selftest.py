@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..json_schema import dumps
+from ..tools.json_schema import dumps
 
 __all__ = ["add_selftest", "format_selftest"]
 

@@ -1,5 +1,5 @@
 """``modpack slim FILE -o OUT --keep sm_90,gfx942``: the library cut down to the device code a
-fleet needs (modpack.slim.slim_library)."""
+fleet needs (modpack.tools.slim.slim_library)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def add_slim(subparsers: Any) -> None:
 
 def _run_slim(args: argparse.Namespace) -> int:
     from ..errors import ArgumentError, ModpackError
-    from ..slim import slim_library
+    from ..tools.slim import slim_library
 
     try:
         report = slim_library(args.library, args.output, args.keep)

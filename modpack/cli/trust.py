@@ -11,8 +11,8 @@ import argparse
 import sys
 from typing import Any
 
-from ..json_schema import dumps
 from ..reports import VerifyReport
+from ..tools.json_schema import dumps
 
 __all__ = ["add_sign", "add_verify", "format_verification"]
 
@@ -87,7 +87,7 @@ def add_verify(subparsers: Any) -> None:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from ..verification import verify_library
+    from ..tools.verification import verify_library
 
     report = verify_library(args.library, args.key or None)
     if args.json:

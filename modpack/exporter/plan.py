@@ -29,7 +29,6 @@ from ..modules.tree import HostNode, Node, check_before_export, shadowed_kernels
 from ..packers.llvm import check_llvm_packer
 from ..selftests.bundle import encode_bundle
 from ..selftests.spec import CheckedTest, SelfTest, check_selftests
-from ..serializer import ModuleSerializer
 from ..toolchain.cc import (
     Toolchain,
     compilers_for_target,
@@ -37,6 +36,7 @@ from ..toolchain.cc import (
     create_tar,
     target_machine,
 )
+from .serializer import ModuleSerializer
 from .system_lib import check_system_lib
 from .weights import WeightsExport, plan_weights
 

@@ -132,7 +132,7 @@ def sign_library_oms(library: str | os.PathLike[str], key: str | os.PathLike[str
                      weights: Iterable[str | os.PathLike[str]] | None = None) -> Path:
     """``modpack sign LIBRARY --oms KEY``: an OMS bundle beside |library| over it and its
     weight files (|weights|, else those it refers to, beside it, where a load finds them)."""
-    from ..inspection import inspect_library
+    from ..tools.inspection import inspect_library
 
     path = Path(library)
     if not path.is_file():

@@ -184,7 +184,7 @@ def _raw_blob(client: RegistryClient, digest: str) -> bytes:
 def _check_device(library: Path, device: str, ref: Reference, artifact: Artifact) -> None:
     """The runtime's preflight of the pulled library for |device|: IncompatibleError when a
     module would have no code for it (before the weights are downloaded)."""
-    from ..preflight import preflight
+    from ..tools.preflight import preflight
 
     answer = preflight(library, device)
     if not answer["fits"]:

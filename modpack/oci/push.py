@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ArgumentError, FormatError, MissingFileError, NotFoundError
 from ..files.scratch import new_workspace
-from ..verdict import NOT_DAMAGE
+from ..tools.verdict import NOT_DAMAGE
 from . import media
 from .artifact import Layer, config_document, describe_file, index_document, manifest_document
 from .client import RegistryClient, RegistrySettings, _canonical
@@ -63,8 +63,8 @@ def push(library: str | os.PathLike[str], target: str, *,
 
     progress: a bar per layer (None: when stderr is a terminal), else INFO log lines.
     """
-    from ..inspection import inspect_library
-    from ..slim.keep import device_strings
+    from ..tools.inspection import inspect_library
+    from ..tools.slim.keep import device_strings
 
     ref = parse_reference(target)
     if ref.digest is not None:
@@ -90,7 +90,7 @@ def push(library: str | os.PathLike[str], target: str, *,
         for i, device in enumerate(devices):
             lib_path = source
             if device is not None:
-                from ..slim import slim_library
+                from ..tools.slim import slim_library
 
                 lib_path = workspace / str(i) / source.name
                 lib_path.parent.mkdir()

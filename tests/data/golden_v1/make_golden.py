@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 
 import modpack
+from modpack.exporter.serializer import ModuleSerializer
 from modpack.format import ALIGNMENT, FORMAT_MAJOR, FORMAT_MINOR
 from modpack.format.image import find_blob
-from modpack.serializer import ModuleSerializer
 
 # The host code of tests/conftest.py (VADD_C), frozen here with the golden file.
 HOST_C = r"""

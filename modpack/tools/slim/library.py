@@ -9,7 +9,7 @@ signature cannot survive (it signed other bytes): it is dropped, and the report 
 again. The same input and keep list give the same bytes. A ``.tar`` export gives a ``.tar``
 (:func:`_slim_tar`): its host objects as they are, its blob object written anew by the
 exporter's ELF packer, the tar seal anew. A file a load would refuse is refused first, with the
-load's error (:mod:`modpack.verdict`), and a copy whose section headers no longer fit what its
+load's error (:mod:`modpack.tools.verdict`), and a copy whose section headers no longer fit what its
 seal says (cut off, gone, damaged: :mod:`.layout`) with a FormatError.
 """
 
@@ -24,20 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArgumentError, FormatError, IncompatibleError, MissingFileError, ModpackError
-from ..files.kernel_copy import copy_range
-from ..files.scratch import AnonymousOutput, scratch_name
-from ..files.tar_writer import TarWriter
-from ..format.coverage import NOTE, note_fields, read_coverage
-from ..format.image import Placement
-from ..format.layout import LIB_TYPE_KEY, IndexExtras, align_up
-from ..format.payload_views import slimmed_kinds
-from ..format.seal import check_seal, seal_file
-from ..format.tar_blob import ELF_ARCHES, find_tar_blob
-from ..format.tar_seal import seal_tar
-from ..packers.elf import write_elf_object
-from ..runtime.binding import error_from_status, ffi, lib
-from ..runtime.entries import describe_module, entry_module
+from ...errors import ArgumentError, FormatError, IncompatibleError, MissingFileError, ModpackError
+from ...files.kernel_copy import copy_range
+from ...files.scratch import AnonymousOutput, scratch_name
+from ...files.tar_writer import TarWriter
+from ...format.coverage import NOTE, note_fields, read_coverage
+from ...format.image import Placement
+from ...format.layout import LIB_TYPE_KEY, IndexExtras, align_up
+from ...format.payload_views import slimmed_kinds
+from ...format.seal import check_seal, seal_file
+from ...format.tar_blob import ELF_ARCHES, find_tar_blob
+from ...format.tar_seal import seal_tar
+from ...packers.elf import write_elf_object
+from ...runtime.binding import error_from_status, ffi, lib
+from ...runtime.entries import describe_module, entry_module
 from ..verdict import check_file, outcome
 from .blob import BlobEntry, write_blob
 from .keep import device_strings, kept_variants
@@ -97,7 +97,7 @@ def slim_library(path: str | os.PathLike[str], out: str | os.PathLike[str],
 
 
 def _require_loadable(source: Path) -> None:
-    """The loader's verdict on |source| (:mod:`modpack.verdict`), its error when a load
+    """The loader's verdict on |source| (:mod:`modpack.tools.verdict`), its error when a load
     would refuse the file, or the first use of its code would fail: slim computes new checksums
     over what it keeps, so damage it copied would come out sealed as sound. The weight files a
     library refers to are no part of it: their absence does not stop a slim."""

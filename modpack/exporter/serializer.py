@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 import xxhash
 
-from .compat import zip_strict
-from .errors import ArgumentError, ModpackError
-from .format import (
+from ..compat import zip_strict
+from ..errors import ArgumentError, ModpackError
+from ..format import (
     LIB_TYPE_KEY,
     MAX_TYPE_KEY,
     WRITER_VERSION,
@@ -30,11 +30,11 @@ from .format import (
     pack_index,
     type_key_is_valid,
 )
-from .format.code_frames import CodeFrames
-from .format.layout import ALIGNMENT, ENTRY_CODE_FRAMES, NO_EXTRAS, align_up
-from .log import export_log, timed
-from .modules.tree import HostNode, Node, imports_of, walk
-from .progress import Progress
+from ..format.code_frames import CodeFrames
+from ..format.layout import ALIGNMENT, ENTRY_CODE_FRAMES, NO_EXTRAS, align_up
+from ..log import export_log, timed
+from ..modules.tree import HostNode, Node, imports_of, walk
+from ..progress import Progress
 
 __all__ = ["BlobFile", "BlobPlan", "ModuleSerializer"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import os
 
-from .errors import ArgumentError, FormatError, MissingFileError
-from .reports import PreflightReport
-from .runtime.binding import error_from_status, ffi, lib
+from ..errors import ArgumentError, FormatError, MissingFileError
+from ..reports import PreflightReport
+from ..runtime.binding import error_from_status, ffi, lib
 
 __all__ = ["preflight"]
 
@@ -61,8 +61,8 @@ def _tar_blob(path: str) -> tuple[int, int]:
     """A ``.tar`` export's blob, (offset, size) in the archive, read in place as for a
     ``.so`` (the blob's index checksum is checked; the tar seal is required, as the seal is of
     a ``.so``, and checked whole by load_module and slim)."""
-    from .format.tar_blob import find_tar_blob
-    from .format.tar_seal import SEAL_MEMBER
+    from ..format.tar_blob import find_tar_blob
+    from ..format.tar_seal import SEAL_MEMBER
 
     blob = find_tar_blob(path)
     if not blob.members or blob.members[-1].name != SEAL_MEMBER:

@@ -18,17 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArgumentError, FormatError
-from .files.names import safe_file_name
-from .format.code_frames import decode_frame
-from .format.payload_views import code_pieces
-from .interop.tvm import decode_device_payload
+from ..errors import ArgumentError, FormatError
+from ..files.names import safe_file_name
+from ..format.code_frames import decode_frame
+from ..format.payload_views import code_pieces
+from ..interop.tvm import decode_device_payload
+from ..progress import Progress
+from ..runtime.binding import check, ffi, lib
+from ..runtime.dtypes import display_name
+from ..runtime.module import LoadedModule, wrap_module
+from ..selftests.bundle import decode_bundle, json_scalar
 from .json_schema import dumps
-from .progress import Progress
-from .runtime.binding import check, ffi, lib
-from .runtime.dtypes import display_name
-from .runtime.module import LoadedModule, wrap_module
-from .selftests.bundle import decode_bundle, json_scalar
 from .verdict import NOT_DAMAGE, check_file, damaged, outcome
 from .weight_reports import extract_weight_file, is_weight_file
 
@@ -203,7 +203,7 @@ def extract_library(path: str | os.PathLike[str],
 
 
 def _extract_tar(shown: str, out: Path, progress: Progress) -> dict[str, Any]:
-    """A ``.tar`` export: refused as its load refuses it (:mod:`modpack.verdict`: the tar
+    """A ``.tar`` export: refused as its load refuses it (:mod:`modpack.tools.verdict`: the tar
     seal, the rule for its members, its objects, its blob), its blob taken from the object
     that holds it."""
     from .inspection import inspect_library

@@ -15,19 +15,19 @@ import platform
 import tarfile
 from pathlib import Path
 
-from .errors import FormatError
-from .exporter.blob_object import write_placeholder
-from .files.kernel_copy import copy_range
-from .files.write_behind import WRITE_BEHIND_FROM
-from .format.image import HUGE_SEGMENT_ALIGNMENT, NoProgramHeaderSlot, find_blob, place_blob_into
-from .format.layout import ALIGNMENT
-from .format.seal import seal_file, seal_library
-from .format.tar_blob import TarBlob, find_tar_blob
-from .format.tar_members import check_members
-from .format.tar_seal import SEAL_MEMBER
-from .packers.elf import pack_elf_object
-from .packers.seal_note import seal_note_object
-from .toolchain.cc import create_shared
+from ..errors import FormatError
+from ..files.kernel_copy import copy_range
+from ..files.write_behind import WRITE_BEHIND_FROM
+from ..format.image import HUGE_SEGMENT_ALIGNMENT, NoProgramHeaderSlot, find_blob, place_blob_into
+from ..format.layout import ALIGNMENT
+from ..format.seal import seal_file, seal_library
+from ..format.tar_blob import TarBlob, find_tar_blob
+from ..format.tar_members import check_members
+from ..format.tar_seal import SEAL_MEMBER
+from ..packers.elf import pack_elf_object
+from ..packers.seal_note import seal_note_object
+from ..toolchain.cc import create_shared
+from .blob_object import write_placeholder
 
 __all__ = ["link_tar"]
 

@@ -8,8 +8,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import ArgumentError, ModpackError
-from ..format.payload_views import slimmed_kinds
+from ...errors import ArgumentError, ModpackError
+from ...format.payload_views import slimmed_kinds
 from ..preflight import preflight
 
 __all__ = ["device_strings", "kept_variants"]

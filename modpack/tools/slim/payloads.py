@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ModpackError
-from ..format.payload_views import payload_view
+from ...errors import ModpackError
+from ...format.payload_views import payload_view
 
 __all__ = ["FileRange", "slim_payload"]
 

@@ -23,10 +23,10 @@ from elftools.common.utils import struct_parse
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from .compat import zip_strict
-from .errors import FormatError, MissingFileError, ModpackError
-from .format.elf_errors import ELF_READ_ERRORS
-from .format.layout import (
+from ..compat import zip_strict
+from ..errors import FormatError, MissingFileError, ModpackError
+from ..format.elf_errors import ELF_READ_ERRORS
+from ..format.layout import (
     BLOB_SYMBOL,
     ENTRY_CODE_FRAMES,
     FLAG_PAYLOAD_CHECKSUMS,
@@ -36,18 +36,18 @@ from .format.layout import (
     SIGNATURE_SYMBOL_PREFIX,
     SYSTEM_LIB_ENTRY_PREFIX,
 )
-from .format.signatures import read_signatures
-from .format.tar_blob import ELF_ARCHES
-from .format.tar_members import check_members
-from .format.tar_seal import check_tar_seal, has_tar_seal
-from .interop.tvm import BLOB_SYMBOLS as TVM_BLOB_SYMBOLS
-from .interop.tvm import read_tvm_blob
-from .metadata import decode_metadata
-from .runtime.binding import error_from_status, ffi, lib
-from .runtime.dtypes import dtype_name
-from .runtime.entries import describe_module, entry_module
-from .selftests.bundle import decode_bundle, selftest_summary
-from .toolchain.demangle import demangle, is_mangled
+from ..format.signatures import read_signatures
+from ..format.tar_blob import ELF_ARCHES
+from ..format.tar_members import check_members
+from ..format.tar_seal import check_tar_seal, has_tar_seal
+from ..interop.tvm import BLOB_SYMBOLS as TVM_BLOB_SYMBOLS
+from ..interop.tvm import read_tvm_blob
+from ..metadata import decode_metadata
+from ..runtime.binding import error_from_status, ffi, lib
+from ..runtime.dtypes import dtype_name
+from ..runtime.entries import describe_module, entry_module
+from ..selftests.bundle import decode_bundle, selftest_summary
+from ..toolchain.demangle import demangle, is_mangled
 from .verdict import NOT_DAMAGE, Verdict, check_file
 from .weight_reports import inspect_weight_file, is_weight_file
 
@@ -68,11 +68,11 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
     "children", "parents"}``, with checksums as 16 hex digits (``None`` for ``_lib``);
     ``seal`` is ``{"state", "digest", "message"}`` (see :func:`_seal_report`); ``loads`` is
     ``{"ok", "stage", "message"}``: whether a load would take the file, and if not, where and
-    why (:func:`modpack.verdict.check_file`); ``metadata`` is the dict the library was exported
-    with (``export_library(..., metadata=...)``) and ``selftests`` a summary of each self-test
-    it carries (see :func:`_extras`), each None when it has none.
+    why (:func:`modpack.tools.verdict.check_file`); ``metadata`` is the dict the library was
+    exported with (``export_library(..., metadata=...)``) and ``selftests`` a summary of each
+    self-test it carries (see :func:`_extras`), each None when it has none.
 
-    A weight file gets :func:`~modpack.weight_reports.inspect_weight_file`'s report instead
+    A weight file gets :func:`~modpack.tools.weight_reports.inspect_weight_file`'s report instead
     (``"kind": "weight file"``).
 
     Raises :class:`~modpack.FormatError` (or a subclass) for a file that is not ELF, is
@@ -183,7 +183,7 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _loads(shown: str, report: dict[str, Any], prefix: str,
            location: tuple[str, int, int] | None) -> dict[str, Any] | None:
-    """What its own loader would say of the file (:mod:`modpack.verdict`): a shared library's
+    """What its own loader would say of the file (:mod:`modpack.tools.verdict`): a shared library's
     is ``load_module``'s, a system library's is ``load_system_lib``'s (its blob and payloads;
     it has no seal), a TVM library's is none of modpack's (``None``)."""
     if report["producer"] == "tvm":

@@ -11,9 +11,9 @@ from typing import Any
 
 import xxhash
 
-from ..files.kernel_copy import copy_range
-from ..format import EntryRecord, IndexExtras, IndexLayout, pack_index
-from ..format.layout import NO_EXTRAS, align_up
+from ...files.kernel_copy import copy_range
+from ...format import EntryRecord, IndexExtras, IndexLayout, pack_index
+from ...format.layout import NO_EXTRAS, align_up
 from .payloads import FileRange
 
 __all__ = ["BlobEntry", "write_blob"]

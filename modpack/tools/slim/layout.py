@@ -16,11 +16,11 @@ import struct
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from ..errors import FormatError, IncompatibleError
-from ..format.elf64 import Elf64
-from ..format.layout import BLOB_SYMBOL
-from ..format.seal import SEAL_MAGIC, SEAL_SIZE
-from ..format.section import ANCHOR
+from ...errors import FormatError, IncompatibleError
+from ...format.elf64 import Elf64
+from ...format.layout import BLOB_SYMBOL
+from ...format.seal import SEAL_MAGIC, SEAL_SIZE
+from ...format.section import ANCHOR
 
 __all__ = ["LibraryLayout", "read_layout"]
 

@@ -19,16 +19,16 @@ import os
 import platform
 from dataclasses import dataclass
 
-from .errors import FormatError, IncompatibleError, ModpackError
-from .format.code_frames import decode_frame
-from .format.layout import ENTRY_CODE_FRAMES
-from .format.payload_views import code_pieces
-from .format.signatures import is_weight_file
-from .format.tar_blob import find_tar_blob
-from .format.tar_seal import check_tar_seal
-from .runtime.binding import error_from_status, ffi, lib
-from .runtime.entries import describe_module, entry_module
-from .runtime.weight_files import load_options
+from ..errors import FormatError, IncompatibleError, ModpackError
+from ..format.code_frames import decode_frame
+from ..format.layout import ENTRY_CODE_FRAMES
+from ..format.payload_views import code_pieces
+from ..format.signatures import is_weight_file
+from ..format.tar_blob import find_tar_blob
+from ..format.tar_seal import check_tar_seal
+from ..runtime.binding import error_from_status, ffi, lib
+from ..runtime.entries import describe_module, entry_module
+from ..runtime.weight_files import load_options
 
 __all__ = ["NOT_DAMAGE", "STAGES", "Verdict", "check_file", "damaged", "outcome"]
 

@@ -13,11 +13,11 @@ import os
 from collections.abc import Iterable
 from typing import Any, cast
 
-from .errors import MissingFileError, ModpackError
-from .format.signatures import signature_checks
-from .progress import Progress
-from .reports import VerifyReport
-from .runtime.trust import TrustedKey, trusted_keys_array
+from ..errors import MissingFileError, ModpackError
+from ..format.signatures import signature_checks
+from ..progress import Progress
+from ..reports import VerifyReport
+from ..runtime.trust import TrustedKey, trusted_keys_array
 from .verdict import check_file
 from .weight_reports import is_weight_file, verify_weight_file
 

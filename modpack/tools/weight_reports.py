@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ModpackError
-from .files.names import safe_file_name
-from .format.signatures import is_weight_file, read_signatures, signature_checks
+from ..errors import ModpackError
+from ..files.names import safe_file_name
+from ..format.signatures import is_weight_file, read_signatures, signature_checks
+from ..runtime.binding import check, ffi, lib
+from ..runtime.trust import TrustedKey, trusted_keys_array
+from ..runtime.weight_files import describe_module, load_options, load_weights
 from .json_schema import dumps
-from .runtime.binding import check, ffi, lib
-from .runtime.trust import TrustedKey, trusted_keys_array
-from .runtime.weight_files import describe_module, load_options, load_weights
 
 __all__ = ["extract_weight_file", "inspect_weight_file", "is_weight_file", "verify_weight_file"]
 
@@ -101,7 +101,7 @@ def verify_weight_file(path: str | os.PathLike[str],
 
 
 def _message() -> str:
-    from .runtime.binding import string
+    from ..runtime.binding import string
 
     return string(lib.mp_error_message())
 
