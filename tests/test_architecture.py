@@ -166,19 +166,27 @@ def test_the_c_runtime_has_no_cycles_between_files(c_graph):
 
 
 def test_the_c_layers_only_reach_down(c_graph):
+    """Each file of csrc/src uses only its own layer and those below it. The order, from the
+    bottom: core < files < device, kinds < weights < library < load < tools. core knows nothing
+    above it; files (sealed files on disk) know only core; device and kinds are one band (the
+    entry point device/device.c registers the built-in kinds, which use the device API) and
+    know no weight file, library, loading or tool; weight files know no kind and no library;
+    the loaded library (library/) knows no loading and no tool; loading knows no tool. The
+    registry knows no kind."""
     def layer(name: str) -> str:
         return name.split("/")[0]
 
-    # core knows nothing above it; files (sealed files on disk) know only core; weight files
-    # know no kind and no loading; kinds know no loading; the registry knows no kind.
-    allowed = {"core": {"core"}, "files": {"core", "files"},
-               "weights": {"core", "device", "files", "weights"}}
+    assert {layer(name) for name in c_graph} >= {"core", "files", "device", "kinds", "weights",
+                                                  "library", "load", "tools"}, sorted(c_graph)
+    below = {"core": set(), "files": {"core"}, "device": {"core", "files", "kinds"},
+             "kinds": {"core", "files", "device"}, "weights": {"core", "files", "device"}}
+    below["library"] = below["weights"] | {"kinds", "weights"}
+    below["load"] = below["library"] | {"library"}
+    below["tools"] = below["load"] | {"load"}
     for name, targets in c_graph.items():
+        assert layer(name) in below, f"{name}: a folder of csrc/src the layer order leaves out"
         reached = {layer(t) for t in targets}
-        if layer(name) in allowed:
-            assert reached <= allowed[layer(name)], (name, targets)
-        if layer(name) == "kinds":
-            assert not reached & {"load", "weights"}, (name, targets)
+        assert reached <= below[layer(name)] | {layer(name)}, (name, targets)
     assert c_graph["core/registry.c"] <= {"core/error.c", "core/blob.c"}
 
 

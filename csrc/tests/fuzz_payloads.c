@@ -24,7 +24,7 @@
 
 #include "modpack/kind.h"
 
-/* Selectors: 0 a blob, 1 a weight file, 2 a weights payload (the load layer's own kind), then
+/* Selectors: 0 a blob, 1 a weight file, 2 a weights payload (the library layer's own kind), then
  * one per built-in kind, in mp_builtin_kind's order, then one per built-in kind again for its
  * payload with code frames. */
 enum { BLOB = 0, WEIGHT_FILE = 1, WEIGHTS_PAYLOAD = 2, FIRST_BUILTIN = 3 };

@@ -102,7 +102,7 @@ MP_API uint64_t mp_loader_list(char* buffer, uint64_t capacity);
 MP_API const char* mp_kind_launch_tag(const char* type_key, uint32_t index);
 /* The type key of the |index|-th built-in kind ("const", "opencl", "cuda", ...), in the order
  * of the one list of built-in kinds (csrc/src/kinds/builtin.c); NULL past the last. Tests,
- * fuzz targets and tools iterate this rather than naming kinds. (The load layer's own
+ * fuzz targets and tools iterate this rather than naming kinds. (The library layer's own
  * "weights" kind, references to weight files, is not in it.) */
 MP_API const char* mp_builtin_kind(uint32_t index);
 /* MP_API_END */

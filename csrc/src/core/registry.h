@@ -36,7 +36,7 @@ typedef struct {
 
 typedef struct mp_kind mp_kind_t;
 
-/* modpack preflight (load/preflight.c, mp_preflight): which of a module's code a device would
+/* modpack preflight (tools/preflight.c, mp_preflight): which of a module's code a device would
  * get, answered by its kind from the first bytes of its payload, read on demand. */
 typedef struct {
   uint64_t size; /* the payload's */

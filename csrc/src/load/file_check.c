@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "files/elf_check.h"
 #include "files/elf_dynamic.h"
 #include "files/seal.h"
-#include "load/elf_check.h"
 #include "modpack/weights.h"
 
 /* A modpack weight file (modpack/weights.h) is data, not a library: refused by name before

@@ -18,19 +18,19 @@
 #include "core/error.h"
 #include "core/once.h"
 #include "core/registry.h"
-#include "kinds/builtin.h"
-#include "load/file_check.h"
+#include "core/trace.h"
 #include "files/file.h"
-#include "load/kinds.h"
-#include "load/library.h"
-#include "load/overlays.h"
 #include "files/seal.h"
 #include "files/signatures.h"
-#include "core/trace.h"
+#include "kinds/builtin.h"
+#include "library/library.h"
+#include "library/overlays.h"
+#include "library/weights_binding.h"
+#include "library/weights_kind.h"
+#include "load/file_check.h"
+#include "load/kinds.h"
 #include "load/tree.h"
 #include "load/verified_library.h"
-#include "load/weights_binding.h"
-#include "load/weights_kind.h"
 #include "weights/weight_file.h"
 
 /* A live tree uses the weight files it was loaded with: a load naming others, or a name it
@@ -192,7 +192,7 @@ static mp_once_t kinds_registered = MP_ONCE_INIT;
 
 static void register_all_kinds(void) {
   mp_kinds_register_builtin();
-  (void)mp_registry_add_kind(&mp_weights_kind); /* the load layer's own kind */
+  (void)mp_registry_add_kind(&mp_weights_kind); /* the library layer's own kind */
 }
 
 void mp_load_register_kinds(void) {

@@ -13,9 +13,9 @@
 #include "core/error.h"
 #include "core/module.h"
 #include "core/registry.h"
-#include "load/context.h"
-#include "load/library.h"
 #include "core/trace.h"
+#include "library/context.h"
+#include "library/library.h"
 
 /* The library's node, context installed (a reused node keeps the context it has). */
 static mp_status_t library_node(mp_library_t* library, mp_module_t** out_node, bool* out_reused) {

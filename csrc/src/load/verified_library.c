@@ -16,14 +16,14 @@
 #include "core/crypto.h"
 #include "core/error.h"
 #include "core/mapped_read.h"
-#include "kinds/const/const_payload.h"
-#include "modpack/kinds/const.h"
-#include "load/blob_index.h"
-#include "load/library.h"
+#include "core/trace.h"
+#include "files/blob_index.h"
 #include "files/seal.h"
 #include "files/seal_note.h"
 #include "files/signatures.h"
-#include "core/trace.h"
+#include "kinds/const/const_payload.h"
+#include "library/library.h"
+#include "modpack/kinds/const.h"
 
 enum {
   CHUNK = 1 << 20,

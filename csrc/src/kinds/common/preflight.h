@@ -1,4 +1,4 @@
-/* What the device kinds' preflight answers share (modpack preflight: load/preflight.c): parsing
+/* What the device kinds' preflight answers share (modpack preflight: tools/preflight.c): parsing
  * a payload's head from a growing prefix read on demand, and JSON pieces. */
 #ifndef MODPACK_KINDS_COMMON_PREFLIGHT_H_
 #define MODPACK_KINDS_COMMON_PREFLIGHT_H_
