@@ -2,10 +2,10 @@
  * each fits a compute capability, and the ranking the runtime and mp_cuda_select_variant use. */
 #include "kinds/cuda/cuda_select.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "kinds/common/variant_rank.h"
 
 bool mp_cuda_parse_arch(const char* name, mp_cuda_arch_t* out) {
   const char* p;
@@ -66,14 +66,7 @@ mp_status_t mp_cuda_rank_arches(const char* const* arches, uint32_t count, int32
                        arches[i] ? arches[i] : "(null)");
     int64_t score = fitness(&a, major, minor);
     if (score < 0) continue;
-    uint32_t at = usable++;
-    while (at > 0 && scores[at - 1] < score) { /* stable insertion: ties keep order */
-      scores[at] = scores[at - 1];
-      order[at] = order[at - 1];
-      --at;
-    }
-    scores[at] = score;
-    order[at] = i;
+    mp_variant_rank_insert(i, score, order, scores, &usable);
   }
   *out_usable = usable;
   return MP_OK;
@@ -98,12 +91,8 @@ mp_status_t mp_cuda_select_variant(const char* const* arches, uint32_t count, in
     *out_index = (int32_t)order[0];
     return MP_OK;
   }
-  char list[1024] = "";
-  size_t used = 0;
-  for (uint32_t i = 0; i < count && used < sizeof list; ++i) {
-    int n = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", arches[i]);
-    if (n > 0) used += (size_t)n;
-  }
+  char list[1024];
+  mp_variant_list(arches, count, list, sizeof list);
   return mp_errorf(MP_ERR_UNAVAILABLE,
                    "no binary for this GPU: no variant runs on compute capability %d.%d "
                    "(variants: %s; %s); rebuild with a target for sm_%d%d or PTX for "

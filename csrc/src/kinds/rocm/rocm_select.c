@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "kinds/common/variant_rank.h"
 
 /* The generic targets and the processors each covers (LLVM's AMDGPU generic processors). */
 static const struct {
@@ -193,14 +194,7 @@ mp_status_t mp_rocm_rank_targets(const char* const* targets, uint32_t count,
       return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s", why);
     int64_t score = mp_rocm_fitness(&t, device, NULL, 0);
     if (score < 0) continue;
-    uint32_t at = usable++;
-    while (at > 0 && scores[at - 1] < score) { /* stable insertion: ties keep order */
-      scores[at] = scores[at - 1];
-      order[at] = order[at - 1];
-      --at;
-    }
-    scores[at] = score;
-    order[at] = i;
+    mp_variant_rank_insert(i, score, order, scores, &usable);
   }
   *out_usable = usable;
   return MP_OK;
@@ -218,12 +212,8 @@ mp_status_t mp_rocm_select_variant(const char* const* targets, uint32_t count,
     *out_index = (int32_t)order[0];
     return MP_OK;
   }
-  char list[1024] = "";
-  size_t used = 0;
-  for (uint32_t i = 0; i < count && used < sizeof list; ++i) {
-    int n = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", targets[i]);
-    if (n > 0) used += (size_t)n;
-  }
+  char list[1024];
+  mp_variant_list(targets, count, list, sizeof list);
   char shown[64];
   mp_rocm_target_string(&d, shown, sizeof shown);
   return mp_errorf(MP_ERR_UNAVAILABLE,
