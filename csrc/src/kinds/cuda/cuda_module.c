@@ -27,6 +27,7 @@
 
 #include "core/registry.h"
 #include "files/kernel_cache.h"
+#include "kinds/common/kernel_call.h"
 #include "kinds/cuda/cuda_select.h"
 
 extern const mp_kind_t mp_cuda_kind; /* this kind's descriptor, at the end */
@@ -332,32 +333,34 @@ typedef union {
   CUdeviceptr pointer;
 } cuda_arg_t;
 
+static const uint64_t launch_defaults[MP_CUDA_SLOT_COUNT] = {1, 1, 1, 1, 1, 1, 0};
+static const uint64_t launch_limits[MP_CUDA_SLOT_COUNT] = {
+    UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, INT32_MAX};
+/* The arrays' device is checked once the driver is loaded (below). */
+static const mp_kernel_call_rule_t call_rule = {
+    .slot_count = MP_CUDA_SLOT_COUNT,
+    .defaults = launch_defaults,
+    .limits = launch_limits,
+};
+
 static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_args,
                                mp_value_t* out_ret) {
   (void)out_ret;
   const mp_kernel_ref_t* f = self;
   mp_cuda_module_t* m = f->module;
-  const mp_kernel_info_t* info = &m->base.table.kernels[f->kernel];
-  const mp_value_t* bound[MP_KERNEL_MAX_ARGS];
-  const mp_value_t* launch_values;
-  MP_RETURN_IF_ERROR(mp_kernel_bind(info, args, num_args, bound, &launch_values));
   /* Checks that need no driver first: kinds, dtypes, launch dimensions. */
+  mp_kernel_call_t call;
+  MP_RETURN_IF_ERROR(mp_kernel_call_check(f, args, num_args, &call_rule, &call));
+  const mp_kernel_info_t* info = call.info;
+  const mp_value_t* const* bound = call.params;
+  const uint64_t* launch = call.launch;
   cuda_arg_t values[MP_KERNEL_MAX_ARGS];
   void* params[MP_KERNEL_MAX_ARGS];
   for (uint32_t i = 0; i < info->arg_count; ++i) {
     params[i] = &values[i];
     values[i].pointer = 0; /* NULL unless an array is given */
-    if (info->args[i].kind == MP_KERNEL_ARG_SCALAR)
-      MP_RETURN_IF_ERROR(mp_kernel_pack_scalar(info, i, bound[i], &values[i].scalar, NULL));
-    else if (info->args[i].kind == MP_KERNEL_ARG_BUFFER)
-      MP_RETURN_IF_ERROR(mp_kernel_check_buffer(info, i, bound[i]));
+    if (info->args[i].kind == MP_KERNEL_ARG_SCALAR) values[i].scalar = call.scalars[i];
   }
-  static const uint64_t defaults[MP_CUDA_SLOT_COUNT] = {1, 1, 1, 1, 1, 1, 0};
-  static const uint64_t limits[MP_CUDA_SLOT_COUNT] = {
-      UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, INT32_MAX};
-  uint64_t launch[MP_CUDA_SLOT_COUNT];
-  MP_RETURN_IF_ERROR(mp_kernel_table_launch(&m->base.table, f->kernel, launch_values, defaults,
-                                            limits, MP_CUDA_SLOT_COUNT, launch));
   if (!launch[3] || !launch[4] || !launch[5])
     return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                      "%s: block dimensions (threadIdx.x|y|z) must be positive, got %" PRIu64

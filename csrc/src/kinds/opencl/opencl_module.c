@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/registry.h"
+#include "kinds/common/kernel_call.h"
 #include "kinds/opencl/opencl_module.h"
 
 /* The launch slots, in the order of the kind's launch tags. */
@@ -101,53 +102,43 @@ static mp_status_t set_arg(const mp_opencl_t* cl, cl_kernel kernel, const mp_ker
   return MP_OK;
 }
 
+/* An array argument beyond the shared checks: OpenCL takes whole buffers. */
+static mp_status_t check_array(const mp_kernel_call_t* call, uint32_t i) {
+  const mp_value_t* value = call->params[i];
+  if (value->type_code == MP_TYPE_DLTENSOR && value->v_tensor->byte_offset != 0)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "%s: argument %u has a byte offset; OpenCL takes whole buffers",
+                     call->info->name, i);
+  return MP_OK;
+}
+
+static const uint64_t launch_defaults[SLOT_COUNT] = {1, 1, 1, 0, 0, 0};
+static const uint64_t launch_limits[SLOT_COUNT] = {SIZE_MAX, SIZE_MAX, SIZE_MAX,
+                                                   SIZE_MAX, SIZE_MAX, SIZE_MAX};
+static const mp_kernel_call_rule_t call_rule = {
+    .slot_count = SLOT_COUNT,
+    .defaults = launch_defaults,
+    .limits = launch_limits,
+    .device = &mp_opencl_device,
+    .how_to_create = "modpack.array(x, device=\"opencl:0\")",
+    .check_array = check_array,
+};
+
 static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_args,
                                mp_value_t* out_ret) {
   (void)out_ret;
   const mp_kernel_ref_t* ref = self;
   opencl_module_t* m = ref->module;
-  const mp_kernel_info_t* info = &m->base.table.kernels[ref->kernel];
-  const mp_value_t* params[MP_KERNEL_MAX_ARGS];
-  const mp_value_t* launch_values;
-  MP_RETURN_IF_ERROR(mp_kernel_bind(info, args, num_args, params, &launch_values));
   /* Checks that need no driver first: kinds, dtypes, devices, launch dimensions. */
-  mp_kernel_scalar_t scalars[MP_KERNEL_MAX_ARGS];
-  size_t sizes[MP_KERNEL_MAX_ARGS];
-  for (uint32_t i = 0; i < info->arg_count; ++i) {
-    switch (info->args[i].kind) {
-      case MP_KERNEL_ARG_SCALAR:
-        MP_RETURN_IF_ERROR(mp_kernel_pack_scalar(info, i, params[i], &scalars[i], &sizes[i]));
-        break;
-      case MP_KERNEL_ARG_LOCAL: {
-        uint64_t nbytes;
-        MP_RETURN_IF_ERROR(mp_kernel_check_local(info, i, params[i], &nbytes));
-        sizes[i] = (size_t)nbytes;
-        break;
-      }
-      case MP_KERNEL_ARG_BUFFER:
-        MP_RETURN_IF_ERROR(mp_kernel_check_buffer(info, i, params[i]));
-        if (params[i]->type_code == MP_TYPE_DLTENSOR && params[i]->v_tensor->byte_offset != 0)
-          return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                           "%s: argument %u has a byte offset; OpenCL takes whole buffers",
-                           info->name, i);
-        break;
-      default: /* MP_KERNEL_ARG_NULL: a NULL buffer the caller does not pass */
-        break;
-    }
-  }
-  int32_t device = -1;
-  MP_RETURN_IF_ERROR(mp_kernel_check_devices(info, params, &mp_opencl_device,
-                                             "modpack.array(x, device=\"opencl:0\")", &device));
-  static const uint64_t defaults[SLOT_COUNT] = {1, 1, 1, 0, 0, 0};
-  static const uint64_t limits[SLOT_COUNT] = {SIZE_MAX, SIZE_MAX, SIZE_MAX,
-                                              SIZE_MAX, SIZE_MAX, SIZE_MAX};
-  uint64_t launch[SLOT_COUNT];
-  MP_RETURN_IF_ERROR(mp_kernel_table_launch(&m->base.table, ref->kernel, launch_values, defaults,
-                                            limits, SLOT_COUNT, launch));
+  mp_kernel_call_t call;
+  MP_RETURN_IF_ERROR(mp_kernel_call_check(ref, args, num_args, &call_rule, &call));
+  const mp_kernel_info_t* info = call.info;
+  const mp_value_t* const* params = call.params;
+  int32_t device = call.device;
   size_t global[3], local[3];
   for (int d = 0; d < 3; ++d) {
-    global[d] = (size_t)launch[SLOT_GLOBAL_X + d];
-    local[d] = (size_t)launch[SLOT_LOCAL_X + d];
+    global[d] = (size_t)call.launch[SLOT_GLOBAL_X + d];
+    local[d] = (size_t)call.launch[SLOT_LOCAL_X + d];
   }
   bool any_local = local[0] || local[1] || local[2];
   if (any_local && !(local[0] && local[1] && local[2]))
@@ -171,10 +162,10 @@ static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_a
   for (uint32_t i = 0; status == MP_OK && i < info->arg_count; ++i) {
     switch (info->args[i].kind) {
       case MP_KERNEL_ARG_SCALAR:
-        status = set_arg(cl, kernel, info, i, sizes[i], &scalars[i]);
+        status = set_arg(cl, kernel, info, i, call.sizes[i], &call.scalars[i]);
         break;
       case MP_KERNEL_ARG_LOCAL:
-        status = set_arg(cl, kernel, info, i, sizes[i], NULL); /* __local: a size */
+        status = set_arg(cl, kernel, info, i, call.sizes[i], NULL); /* __local: a size */
         break;
       default: { /* a buffer, NULL for None and for MP_KERNEL_ARG_NULL */
         cl_mem mem = params[i] && params[i]->type_code == MP_TYPE_DLTENSOR

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/registry.h"
+#include "kinds/common/kernel_call.h"
 #include "kinds/rocm/rocm_select.h"
 
 extern const mp_kind_t mp_rocm_kind; /* this kind's descriptor, at the end */
@@ -140,38 +141,45 @@ static mp_status_t function_locked(mp_rocm_module_t* m, const mp_rocm_t* rocm, i
 /* ---- calling ----------------------------------------------------------------------------------
  */
 
+/* The kernel's explicit arguments must fit the argument segment a launch passes. */
+static mp_status_t check_kernel(const mp_kernel_call_t* call) {
+  const mp_rocm_module_t* m = call->ref->module;
+  const mp_rocm_layout_t* layout = &m->layouts[call->ref->kernel];
+  if (layout->explicit_size > MAX_KERNARG)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: %u bytes of arguments (at most %d)",
+                     call->info->name, layout->explicit_size, MAX_KERNARG);
+  return MP_OK;
+}
+
+static const uint64_t launch_defaults[MP_ROCM_SLOT_COUNT] = {1, 1, 1, 1, 1, 1, 0};
+static const uint64_t launch_limits[MP_ROCM_SLOT_COUNT] = {
+    UINT32_MAX, UINT32_MAX, UINT32_MAX, 1024, 1024, 1024, INT32_MAX};
+/* The arrays' device is checked once the runtime is loaded (below). */
+static const mp_kernel_call_rule_t call_rule = {
+    .slot_count = MP_ROCM_SLOT_COUNT,
+    .defaults = launch_defaults,
+    .limits = launch_limits,
+    .check_kernel = check_kernel,
+};
+
 static mp_status_t call_kernel(void* self, const mp_value_t* args, int32_t num_args,
                                mp_value_t* out_ret) {
   (void)out_ret;
   const mp_kernel_ref_t* f = self;
   mp_rocm_module_t* m = f->module;
-  const mp_kernel_info_t* info = &m->base.table.kernels[f->kernel];
   const mp_rocm_layout_t* layout = &m->layouts[f->kernel];
-  const mp_value_t* bound[MP_KERNEL_MAX_ARGS];
-  const mp_value_t* launch_values;
-  MP_RETURN_IF_ERROR(mp_kernel_bind(info, args, num_args, bound, &launch_values));
   /* Checks that need no runtime first: kinds, dtypes, launch dimensions. */
+  mp_kernel_call_t call;
+  MP_RETURN_IF_ERROR(mp_kernel_call_check(f, args, num_args, &call_rule, &call));
+  const mp_kernel_info_t* info = call.info;
+  const mp_value_t* const* bound = call.params;
+  const uint64_t* launch = call.launch;
   _Alignas(16) uint8_t kernarg[MAX_KERNARG];
   memset(kernarg, 0, sizeof kernarg);
-  if (layout->explicit_size > sizeof kernarg)
-    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "%s: %u bytes of arguments (at most %d)",
-                     info->name, layout->explicit_size, MAX_KERNARG);
-  for (uint32_t i = 0; i < info->arg_count; ++i) {
-    if (info->args[i].kind == MP_KERNEL_ARG_SCALAR) {
-      mp_kernel_scalar_t scalar;
-      size_t size = 0;
-      MP_RETURN_IF_ERROR(mp_kernel_pack_scalar(info, i, bound[i], &scalar, &size));
-      memcpy(kernarg + layout->offsets[i], &scalar, layout->sizes[i] < size ? layout->sizes[i] : size);
-    } else if (info->args[i].kind == MP_KERNEL_ARG_BUFFER) {
-      MP_RETURN_IF_ERROR(mp_kernel_check_buffer(info, i, bound[i]));
-    }
-  }
-  static const uint64_t defaults[MP_ROCM_SLOT_COUNT] = {1, 1, 1, 1, 1, 1, 0};
-  static const uint64_t limits[MP_ROCM_SLOT_COUNT] = {
-      UINT32_MAX, UINT32_MAX, UINT32_MAX, 1024, 1024, 1024, INT32_MAX};
-  uint64_t launch[MP_ROCM_SLOT_COUNT];
-  MP_RETURN_IF_ERROR(mp_kernel_table_launch(&m->base.table, f->kernel, launch_values, defaults,
-                                            limits, MP_ROCM_SLOT_COUNT, launch));
+  for (uint32_t i = 0; i < info->arg_count; ++i)
+    if (info->args[i].kind == MP_KERNEL_ARG_SCALAR)
+      memcpy(kernarg + layout->offsets[i], &call.scalars[i],
+             layout->sizes[i] < call.sizes[i] ? layout->sizes[i] : call.sizes[i]);
   if (!launch[3] || !launch[4] || !launch[5])
     return mp_errorf(MP_ERR_INVALID_ARGUMENT,
                      "%s: block dimensions (threadIdx.x|y|z) must be positive, got %" PRIu64

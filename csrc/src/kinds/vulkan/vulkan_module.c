@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "core/registry.h"
+#include "kinds/common/kernel_call.h"
 #include "kinds/vulkan/vulkan_pipeline_cache.h"
 
 extern const mp_kind_t mp_vulkan_kind; /* this kind's descriptor, at the end */
@@ -257,49 +258,57 @@ static mp_status_t pipeline_of(mp_vulkan_module_t* m, const mp_vulkan_t* vk,
 
 /* ---- calling ------------------------------------------------------------------------------- */
 
+/* A storage buffer argument beyond the shared checks: an array (Vulkan has no NULL buffers),
+ * whole, and the same array for arguments that share one descriptor. */
+static mp_status_t check_array(const mp_kernel_call_t* call, uint32_t i) {
+  const mp_vulkan_module_t* m = call->ref->module;
+  const mp_kernel_info_t* info = call->info;
+  const mp_vulkan_interface_t* in = &m->interfaces[call->ref->kernel];
+  const mp_value_t* const* params = call->params;
+  if (params[i]->type_code != MP_TYPE_DLTENSOR)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "%s: argument %u is a storage buffer (set %u, binding %u): pass an array, "
+                     "not None (Vulkan has no NULL buffers)",
+                     info->name, i, in->slots[i].set, in->slots[i].binding);
+  if (params[i]->v_tensor->byte_offset != 0)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "%s: argument %u has a byte offset; Vulkan kernels take whole buffers",
+                     info->name, i);
+  uint32_t first = first_at_slot(info, in, i);
+  if (first != i && params[first]->v_tensor->data != params[i]->v_tensor->data)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT,
+                     "%s: arguments %u and %u are one storage buffer (set %u, binding %u): pass "
+                     "the same array for both",
+                     info->name, first, i, in->slots[i].set, in->slots[i].binding);
+  return MP_OK;
+}
+
+static const uint64_t launch_defaults[MP_VULKAN_SLOT_COUNT] = {1, 1, 1};
+static const uint64_t launch_limits[MP_VULKAN_SLOT_COUNT] = {UINT32_MAX, UINT32_MAX, UINT32_MAX};
+static const mp_kernel_call_rule_t call_rule = {
+    .slot_count = MP_VULKAN_SLOT_COUNT,
+    .defaults = launch_defaults,
+    .limits = launch_limits,
+    .device = &mp_vulkan_device,
+    .how_to_create = "modpack.array(x, device=\"vulkan:0\")",
+    .check_array = check_array,
+};
+
 static mp_status_t launch(const mp_kernel_ref_t* ref, const mp_value_t* args, int32_t num_args) {
   mp_vulkan_module_t* m = ref->module;
-  const mp_kernel_info_t* info = &m->base.table.kernels[ref->kernel];
   const mp_vulkan_interface_t* in = &m->interfaces[ref->kernel];
-  const mp_value_t* params[MP_KERNEL_MAX_ARGS];
-  const mp_value_t* launch_values;
-  MP_RETURN_IF_ERROR(mp_kernel_bind(info, args, num_args, params, &launch_values));
   /* Checks that need no driver first: kinds, dtypes, devices, workgroup counts. */
+  mp_kernel_call_t call;
+  MP_RETURN_IF_ERROR(mp_kernel_call_check(ref, args, num_args, &call_rule, &call));
+  const mp_kernel_info_t* info = call.info;
+  const mp_value_t* const* params = call.params;
+  int32_t device = call.device;
+  const uint64_t* groups = call.launch;
   uint8_t push[MP_VULKAN_MAX_PUSH_CONSTANTS];
   memset(push, 0, sizeof push);
-  for (uint32_t i = 0; i < info->arg_count; ++i) {
-    if (info->args[i].kind == MP_KERNEL_ARG_SCALAR) {
-      mp_kernel_scalar_t scalar;
-      size_t size;
-      MP_RETURN_IF_ERROR(mp_kernel_pack_scalar(info, i, params[i], &scalar, &size));
-      memcpy(push + in->slots[i].set, &scalar, size);
-      continue;
-    }
-    MP_RETURN_IF_ERROR(mp_kernel_check_buffer(info, i, params[i]));
-    if (params[i]->type_code != MP_TYPE_DLTENSOR)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                       "%s: argument %u is a storage buffer (set %u, binding %u): pass an array, "
-                       "not None (Vulkan has no NULL buffers)",
-                       info->name, i, in->slots[i].set, in->slots[i].binding);
-    if (params[i]->v_tensor->byte_offset != 0)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                       "%s: argument %u has a byte offset; Vulkan kernels take whole buffers",
-                       info->name, i);
-    uint32_t first = first_at_slot(info, in, i);
-    if (first != i && params[first]->v_tensor->data != params[i]->v_tensor->data)
-      return mp_errorf(MP_ERR_INVALID_ARGUMENT,
-                       "%s: arguments %u and %u are one storage buffer (set %u, binding %u): pass "
-                       "the same array for both",
-                       info->name, first, i, in->slots[i].set, in->slots[i].binding);
-  }
-  int32_t device = -1;
-  MP_RETURN_IF_ERROR(mp_kernel_check_devices(info, params, &mp_vulkan_device,
-                                             "modpack.array(x, device=\"vulkan:0\")", &device));
-  static const uint64_t defaults[MP_VULKAN_SLOT_COUNT] = {1, 1, 1};
-  static const uint64_t limits[MP_VULKAN_SLOT_COUNT] = {UINT32_MAX, UINT32_MAX, UINT32_MAX};
-  uint64_t groups[MP_VULKAN_SLOT_COUNT];
-  MP_RETURN_IF_ERROR(mp_kernel_table_launch(&m->base.table, ref->kernel, launch_values, defaults,
-                                            limits, MP_VULKAN_SLOT_COUNT, groups));
+  for (uint32_t i = 0; i < info->arg_count; ++i)
+    if (info->args[i].kind == MP_KERNEL_ARG_SCALAR)
+      memcpy(push + in->slots[i].set, &call.scalars[i], call.sizes[i]);
   if (!groups[0] || !groups[1] || !groups[2]) return MP_OK; /* nothing to run */
 
   const mp_vulkan_t* vk = mp_vulkan();
