@@ -1,19 +1,14 @@
-"""What a version 2 seal covers, and where its note lies: the writer's side of
-``csrc/src/files/seal_note.c`` (the reader, which decides; docs/format.md, "The seal").
+"""What a version 2 seal covers, and the digests over it: the writers' side (export, sign,
+slim) of ``csrc/src/files/seal_note.c``, the reader, which decides (docs/format.md, "The seal").
 
 The seal covers what the dynamic loader reads and maps, and nothing a stripper rewrites: the ELF
 header, the program header table and the file bytes of every ``PT_LOAD`` segment, as one set of
-file offsets taken in increasing order, each byte once. Read as zeros (*masked*): the fields
-that decide nothing the loader maps and that tools rewriting a file may change (``e_shoff``,
-``e_shentsize``, ``e_shnum``, ``e_shstrndx``; every ``p_paddr``; the ``p_offset`` of every
-segment but ``PT_LOAD``, which loaders find through ``p_vaddr``: glibc reads a ``PT_NOTE``'s
-only to look for an ABI-tag note, which can make ``dlopen`` refuse a library, never map other
-bytes), and in the seal note its digest and its signature slots. The payloads are left out of
-the seal's digest (their own checksums cover them) and hashed by a signature's.
-
-The seal note is found the way the reader finds it: through each ``PT_NOTE`` program header's
-address, in the ``PT_LOAD`` segment that maps it, the first 4-byte-aligned note header of owner
-``modpack`` and type ``MP_SEAL_NOTE_TYPE`` with the descriptor size of ``mp_seal_note_v2_t``.
+file offsets taken in increasing order, each byte once, with the fields that decide nothing the
+loader maps read as zeros (*masked*), and in the seal note its digest and its signature slots.
+The payloads are left out of the seal's digest (their own checksums cover them) and hashed by a
+signature's. That rule, and where the seal note lies, are the runtime's alone: the writers ask
+it (``mp_seal_coverage``) and hash what it names, so the seal a writer makes is the one the
+loader checks by construction, never by two copies of the rule kept in step.
 """
 
 from __future__ import annotations
@@ -28,12 +23,11 @@ from typing import Any, BinaryIO
 import xxhash
 
 from ..errors import FormatError
-from ..runtime.binding import ffi, lib
-from .elf64 import EHDR, PHDR, Segment
+from ..runtime.binding import error_from_status, ffi, lib
 from .layout import check_struct
 
-__all__ = ["NOTE", "NOTE_HEADER", "Coverage", "ElfLayout", "covered_bytes", "read_coverage",
-           "read_layout", "seal_digest", "signed_digest"]
+__all__ = ["NOTE", "NOTE_HEADER", "Coverage", "covered_bytes", "note_fields", "read_coverage",
+           "seal_digest", "signed_digest"]
 
 NOTE_NAME: bytes = ffi.string(lib.MP_SEAL_NOTE_NAME) + b"\0"
 NOTE_TYPE: int = lib.MP_SEAL_NOTE_TYPE
@@ -50,33 +44,7 @@ assert len(NOTE_HEADER) + NOTE_DESC_SIZE == lib.MP_SEAL_NOTE_SIZE
 _DIGEST_AT = ffi.offsetof("mp_seal_note_v2_t", "digest_low")
 _SLOTS_AT = ffi.offsetof("mp_seal_note_v2_t", "signatures")
 
-PT_LOAD, PT_NOTE, PT_PHDR = 1, 4, 6
-# Masked fields: (offset, size) in the ELF header and in each program header.
-_EHDR_MASKS = ((40, 8), (58, 6))  # e_shoff; e_shentsize, e_shnum, e_shstrndx
-_P_OFFSET, _P_PADDR = (8, 8), (24, 8)
-_MAX_NOTES = 1 << 20  # a PT_NOTE segment larger than this is not searched
 _CHUNK = 1 << 20
-
-
-@dataclass(frozen=True)
-class ElfLayout:
-    """The parts of a 64-bit little-endian ELF file a seal depends on."""
-
-    file_size: int
-    phoff: int
-    segments: tuple[Segment, ...]
-
-    def loads(self) -> list[Segment]:
-        return [s for s in self.segments if s.type == PT_LOAD]
-
-    def file_offset(self, vaddr: int, size: int) -> int | None:
-        """The file offset of the |size| bytes at |vaddr|, when a PT_LOAD segment's file bytes
-        hold them all."""
-        for s in self.loads():
-            if s.vaddr <= vaddr and vaddr - s.vaddr <= s.filesz and size <= s.filesz - (
-                    vaddr - s.vaddr):
-                return s.offset + vaddr - s.vaddr
-        return None
 
 
 @dataclass(frozen=True)
@@ -89,77 +57,29 @@ class Coverage:
     note: int
 
 
-def read_layout(f: BinaryIO) -> ElfLayout | None:
-    """The layout of the ELF file open as |f|, or None when it is not a 64-bit little-endian ELF
-    file whose program headers lie in it (such files get a version 1 seal)."""
-    size = f.seek(0, 2)
-    f.seek(0)
-    head = f.read(EHDR.size)
-    if len(head) < EHDR.size or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-        return None
-    fields = EHDR.unpack(head)
-    phoff, phentsize, phnum = fields[5], fields[9], fields[10]
-    if phentsize != PHDR.size or phoff > size or phnum * PHDR.size > size - phoff:
-        return None
-    f.seek(phoff)
-    table = f.read(phnum * PHDR.size)
-    segments = tuple(Segment(i, *PHDR.unpack_from(table, i * PHDR.size)) for i in range(phnum))
-    return ElfLayout(size, phoff, segments)
-
-
-def find_note(f: BinaryIO, layout: ElfLayout) -> int | None:
-    """The file offset of the seal note's descriptor in the file open as |f|, or None."""
-    for s in layout.segments:
-        if s.type != PT_NOTE or not 0 < s.filesz <= _MAX_NOTES:
-            continue
-        offset = layout.file_offset(s.vaddr, s.filesz)
-        if offset is None:
-            continue
-        f.seek(offset)
-        notes = f.read(s.filesz)
-        at = 0
-        while at + len(NOTE_HEADER) + NOTE_DESC_SIZE <= len(notes):
-            found = notes.find(NOTE_HEADER, at)
-            if found < 0 or found + len(NOTE_HEADER) + NOTE_DESC_SIZE > len(notes):
-                break
-            if found % 4 == 0:
-                return offset + found + len(NOTE_HEADER)
-            at = found + 1
-    return None
-
-
-def read_coverage(f: BinaryIO, layout: ElfLayout | None = None) -> Coverage | None:
-    """What a version 2 seal of the library open as |f| covers; None when the file has no seal
-    note (it then gets a version 1 seal)."""
-    layout = layout or read_layout(f)
-    if layout is None:
-        return None
-    note = find_note(f, layout)
-    if note is None:
-        return None
-    ranges = [(0, EHDR.size), (layout.phoff, layout.phoff + len(layout.segments) * PHDR.size)]
-    ranges += [(s.offset, s.offset + s.filesz) for s in layout.loads() if s.filesz]
-    masks = list(_EHDR_MASKS)
-    for s in layout.segments:
-        at = layout.phoff + s.index * PHDR.size
-        masks.append((at + _P_PADDR[0], _P_PADDR[1]))
-        if s.type != PT_LOAD:
-            masks.append((at + _P_OFFSET[0], _P_OFFSET[1]))
-    masks += [(note + _DIGEST_AT, 16), (note + _SLOTS_AT, NOTE.size - _SLOTS_AT)]
-    return Coverage(tuple(_merged(ranges)), tuple(sorted(masks)), note)
-
-
-def _merged(ranges: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
-    begin = end = -1
-    for b, e in sorted(r for r in ranges if r[0] < r[1]):
-        if b <= end:
-            end = max(end, e)
-            continue
-        if end > begin:
-            yield begin, end
-        begin, end = b, e
-    if end > begin:
-        yield begin, end
+def read_coverage(f: BinaryIO) -> Coverage | None:
+    """What a version 2 seal of the library open as |f| covers, asked of the runtime
+    (``mp_seal_coverage``: the rule the loader checks, written once); None when the file is no
+    64-bit little-endian ELF library with a seal note, or one whose program headers the loader
+    refuses (its writer then seals it with a trailer, which a load refuses as it refuses any
+    such file)."""
+    f.flush()  # the runtime reads the descriptor: what is buffered here must be in the file
+    fd = f.fileno()
+    counts = ffi.new("uint64_t[3]")
+    ranges, masks = ffi.new("mp_file_range_t[]", 16), ffi.new("mp_file_range_t[]", 64)
+    for _ in range(2):
+        status = lib.mp_seal_coverage(fd, ranges, len(ranges), counts, masks, len(masks),
+                                      counts + 1, counts + 2)
+        if status in (lib.MP_ERR_NOT_FOUND, lib.MP_ERR_FORMAT):
+            return None
+        if status != 0:
+            raise error_from_status(status)
+        if counts[0] <= len(ranges) and counts[1] <= len(masks):
+            break
+        ranges = ffi.new("mp_file_range_t[]", counts[0])
+        masks = ffi.new("mp_file_range_t[]", counts[1])
+    return Coverage(tuple((r.begin, r.end) for r in ranges[0:counts[0]]),
+                    tuple((m.begin, m.end - m.begin) for m in masks[0:counts[1]]), counts[2])
 
 
 def covered_bytes(f: BinaryIO, coverage: Coverage,

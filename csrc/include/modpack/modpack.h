@@ -310,6 +310,26 @@ MP_API mp_status_t mp_preflight_blob(const char* path, uint64_t blob_offset, uin
  * does not match; MP_ERR_INCOMPATIBLE for a seal newer than this runtime. */
 MP_API mp_status_t mp_seal_check_file(const char* path, mp_seal_v1_t* out_seal);
 
+/* One range of a file's bytes: [begin, end). */
+typedef struct {
+  uint64_t begin, end;
+} mp_file_range_t;
+
+/* What a version 2 seal of the library open as |fd| covers, by the one rule the loader checks
+ * (docs/format.md, "The seal"): its sorted, disjoint byte ranges (the ELF header, the program
+ * header table, every PT_LOAD segment's file bytes) into |ranges|, the pieces of them read as
+ * zeros into |masks|, and the file offset of the seal note's descriptor into |*out_note|. For
+ * the writers of a seal and of signatures (export, sign, slim), which ask before the note is
+ * filled in: the note's fields are not read. |*out_range_count| and |*out_mask_count| receive
+ * how many there are, also when that is more than the capacities (then only as many as fit are
+ * written: ask again with room). MP_ERR_NOT_FOUND when the file is not a 64-bit little-endian
+ * ELF library with program headers, or carries no seal note (its writer then seals it with a
+ * version 1 trailer); MP_ERR_FORMAT when its program headers are damaged. */
+MP_API mp_status_t mp_seal_coverage(int fd, mp_file_range_t* ranges, uint64_t range_capacity,
+                                    uint64_t* out_range_count, mp_file_range_t* masks,
+                                    uint64_t mask_capacity, uint64_t* out_mask_count,
+                                    uint64_t* out_note);
+
 /* ---- the kernel cache -------------------------------------------------------------------
  * What a device compiles from a payload's code at its first launch (an OpenCL program binary
  * after the build, the cubin the CUDA driver links from PTX) is kept in a folder, so the next

@@ -11,8 +11,10 @@
 #include <link.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/bytes.h"
 #include "core/checksum.h"
@@ -259,8 +261,10 @@ static mp_status_t coverage(const ElfW(Phdr) * phdrs, uint64_t count, uint64_t p
   return MP_OK;
 }
 
-mp_status_t mp_seal_note_read(int fd, uint64_t file_size, const char* path, const uint8_t* head,
-                              uint64_t head_size, mp_seal_note_t* out) {
+/* mp_seal_note_read, with the note's fields decoded and checked when |check_note| (a load, a
+ * tool), or not read at all (mp_seal_coverage: a writer, before it fills them in). */
+static mp_status_t read_note(int fd, uint64_t file_size, const char* path, const uint8_t* head,
+                             uint64_t head_size, bool check_note, mp_seal_note_t* out) {
   memset(out, 0, sizeof *out);
   uint8_t ehdr[EHDR_SIZE];
   bool elf64le = MP_SEAL_NOTES && file_size >= EHDR_SIZE &&
@@ -298,15 +302,46 @@ mp_status_t mp_seal_note_read(int fd, uint64_t file_size, const char* path, cons
   if (status == MP_OK && out->note == 0)
     status = mp_errorf(MP_ERR_NOT_FOUND, "'%s' carries no seal note", path);
   uint8_t desc[MP_SEAL_NOTE_DESC_SIZE];
-  if (status == MP_OK && !read_part(fd, head, head_size, desc, sizeof desc, out->note))
+  if (check_note && status == MP_OK &&
+      !read_part(fd, head, head_size, desc, sizeof desc, out->note))
     status = unreadable(path, out->note);
-  if (status == MP_OK) status = decode(desc, path, out);
-  if (status == MP_OK) status = check_fields(&out->seal, phdrs, count, path);
+  if (check_note && status == MP_OK) status = decode(desc, path, out);
+  if (check_note && status == MP_OK) status = check_fields(&out->seal, phdrs, count, path);
   if (status == MP_OK) status = coverage(phdrs, count, phoff, out);
   free(phdrs);
   out->seal.file_size = file_size;
   if (status != MP_OK) mp_seal_note_free(out);
   return status;
+}
+
+mp_status_t mp_seal_note_read(int fd, uint64_t file_size, const char* path, const uint8_t* head,
+                              uint64_t head_size, mp_seal_note_t* out) {
+  return read_note(fd, file_size, path, head, head_size, true, out);
+}
+
+mp_status_t mp_seal_coverage(int fd, mp_file_range_t* ranges, uint64_t range_capacity,
+                             uint64_t* out_range_count, mp_file_range_t* masks,
+                             uint64_t mask_capacity, uint64_t* out_mask_count,
+                             uint64_t* out_note) {
+  if (fd < 0 || !out_range_count || !out_mask_count || !out_note ||
+      (range_capacity && !ranges) || (mask_capacity && !masks))
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "mp_seal_coverage: NULL or invalid argument");
+  struct stat st;
+  if (fstat(fd, &st) != 0)
+    return mp_errorf(MP_ERR_IO, "mp_seal_coverage: cannot stat descriptor %d: %s", fd,
+                     strerror(errno));
+  char path[32];
+  snprintf(path, sizeof path, "descriptor %d", fd);
+  mp_seal_note_t note;
+  mp_status_t status = read_note(fd, (uint64_t)st.st_size, path, NULL, 0, false, &note);
+  if (status != MP_OK) return status;
+  *out_range_count = note.range_count;
+  *out_mask_count = note.mask_count;
+  *out_note = note.note;
+  for (uint64_t i = 0; i < note.range_count && i < range_capacity; ++i) ranges[i] = note.ranges[i];
+  for (uint64_t i = 0; i < note.mask_count && i < mask_capacity; ++i) masks[i] = note.masks[i];
+  mp_seal_note_free(&note);
+  return MP_OK;
 }
 
 /* Hash the file's bytes [offset, offset + size), held at |bytes|, with the masked ones as

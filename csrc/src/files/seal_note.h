@@ -9,10 +9,6 @@
 #include "modpack/modpack.h"
 
 typedef struct {
-  uint64_t begin, end; /* [begin, end) of the file */
-} mp_file_range_t;
-
-typedef struct {
   mp_file_range_t* ranges; /* what the seal covers: sorted, disjoint, inside the file */
   uint64_t range_count;
   mp_file_range_t* masks; /* the pieces of them read as zeros, sorted */
