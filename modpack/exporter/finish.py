@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModpackError
+from ..errors import ArgumentError
 from ..files.scratch import AnonymousOutput, scratch_name
 from ..files.tar_writer import TarWriter
 from ..format.image import HUGE_SEGMENT_ALIGNMENT, NoProgramHeaderSlot, find_blob, place_blob_into
@@ -141,7 +141,7 @@ def _link_beside_output(plan: ExportPlan, objects: list[Path], linker: str | Non
     if plan.has_blob:
         objects = [*objects, blob_object(plan, workspace, blob_writer(plan))]
     if not objects:
-        raise ModpackError("nothing to export: the tree has no host code and no modules")
+        raise ArgumentError("nothing to export: the tree has no host code and no modules")
     _make_beside_output(plan, lambda tmp: _link(plan, tmp, objects, linker,
                                                 whole_blob=plan.has_blob), seal, mode)
 

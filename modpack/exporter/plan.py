@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArgumentError, ModpackError, ModpackWarning
+from ..errors import ArgumentError, ModpackWarning
 from ..files.destination import check_destination
 from ..format import ALIGNMENT, IndexExtras
 from ..format.code_frames import compress_level
@@ -107,7 +107,7 @@ def plan_export(
     selftests: Sequence[SelfTest | Mapping[str, Any]] | None = None,
 ) -> ExportPlan:
     """Check the arguments of ``export_library`` and decide what it does, before any work
-    (raising ``ModpackError`` or ``ValueError`` for a wrong argument; warning of kernels
+    (raising ``ArgumentError``, also a ``ValueError``, for a wrong argument; warning of kernels
     that shadow others)."""
     output = check_destination(path, "export", "deploy.so")
     if target is not None:  # the one choice: every later step asks cc what it builds for
@@ -171,7 +171,7 @@ def _check_suffix(output: Path) -> None:
     """Fail for an output the default fcompile does not write (it writes .so and .tar)."""
     if not _KNOWN_SUFFIX.fullmatch("".join(output.suffixes[-3:])):
         given = output.suffix or "a file without a suffix"
-        raise ModpackError(
+        raise ArgumentError(
             f"cannot export to {output}: export_library writes a shared library (.so, or "
             f".so.N) or objects to link later (.tar), not {given}; for a relocatable object or "
             "archive (.o, .a) to link into a program, give system_lib='NAME'; any other format "

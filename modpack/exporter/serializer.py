@@ -125,7 +125,7 @@ class ModuleSerializer:
                 dso.append(m)
                 dso_ids.add(id(m))
             elif not m.is_binary_serializable:
-                raise ModpackError(
+                raise ArgumentError(
                     f"cannot export a {m.type_key or type(m).__name__} module: it is neither "
                     "compiled into the library (DSO-exportable) nor binary-serializable"
                 )
@@ -281,7 +281,7 @@ def _same_bytes(f: BlobFile, a: int, b: int, size: int, chunk: int = 1 << 20) ->
 
 def _check_type_key(key: str) -> None:
     if not isinstance(key, str) or not type_key_is_valid(key):
-        raise ModpackError(
+        raise ArgumentError(
             f"invalid type key {key!r}: use 1-{MAX_TYPE_KEY} characters of [A-Za-z0-9_.-], "
             "not starting with '_' (reserved for _lib)"
         )
@@ -304,7 +304,7 @@ def _check_acyclic(order: list[object], row_ptr: list[int], child_indices: list[
             stack[-1] = (n, edge + 1)
             c = child_indices[edge]
             if state[c] == 1:
-                raise ModpackError(
+                raise ArgumentError(
                     "cannot export: the host modules (c, llvm) merge into one library, and here "
                     "a module they import imports host code again, which would make a cycle in "
                     "the import tree; move that host code into the importing side or make the "

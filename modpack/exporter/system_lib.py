@@ -20,7 +20,7 @@ from pathlib import Path
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from ..errors import CompileError, ModpackError
+from ..errors import ArgumentError, CompileError
 from ..format import (
     BLOB_SYMBOL,
     FUNC_SYMBOL_PREFIX,
@@ -39,15 +39,15 @@ def check_system_lib(name: object, output: Path, fcompile: object) -> str:
     """The checks made before any work: a C identifier, a ``.o`` or ``.a`` output, no
     ``fcompile`` (the object is made here)."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ModpackError(f"system_lib must be a C identifier (letters, digits, _), not {name!r}:"
-                           f" it names the function modpack_system_lib_NAME")
+        raise ArgumentError(f"system_lib must be a C identifier (letters, digits, _), not {name!r}:"
+                            f" it names the function modpack_system_lib_NAME")
     if output.suffix not in SUFFIXES:
         given = output.suffix or "a file without a suffix"
-        raise ModpackError(f"cannot export to {output}: a system library is a relocatable object "
-                           f"(.o) or an archive (.a), not {given}")
+        raise ArgumentError(f"cannot export to {output}: a system library is a relocatable object "
+                            f"(.o) or an archive (.a), not {given}")
     if fcompile is not None:
-        raise ModpackError("system_lib and fcompile do not go together: the system library's "
-                           "object is linked by modpack (`cc -r`)")
+        raise ArgumentError("system_lib and fcompile do not go together: the system library's "
+                            "object is linked by modpack (`cc -r`)")
     return name
 
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArgumentError, ModpackError
+from ..errors import ArgumentError, ModpackOSError
 
 __all__ = ["check_destination"]
 
@@ -27,8 +27,8 @@ def check_destination(path: Any, verb: str, example: str) -> Path:
         raise ArgumentError(f"cannot {verb} to {output}: the folder {output.parent} does not "
                             "exist")
     if not os.access(output.parent, os.W_OK | os.X_OK):
-        raise ModpackError(f"cannot {verb} to {output}: the folder {output.parent} is not "
-                           "writable by this user")
+        raise ModpackOSError(f"cannot {verb} to {output}: the folder {output.parent} is not "
+                             "writable by this user")
     if output.exists() and not output.is_file():
         raise ArgumentError(f"cannot {verb} to {output}: it exists and is not a regular file")
     return output

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import ModpackError
+from ..errors import ModpackError, ModpackOSError
 
 __all__ = ["full_disk_reported"]
 
@@ -23,22 +23,26 @@ __all__ = ["full_disk_reported"]
 @contextmanager
 def full_disk_reported(output: Path, workspace: Path, action: str = "export") -> Iterator[None]:
     """Turn running out of room, in the export to |output| run inside, into a
-    ``ModpackError`` naming the full file system: an ``OSError`` of ``ENOSPC`` or
+    ``ModpackOSError`` naming the full file system: an ``OSError`` of ``ENOSPC`` or
     ``EDQUOT``, or a tool's failure (a ``ModpackError``) while a folder is nearly full.
     (Entered while |workspace| still exists, so its file system is seen as the tool saw it.)
     |action| is the verb the message starts with ("cannot export to ..."): ``save_weights``
-    says "save"."""
+    says "save".
+
+    A ``ModpackError`` is looked at before an ``OSError``: a ``ModpackOSError`` is both, and
+    one raised inside (a weight file's own report, nested in an export's) gets the outer
+    file's line too, as any tool's failure does."""
     try:
         yield
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            full = _full_folder(output, workspace, exc.filename) or output.parent
-            raise ModpackError(_no_space(output, full, action)) from None
-        raise
     except ModpackError as exc:  # a compiler or linker that failed: was it the disk?
         nearly_full = _full_folder(output, workspace, None)
         if nearly_full is not None:
-            raise ModpackError(f"{_no_space(output, nearly_full, action)}\n{exc}") from None
+            raise ModpackOSError(f"{_no_space(output, nearly_full, action)}\n{exc}") from None
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            full = _full_folder(output, workspace, exc.filename) or output.parent
+            raise ModpackOSError(_no_space(output, full, action)) from None
         raise
 
 

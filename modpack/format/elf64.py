@@ -5,7 +5,7 @@ Why not pyelftools, which the tools use: placing the blob reads the freshly link
 every export, and pyelftools' parsing took 19 ms of a 10,000-module export's critical path
 for the few dozen fields needed. This reads those fields with ``struct``, bounds-checked, and
 raises :class:`~modpack.FormatError` naming the file for anything it cannot read (and
-:class:`~modpack.ModpackError` for an ELF file of a kind it does not read).
+:class:`~modpack.IncompatibleError` for an ELF file of a kind it does not read).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from ..errors import FormatError, ModpackError
+from ..errors import FormatError, IncompatibleError
 
 __all__ = ["EHDR", "PHDR", "Elf64", "Section", "Segment"]
 
@@ -70,9 +70,9 @@ class Elf64:
             raise FormatError(f"{path} is not an ELF library: no ELF magic bytes")
         if head[4] != 2 or head[5] != 1 or EHDR.unpack(head)[1] != _ET_DYN:
             kind = _TYPE_NAMES.get(struct.unpack_from("<H", head, 16)[0], "an unknown type")
-            raise ModpackError(f"{path}: placing the blob needs a 64-bit little-endian shared "
-                               f"library (got ELF{64 if head[4] == 2 else 32}, "
-                               f"{'little' if head[5] == 1 else 'big'}-endian, {kind})")
+            raise IncompatibleError(f"{path}: placing the blob needs a 64-bit little-endian shared "
+                                    f"library (got ELF{64 if head[4] == 2 else 32}, "
+                                    f"{'little' if head[5] == 1 else 'big'}-endian, {kind})")
         fields = EHDR.unpack(head)
         self.phoff, self.shoff = fields[5], fields[6]
         self.phentsize, self.shentsize = fields[9], fields[11]

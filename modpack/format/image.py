@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from ..errors import ModpackError
+from ..errors import FormatError, ModpackError
 from .elf64 import PHDR, Elf64
 from .layout import BLOB_SYMBOL, HEADER_SIZE, align_up
 from .section import ANCHOR
@@ -143,7 +143,7 @@ def find_blob(path: str | os.PathLike[str], alignment: int) -> Placement | None:
             if segment.type == _PT_LOAD and start <= vaddr < start + segment.filesz:
                 offset = segment.offset + vaddr - start
                 return _with_payloads(f, offset, vaddr, size, alignment)
-    raise ModpackError(f"{path}: {BLOB_SYMBOL} lies in no file-backed segment")
+    raise FormatError(f"{path}: {BLOB_SYMBOL} lies in no file-backed segment")
 
 
 def _with_payloads(f: BinaryIO, offset: int, vaddr: int, size: int,
@@ -152,8 +152,8 @@ def _with_payloads(f: BinaryIO, offset: int, vaddr: int, size: int,
     f.seek(offset + _INDEX_SIZE_FIELD)
     (index_size,) = struct.unpack("<Q", f.read(8))
     if not HEADER_SIZE <= index_size <= size:
-        raise ModpackError(f"the blob's header at byte {offset} says its index has "
-                           f"{index_size} bytes, in a {size}-byte blob")
+        raise FormatError(f"the blob's header at byte {offset} says its index has "
+                          f"{index_size} bytes, in a {size}-byte blob")
     start = min(align_up(index_size, alignment), size)
     return Placement(offset, vaddr, size, offset + start, size - start)
 
@@ -180,13 +180,13 @@ class _Plan:
         elf = Elf64(f, path)
         anchor = elf.section(ANCHOR.name)
         if anchor is None:
-            raise ModpackError(f"{path}: the linked library lacks modpack's anchor section "
-                               f"{ANCHOR.name}; was the anchor object left out of the link, or "
-                               "dropped by a linker script?")
+            raise FormatError(f"{path}: the linked library lacks modpack's anchor section "
+                              f"{ANCHOR.name}; was the anchor object left out of the link, or "
+                              "dropped by a linker script?")
         segments = elf.segments
         loads = [s for s in segments if s.type == _PT_LOAD]
         if not loads:
-            raise ModpackError(f"{path}: the linked library has no loadable segment")
+            raise FormatError(f"{path}: the linked library has no loadable segment")
         load_end = max(s.offset + s.filesz for s in loads)
         symbols: list[int] = []
         moved = []
@@ -196,8 +196,8 @@ class _Plan:
                     section.flags & _SHF_ALLOC and not section.size):
                 continue  # (gold puts an empty .tm_clone_table there)
             if section.flags & _SHF_ALLOC:
-                raise ModpackError(f"{path}: section {section.name} is allocated but lies after "
-                                   "every loadable segment")
+                raise FormatError(f"{path}: section {section.name} is allocated but lies after "
+                                  "every loadable segment")
             moved.append((section.index, section.offset))
             tail_alignment = max(tail_alignment, section.addralign)
         for name in (".dynsym", ".symtab"):
@@ -205,9 +205,9 @@ class _Plan:
             if table is not None:
                 symbols += elf.symbol_entries(table, BLOB_SYMBOL)
             if name == ".dynsym" and not symbols:
-                raise ModpackError(f"{path}: the library does not export {BLOB_SYMBOL} (a "
-                                   "version script or a visibility option hides it); the "
-                                   "runtime finds the blob through it")
+                raise FormatError(f"{path}: the library does not export {BLOB_SYMBOL} (a "
+                                  "version script or a visibility option hides it); the "
+                                  "runtime finds the blob through it")
         f.seek(elf.phoff)
         table_bytes = f.read(PHDR.size * len(segments))
         return cls(

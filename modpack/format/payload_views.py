@@ -43,7 +43,7 @@ class CodePiece:
 
 # slim_head(payload, description, kept, where): the payload's head keeping only the variants
 # at the indices |kept| (their headers, the kernel records and whatever else the head holds),
-# FormatError/ModpackError naming |where| when the head is inconsistent or the kept variants
+# FormatError/IncompatibleError naming |where| when the head is inconsistent or the kept variants
 # leave a kernel without code.
 SlimHead = Callable[[memoryview, dict[str, Any], Sequence[int], str], bytes]
 

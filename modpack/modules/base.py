@@ -54,7 +54,7 @@ class Module:
         # A cycle is this module in the imported one's subtree: only a module with imports of
         # its own has one to walk.
         if module is self or (module._imports and any(m is self for m in walk(module))):
-            raise ModpackError(
+            raise ArgumentError(
                 f"importing this {module.type_key} module into the {self.type_key} module "
                 "would create a cycle in the import tree"
             )

@@ -34,7 +34,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from ..compat import zip_strict
-from ..errors import ArgumentError, CompileError, ModpackError
+from ..errors import ArgumentError, CompileError
 from ..toolchain.demangle import demangle, is_mangled
 
 __all__ = ["PROBE", "check_name_expressions", "compact", "hinted", "instantiation_source",
@@ -154,17 +154,17 @@ def lower_from_probe(expressions: Sequence[str], probe_symbols: Iterable[str],
     lowered = {}
     for i, expr in enumerate(expressions):
         if i not in named:
-            raise ModpackError(f"{compiler} did not instantiate name expression {expr!r} (its "
+            raise CompileError(f"{compiler} did not instantiate name expression {expr!r} (its "
                                "probe kernel is missing from the probe's build)")
         name, params = named[i]
         symbol = by_signature.get(_key(name, params))
         if symbol is None and name in readable and not is_mangled(name):
             symbol = name  # an extern "C" kernel: found by its name
         if symbol is None:
-            raise ModpackError(f"name expression {expr!r} names {name}({params}), which is not "
-                               f"a kernel {compiler} compiled (a __device__ function? kernels "
-                               f"are __global__); the kernels are "
-                               f"{sorted(_without_return(t) for t in readable.values())}")
+            raise ArgumentError(f"name expression {expr!r} names {name}({params}), which is not "
+                                f"a kernel {compiler} compiled (a __device__ function? kernels "
+                                f"are __global__); the kernels are "
+                                f"{sorted(_without_return(t) for t in readable.values())}")
         lowered[expr] = symbol
     return lowered
 
@@ -229,12 +229,12 @@ def lower_by_demangled(expressions: Sequence[str], symbols: Iterable[str], where
             continue
         if found:
             shown = [_without_return(t) for s, t in zip(symbols, texts) if s in found]
-            raise ModpackError(f"name expression {expr!r} matches {len(found)} kernels in "
-                               f"{where} ({shown}): name one by its signature")
+            raise ArgumentError(f"name expression {expr!r} matches {len(found)} kernels in "
+                                f"{where} ({shown}): name one by its signature")
         shown = sorted(_without_return(t) for t in texts)
-        raise ModpackError(f"name expression {expr!r} matches no kernel in {where} (it has "
-                           f"{shown}); code compiled elsewhere is matched by the demangled "
-                           "names: write the expression as they spell it")
+        raise ArgumentError(f"name expression {expr!r} matches no kernel in {where} (it has "
+                            f"{shown}); code compiled elsewhere is matched by the demangled "
+                            "names: write the expression as they spell it")
     return lowered
 
 

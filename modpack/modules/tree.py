@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import ModpackError
+from ..errors import ArgumentError
 
 __all__ = ["ArraysNode", "DeviceNode", "HostNode", "Node", "check_before_export", "imports_of",
            "shadowed_kernels", "walk"]
@@ -81,8 +81,8 @@ def shadowed_kernels(nodes: Iterable[Any]) -> list[str]:
     names = [n.name for n in devices if n.name is not None]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise ModpackError(f"device modules share the names {twice}: give each its own name= "
-                           "so that 'name/kernel' finds one module")
+        raise ArgumentError(f"device modules share the names {twice}: give each its own name= "
+                            "so that 'name/kernel' finds one module")
     owners: dict[str, list[Any]] = {}
     for node in devices:
         for kernel in dict.fromkeys(node.kernel_names):

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, ModpackError
+from ..errors import ArgumentError, CallError, ModpackError
 from ..modules.base import Module  # the authoring base class, which Python loaders return
 from .binding import check, fail, ffi, lib, string
 from .function import Function
@@ -82,7 +82,7 @@ def _mp_py_loader(user_data: Any, args: Any, out_module: Any) -> int:
         type_key = string(args.type_key)
         module = fn(_payload_view(args))
         if not isinstance(module, Module):
-            raise ModpackError(
+            raise CallError(
                 f"the loader for {type_key!r} returned {type(module).__name__}, not a "
                 "modpack.Module"
             )

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from ..errors import ModpackError
+from ..errors import CallError, UnavailableError
 
 __all__ = ["demangle", "is_mangled"]
 
@@ -23,10 +23,10 @@ def demangle(symbols: Sequence[str]) -> list[str]:
         return []
     tool = shutil.which("c++filt")
     if tool is None:
-        raise ModpackError("reading C++ kernel names needs c++filt (binutils), which comes with "
-                           "the C toolchain: install binutils")
+        raise UnavailableError("reading C++ kernel names needs c++filt (binutils), which comes "
+                               "with the C toolchain: install binutils")
     out = subprocess.run([tool], input="\n".join(symbols) + "\n", capture_output=True,
                          text=True, check=True).stdout.splitlines()
     if len(out) != len(symbols):
-        raise ModpackError(f"c++filt returned {len(out)} names for {len(symbols)} symbols")
+        raise CallError(f"c++filt returned {len(out)} names for {len(symbols)} symbols")
     return out

@@ -24,7 +24,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from ..compat import zip_strict
-from ..errors import FormatError, MissingFileError, ModpackError
+from ..errors import FormatError, MissingFileError, ModpackError, ModpackOSError
 from ..format.elf_errors import ELF_READ_ERRORS
 from ..format.layout import (
     BLOB_SYMBOL,
@@ -91,7 +91,7 @@ def inspect_library(path: str | os.PathLike[str]) -> dict[str, Any]:
     except FileNotFoundError:
         raise MissingFileError(f"no such library: {shown}") from None
     except OSError as exc:
-        raise ModpackError(f"cannot open {shown}: {exc.strerror or exc}") from None
+        raise ModpackOSError(f"cannot open {shown}: {exc.strerror or exc}") from None
     with f:
         file_size = os.fstat(f.fileno()).st_size
         head = f.read(len(_ELF_MAGIC))

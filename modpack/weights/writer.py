@@ -40,7 +40,7 @@ import numpy as np
 import xxhash
 
 from ..compat import zip_strict
-from ..errors import ArgumentError, ModpackError
+from ..errors import ArgumentError
 from ..files.destination import check_destination
 from ..files.disk_full import full_disk_reported
 from ..files.scratch import AnonymousOutput
@@ -104,8 +104,8 @@ def save_weights(arrays: Mapping[str, Any], path: str | os.PathLike[str], *,
     at a multiple of |alignment| (a power of two from 64 to 2 MiB; 4096 lets a loader map
     arrays page by page). Identical arrays are stored once. Bad input raises
     :class:`~modpack.errors.ArgumentError` before any file is touched; an array changed during
-    the save, or a full disk, raises :class:`~modpack.errors.ModpackError`, leaving any earlier
-    file at |path| as it was. Returns the path written.
+    the save raises it too, and a full disk :class:`~modpack.errors.ModpackOSError`, leaving
+    any earlier file at |path| as it was. Returns the path written.
     """
     if not isinstance(arrays, Mapping):
         raise ArgumentError(f"save_weights expects a mapping of name -> array (a dict), not "
@@ -404,8 +404,8 @@ def _settle(pending: deque[_Pending], output: Path, wait: bool) -> None:
         a.digest = hashlib.sha256(b"".join(a.chunk_digests)).digest()  # no chunks: sha256(b"")
 
 
-def _changed(a: _Array, output: Path) -> ModpackError:
-    return ModpackError(
+def _changed(a: _Array, output: Path) -> ArgumentError:
+    return ArgumentError(
         f"array {a.name!r} changed while it was being saved to {output} (its bytes differ from "
         "when the save began): finish changing it before saving, or save a copy "
         f"(array.copy()); any earlier {output.name} is intact")

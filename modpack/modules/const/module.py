@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...compat import zip_strict
-from ...errors import ArgumentError, ModpackError
+from ...errors import ArgumentError
 from ...format.layout import check_struct
 from ...runtime.array import numpy_of
 from ...runtime.binding import lib
@@ -139,7 +139,7 @@ class ConstModule(BinaryModule):
                 yield bytes(offset - cursor)
             data = _bytes_of(array)
             if array_digest(array) != self._digests[name]:
-                raise ModpackError(
+                raise ArgumentError(
                     f"const array {name!r} changed after const_module() was built (its bytes "
                     "differ from when the module was made): build the module after the last "
                     "change, or give it a copy (array.copy())")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...errors import CompileError, ModpackError
+from ...errors import CompileError, MissingExtraError, UnavailableError
 from ...toolchain.cc import run_tool
 from ..cxx_names import nvrtc_expression, overload_hint
 
@@ -45,14 +45,14 @@ def _nvrtc() -> Any:
     try:
         from cuda.bindings import nvrtc
     except ImportError:
-        raise ModpackError(
+        raise MissingExtraError(
             "compiling CUDA source with NVRTC needs cuda-python and NVIDIA's NVRTC wheel: "
             f"{INSTALL_HINT}; or pass compiler='nvcc' to use an installed CUDA toolkit"
         ) from None
     try:
         nvrtc.nvrtcVersion()
     except Exception as exc:  # cuda.pathfinder raises its own RuntimeError subclasses
-        raise ModpackError(
+        raise UnavailableError(
             f"NVRTC's library (libnvrtc) cannot be loaded ({exc}): {INSTALL_HINT} installs "
             "nvidia-cuda-nvrtc; or pass compiler='nvcc'"
         ) from None

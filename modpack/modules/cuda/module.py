@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...errors import ArgumentError, CompileError, MissingFileError, ModpackError
+from ...errors import ArgumentError, CompileError, MissingFileError
 from ...format.layout import check_struct
 from ...runtime.binding import lib
 from ..cxx_names import hinted, lower_from_probe, probe_source
@@ -75,23 +75,23 @@ class CUDAModule(DeviceModule):
     def validate(self) -> None:
         """Check the records: names unique, launch tags valid, every kernel in some variant,
         and parameters matching every PTX the module was built with or carries. Raises
-        ModpackError on a mismatch."""
+        ArgumentError on a mismatch."""
         names = [f.name for f in self.functions]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ModpackError(f"kernels declared more than once: {dupes}")
+            raise ArgumentError(f"kernels declared more than once: {dupes}")
         self.check_records()
         for info in self.functions:
             check_launch_tags(info)
         for v in self.variants:
             unknown = sorted(set(v.kernels) - set(names))
             if unknown:
-                raise ModpackError(f"the {v.arch} {v.kind} variant names kernels {unknown} that "
-                                   "have no record")
+                raise ArgumentError(f"the {v.arch} {v.kind} variant names kernels {unknown} that "
+                                    "have no record")
         missing = [n for n in names if not any(not v.kernels or n in v.kernels
                                                for v in self.variants)]
         if missing:
-            raise ModpackError(f"no variant defines the kernels {missing}")
+            raise ArgumentError(f"no variant defines the kernels {missing}")
         checks = list(self._ptx_checks)
         checks += [(f"{v.arch} PTX", v.data, v.kernels) for v in self.variants if v.kind == "ptx"]
         for label, ptx, kernels in checks:
@@ -269,12 +269,12 @@ def _source_records(source: str, functions: Any, lowered: Mapping[str, str],
     try:
         parsed = parse_cuda_signatures(source, wanted)
     except ValueError as exc:
-        raise ModpackError(f"cuda_module: {exc}") from None
+        raise ArgumentError(f"cuda_module: {exc}") from None
     infos = records_from_symbols(lowered) + parsed
     if not infos:
-        raise ModpackError("no __global__ kernels found in the CUDA source (template kernels "
-                           "and kernels without extern \"C\" are listed in name_expressions=, "
-                           "e.g. ['gemm<float, 128>'])")
+        raise ArgumentError("no __global__ kernels found in the CUDA source (template kernels "
+                            "and kernels without extern \"C\" are listed in name_expressions=, "
+                            "e.g. ['gemm<float, 128>'])")
     return infos
 
 
@@ -296,16 +296,16 @@ def _from_binaries(binaries: Mapping[str, Any], functions: Any, name: str | None
     variants = [variant_from_bytes(str(key), data) for key, data in binaries.items()]
     ptx = [v for v in variants if v.kind == "ptx"]
     if expressions and not ptx:
-        raise ModpackError("name_expressions= with binaries needs a PTX variant to find the "
-                           "kernels' symbols in; cubins and fatbins alone need functions= with "
-                           "each kernel's 'symbol'")
+        raise ArgumentError("name_expressions= with binaries needs a PTX variant to find the "
+                            "kernels' symbols in; cubins and fatbins alone need functions= with "
+                            "each kernel's 'symbol'")
     lowered = lower_from_ptx(expressions, ptx_entries(ptx[0].data)) if expressions else {}
     if functions is not None:
         return CUDAModule(variants, _with_symbols(records(functions), lowered), name=name)
     if lowered:
         return CUDAModule(variants, records_from_symbols(lowered), name=name)
     if not ptx:
-        raise ModpackError(
+        raise ArgumentError(
             "cuda_module(binaries=...) without PTX needs functions=: cubins and fatbins do not "
             "record parameter types (e.g. functions={'vadd': ['float32*', 'float32*', "
             "'float32*', 'int32']})"
@@ -313,7 +313,7 @@ def _from_binaries(binaries: Mapping[str, Any], functions: Any, name: str | None
     try:
         infos = infos_from_ptx(ptx[0].data, f"PTX {ptx[0].arch}")
     except ValueError as exc:
-        raise ModpackError(f"cuda_module: {exc}") from None
+        raise ArgumentError(f"cuda_module: {exc}") from None
     if not infos:
-        raise ModpackError(f"the {ptx[0].arch} PTX defines no kernel (.entry)")
+        raise ArgumentError(f"the {ptx[0].arch} PTX defines no kernel (.entry)")
     return CUDAModule(variants, infos, name=name)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from ...compat import zip_strict
-from ...errors import ModpackError
+from ...errors import ArgumentError
 from ...toolchain.demangle import demangle
 from ..cxx_names import (
     check_name_expressions,
@@ -41,7 +41,7 @@ def records_from_symbols(symbols: Mapping[str, str], launch_tags: Sequence[str] 
             _, params = split_signature(text)
             args = tuple(parse_cuda_param(expr, p, named=False) for p in params)
         except ValueError as exc:
-            raise ModpackError(f"{what}: kernel {expr} ({symbol}): {exc}") from None
+            raise ArgumentError(f"{what}: kernel {expr} ({symbol}): {exc}") from None
         records.append(KernelInfo(expr, args, tuple(launch_tags), symbol=symbol))
     return records
 

@@ -9,7 +9,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from ...errors import FormatError, ModpackError
+from ...errors import FormatError, IncompatibleError
 from ...format.payload_views import PayloadView, register_payload_view, variant_pieces
 from ...runtime.binding import lib
 
@@ -52,7 +52,7 @@ def slim_head(payload: memoryview, description: dict[str, Any], kept: Sequence[i
         covered |= defines[i] or set(range(kernel_count))
     if len(covered) < kernel_count:
         missing = sorted(set(range(kernel_count)) - covered)
-        raise ModpackError(f"{where}: the kept variants leave kernels {missing} without code")
+        raise IncompatibleError(f"{where}: the kept variants leave kernels {missing} without code")
     name = bytes(payload[12:starts[0][0]]) if count else b""
     kept_headers = b"".join(bytes(payload[starts[i][0]:starts[i][1]]) for i in kept)
     records = bytes(payload[at:head_end])

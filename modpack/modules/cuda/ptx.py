@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...compat import zip_strict
-from ...errors import ArgumentError, ModpackError
+from ...errors import ArgumentError
 from ..kernel_info import BUFFER, NULL, SCALAR, UNTYPED_POINTER, KernelArg, KernelInfo
 from .records import LAUNCH_TAGS
 
@@ -107,11 +107,11 @@ def check_against_ptx(info: KernelInfo, entries: Mapping[str, list[PTXParam]],
         hint = (f"; the PTX has {mangled[0]}, a C++-mangled name: declare the kernel "
                 f"extern \"C\" or list it in name_expressions=['{info.name}']" if mangled
                 else f"; the PTX defines {sorted(entries) or 'none'}")
-        raise ModpackError(f"{where}: kernel {info.name} ({symbol}) is not in the compiled "
-                           f"PTX{hint}" if info.symbol else
-                           f"{where}: kernel {info.name} is not in the compiled PTX{hint}")
+        raise ArgumentError(f"{where}: kernel {info.name} ({symbol}) is not in the compiled "
+                            f"PTX{hint}" if info.symbol else
+                            f"{where}: kernel {info.name} is not in the compiled PTX{hint}")
     if len(params) != len(info.args):
-        raise ModpackError(
+        raise ArgumentError(
             f"{where}: kernel {info.name} has {len(info.args)} parameters in its record "
             f"({info.signature()}) but {len(params)} in the compiled PTX "
             f"({', '.join('.' + p.type for p in params)})"
@@ -121,7 +121,7 @@ def check_against_ptx(info: KernelInfo, entries: Mapping[str, list[PTXParam]],
         float_mismatch = (arg.kind == SCALAR and p.type.startswith("f")
                           and arg.dtype.kind != "f")
         if p.size != want or float_mismatch:
-            raise ModpackError(
+            raise ArgumentError(
                 f"{where}: kernel {info.name} parameter {i} is {arg} ({want} bytes) in its "
                 f"record but .{p.type}{f'[{p.size}]' if p.array else ''} ({p.size} bytes) in "
                 "the compiled PTX; fix functions= or the kernel's signature"

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ...errors import ArgumentError, ModpackError
+from ...errors import ArgumentError
 from ..kernel_info import UNTYPED_POINTER, KernelArg, KernelInfo
 from .module import CUDAModule, PTXCheck
 from .ptx import infos_from_ptx, ptx_entries, ptx_target
@@ -64,16 +64,16 @@ def from_triton(kernels: Any, *, name: str | None = None, ptx: bool = True) -> C
         info, cubin_key, ptx_text = _read(given_name, compiled)
         record_name, where = info.name, f"Triton kernel {info.name}"
         if (record_name, cubin_key) in seen:
-            raise ModpackError(f"{where} is given twice for {cubin_key}: name the different "
-                               "compilations, from_triton({'add_1024': k1, 'add_256': k2})")
+            raise ArgumentError(f"{where} is given twice for {cubin_key}: name the different "
+                                "compilations, from_triton({'add_1024': k1, 'add_256': k2})")
         seen.add((record_name, cubin_key))
         earlier = records.get(record_name)
         if earlier is not None and (earlier.args, earlier.symbol) != (info.args, info.symbol):
-            raise ModpackError(f"{where}: the compilations disagree ({earlier.signature()} and "
-                               f"{info.signature()}); name them apart with a mapping")
+            raise ArgumentError(f"{where}: the compilations disagree ({earlier.signature()} and "
+                                f"{info.signature()}); name them apart with a mapping")
         if earlier is not None and earlier.fixed.get("threadIdx.x") != info.fixed["threadIdx.x"]:
-            raise ModpackError(f"{where}: the compilations use different num_warps; name them "
-                               "apart with a mapping")
+            raise ArgumentError(f"{where}: the compilations use different num_warps; name them "
+                                "apart with a mapping")
         if earlier is not None:  # the most shared memory any target's compilation needs
             shared = max(earlier.fixed.get("dyn_shared_memory", 0),
                          info.fixed.get("dyn_shared_memory", 0))
@@ -128,32 +128,32 @@ def _read(given_name: str | None, compiled: Any) -> tuple[KernelInfo, str, str]:
     target = getattr(md, "target", None)
     backend = getattr(target, "backend", "cuda")
     if backend != "cuda":
-        raise ModpackError(f"{where} is compiled for {backend}, not CUDA")
+        raise ArgumentError(f"{where} is compiled for {backend}, not CUDA")
     for field, what in (("global_scratch_size", "global scratch memory"),
                         ("profile_scratch_size", "profiling scratch memory")):
         if getattr(md, field, 0):
-            raise ModpackError(f"{where} needs {getattr(md, field)} bytes of {what} per program, "
-                               "which Triton's launcher allocates at each launch; modpack "
-                               "launches it with NULL and cannot package it")
+            raise ArgumentError(f"{where} needs {getattr(md, field)} bytes of {what} per program, "
+                                "which Triton's launcher allocates at each launch; modpack "
+                                "launches it with NULL and cannot package it")
     if getattr(md, "num_ctas", 1) != 1:
-        raise ModpackError(f"{where} uses thread-block clusters (num_ctas={md.num_ctas}), "
-                           "which a plain launch cannot give; compile it with num_ctas=1")
+        raise ArgumentError(f"{where} uses thread-block clusters (num_ctas={md.num_ctas}), "
+                            "which a plain launch cannot give; compile it with num_ctas=1")
     if getattr(md, "launch_cooperative_grid", False):
-        raise ModpackError(f"{where} needs a cooperative launch, which modpack does not make")
+        raise ArgumentError(f"{where} needs a cooperative launch, which modpack does not make")
     if getattr(md, "tensordesc_meta", None):
-        raise ModpackError(f"{where} takes TMA tensor descriptors, which modpack cannot pass")
+        raise ArgumentError(f"{where} takes TMA tensor descriptors, which modpack cannot pass")
     asm = compiled.asm
     if "cubin" not in asm or "ptx" not in asm:
-        raise ModpackError(f"{where} has no cubin and PTX (asm keys: {sorted(asm)})")
+        raise ArgumentError(f"{where} has no cubin and PTX (asm keys: {sorted(asm)})")
     ptx_text = asm["ptx"] if isinstance(asm["ptx"], str) else bytes(asm["ptx"]).decode()
     params = ptx_entries(ptx_text).get(symbol)
     if params is None:
-        raise ModpackError(f"{where}: its PTX does not define {symbol}")
+        raise ArgumentError(f"{where}: its PTX does not define {symbol}")
     visible = _visible_args(compiled, ptx_text, symbol, where)
     hidden = len(params) - len(visible)
     if hidden < 0 or any(p.size != 8 or p.array for p in params[len(visible):]):
-        raise ModpackError(f"{where}: its PTX has {len(params)} parameters, which do not "
-                           f"match the {len(visible)} of its signature and pointers after them")
+        raise ArgumentError(f"{where}: its PTX has {len(params)} parameters, which do not "
+                            f"match the {len(visible)} of its signature and pointers after them")
     fixed = {"threadIdx.x": 32 * int(md.num_warps)}
     if getattr(md, "shared", 0):
         fixed["dyn_shared_memory"] = int(md.shared)
@@ -176,15 +176,15 @@ def _visible_args(compiled: Any, ptx_text: str, symbol: str, where: str) -> list
         if kind == "constexpr":
             continue
         if not isinstance(kind, str):
-            raise ModpackError(f"{where}: parameter {param} has type {kind!r}; tuples and tensor "
-                               "descriptors cannot be passed")
+            raise ArgumentError(f"{where}: parameter {param} has type {kind!r}; tuples and tensor "
+                                "descriptors cannot be passed")
         pointer = kind.startswith("*")
         dtype = _DTYPES.get(kind.lstrip("*k"))
         if pointer:
             args.append(_typed_pointer(dtype))
         elif dtype is None:
-            raise ModpackError(f"{where}: parameter {param} has Triton type {kind!r}, which "
-                               "modpack cannot pass")
+            raise ArgumentError(f"{where}: parameter {param} has Triton type {kind!r}, which "
+                                "modpack cannot pass")
         else:
             args.append(KernelArg.parse(dtype))
     return args

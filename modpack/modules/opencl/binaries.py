@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ...errors import ArgumentError, ModpackError
+from ...errors import ArgumentError, CallError
 from ...runtime.array import parse_device
 from ...runtime.binding import check, ffi, lib
 from ...runtime.devices import device_name
@@ -40,7 +40,7 @@ def opencl_binaries(source: str, devices: Iterable[str] = ("opencl:0",),
             if size[0] <= capacity:
                 break
         else:
-            raise ModpackError(f"the OpenCL driver of {device} made a program binary of another "
-                               "size at each of 4 builds: it cannot be carried")
+            raise CallError(f"the OpenCL driver of {device} made a program binary of another "
+                            "size at each of 4 builds: it cannot be carried")
         out[device_name(device)] = ffi.buffer(buffer, size[0])[:]
     return out

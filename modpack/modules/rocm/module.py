@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import ArgumentError, CompileError, MissingFileError, ModpackError
+from ...errors import ArgumentError, CompileError, MissingFileError
 from ...format.layout import check_struct
 from ...runtime.binding import error_from_status, ffi, lib
 from ...toolchain.demangle import is_mangled
@@ -289,12 +289,12 @@ def _module(objects: list[CodeObject], functions: Any, source: str | None,
     first = objects[0]
     names = [k.name for k in first.kernels]
     if not names:
-        raise ModpackError(f"the {first.target} code object defines no kernel")
+        raise ArgumentError(f"the {first.target} code object defines no kernel")
     for other in objects[1:]:
         if sorted(k.name for k in other.kernels) != sorted(names):
-            raise ModpackError(f"the code objects define different kernels: {first.target} "
-                               f"{sorted(names)}, {other.target} "
-                               f"{sorted(k.name for k in other.kernels)}")
+            raise ArgumentError(f"the code objects define different kernels: {first.target} "
+                                f"{sorted(names)}, {other.target} "
+                                f"{sorted(k.name for k in other.kernels)}")
     metadata = {k.name: k for k in first.kernels}
     called = record_names(names)
     if functions is not None:
@@ -303,19 +303,19 @@ def _module(objects: list[CodeObject], functions: Any, source: str | None,
         infos = _records(first, source if language == "hip" else None, lowered, called)
     twice = sorted({i.name for i in infos if [j.name for j in infos].count(i.name) > 1})
     if twice:
-        raise ModpackError(f"kernels named more than once: {twice}")
+        raise ArgumentError(f"kernels named more than once: {twice}")
     layouts = []
     for info in infos:
         symbol = info.symbol or info.name
         if symbol not in metadata:
-            raise ModpackError(f"kernel {info.name} is not in the code objects (they define "
-                               f"{sorted(called.values())})")
+            raise ArgumentError(f"kernel {info.name} is not in the code objects (they define "
+                                f"{sorted(called.values())})")
         layout = _layout(info, metadata[symbol], first.target)
         for other in objects[1:]:
             theirs = {k.name: k for k in other.kernels}[symbol]
             if _layout(info, theirs, other.target) != layout:
-                raise ModpackError(f"kernel {info.name}: the {first.target} and {other.target} "
-                                   "code objects lay its arguments out differently")
+                raise ArgumentError(f"kernel {info.name}: the {first.target} and {other.target} "
+                                    "code objects lay its arguments out differently")
         layouts.append(layout)
     return ROCmModule(objects, infos, layouts, source=source, name=name)
 
@@ -347,7 +347,7 @@ def _records(code: CodeObject, hip_source: str | None, lowered: Mapping[str, str
         try:
             parsed = {i.name: i for i in parse_cuda_signatures(hip_source, plain)}
         except ValueError as exc:
-            raise ModpackError(f"rocm_module: {exc}") from None
+            raise ArgumentError(f"rocm_module: {exc}") from None
     infos = records_from_symbols(lowered, LAUNCH_TAGS, "rocm_module")
     for kernel in rest:
         if kernel.name in by_symbol:
@@ -357,9 +357,9 @@ def _records(code: CodeObject, hip_source: str | None, lowered: Mapping[str, str
         elif kernel.name in parsed:
             infos.append(KernelInfo(kernel.name, parsed[kernel.name].args, LAUNCH_TAGS))
         else:
-            raise ModpackError(f"kernel {kernel.name} is in the code objects but its signature "
-                               "is not in the HIP source (is it made by a macro?): pass "
-                               "functions=")
+            raise ArgumentError(f"kernel {kernel.name} is in the code objects but its signature "
+                                "is not in the HIP source (is it made by a macro?): pass "
+                                "functions=")
     return infos
 
 
@@ -374,14 +374,14 @@ def _record_from_metadata(kernel: KernelMetadata, target: str) -> KernelInfo:
         elif arg.value_kind == "by_value":
             dtype = _OPENCL_TYPES.get((arg.type_name or "").strip())
             if dtype is None:
-                raise ModpackError(
+                raise ArgumentError(
                     f"{where}: a {arg.size}-byte value of type {arg.type_name or 'unknown'}; "
                     "code objects built from HIP do not record scalar types: pass functions= "
                     "(e.g. {'axpy': ['float32', 'float32*', 'float32*', 'int32']})")
             args.append(KernelArg.parse(dtype))
         else:
-            raise ModpackError(f"{where} is {arg.value_kind}, which modpack cannot pass (buffers "
-                               "and scalars only; dynamic LDS through dyn_shared_memory)")
+            raise ArgumentError(f"{where} is {arg.value_kind}, which modpack cannot pass (buffers "
+                                "and scalars only; dynamic LDS through dyn_shared_memory)")
     return KernelInfo(kernel.name, tuple(args), LAUNCH_TAGS)
 
 
@@ -389,19 +389,19 @@ def _layout(info: KernelInfo, kernel: KernelMetadata, target: str) -> Layout:
     explicit = kernel.explicit_args
     where = f"kernel {info.name} ({target})"
     if len(explicit) != len(info.args):
-        raise ModpackError(f"{where} has {len(info.args)} arguments in its record but "
-                           f"{len(explicit)} in the code object's metadata")
+        raise ArgumentError(f"{where} has {len(info.args)} arguments in its record but "
+                            f"{len(explicit)} in the code object's metadata")
     for i, (arg, meta) in enumerate(zip(info.args, explicit)):
         if arg.kind == "local":
-            raise ModpackError(f"{where} argument {i}: local memory arguments are not passed by "
-                               "the rocm kind; use dyn_shared_memory")
+            raise ArgumentError(f"{where} argument {i}: local memory arguments are not passed by "
+                                "the rocm kind; use dyn_shared_memory")
         expected = "by_value" if arg.kind == SCALAR else "global_buffer"
         if arg.kind == NULL and meta.value_kind == "global_buffer":
             expected = meta.value_kind
         if meta.value_kind != expected or meta.size != _arg_size(arg):
-            raise ModpackError(f"{where} argument {i} is {arg} ({_arg_size(arg)} bytes) in its "
-                               f"record but {meta.value_kind} of {meta.size} bytes in the code "
-                               "object's metadata")
+            raise ArgumentError(f"{where} argument {i} is {arg} ({_arg_size(arg)} bytes) in its "
+                                f"record but {meta.value_kind} of {meta.size} bytes in the code "
+                                "object's metadata")
     offsets = tuple(a.offset for a in explicit)
     end = max((a.offset + a.size for a in explicit), default=0)
     return Layout(end, offsets)

@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ...errors import ArgumentError, ModpackError
+from ...errors import ArgumentError, IncompatibleError, ModpackError
 from ...format.payload_views import slimmed_kinds
 from ..preflight import preflight
 
@@ -47,7 +47,7 @@ def device_strings(keep: str | Iterable[str]) -> list[str]:
 def kept_variants(path: str | os.PathLike[str], devices: Sequence[str]
                   ) -> dict[int, set[str]]:
     """Per module of a slimmed kind (by index), the names of the variants to keep (CUDA arch
-    names, ROCm target IDs); ModpackError naming the module when one has no code for a kept
+    names, ROCm target IDs); IncompatibleError naming the module when one has no code for a kept
     device of its type, or no kept device is of its type."""
     kept: dict[int, set[str]] = {}
     types: dict[int, str] = {}
@@ -71,14 +71,14 @@ def kept_variants(path: str | os.PathLike[str], devices: Sequence[str]
                 choices: list[Mapping[str, Any]] = list(kernels) if kernels else [reply]
                 for choice in choices:
                     if not choice.get("fits"):
-                        raise ModpackError(
+                        raise IncompatibleError(
                             f"{os.fspath(path)}: {_module_label(path, module['index'], key)} "
                             f"has no variant for {device}: {choice.get('reason')}; keep "
                             "another device, or add code for this one")
                     names.update(_needed(choice))
     for index, key in sorted(types.items()):
         if index not in kept:
-            raise ModpackError(
+            raise IncompatibleError(
                 f"{os.fspath(path)}: {_module_label(path, index, key)} would keep no variant: "
                 f"--keep names no {key.upper()} device ({', '.join(devices)}); name one of its "
                 "devices")

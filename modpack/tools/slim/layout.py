@@ -56,6 +56,8 @@ def read_layout(f: BinaryIO, seal: Any, shown: str) -> LibraryLayout:
     blob_end = seal.blob_offset + seal.blob_size
     try:
         elf = Elf64(f, shown)
+    except IncompatibleError:
+        raise  # an ELF file of another kind: not damage, which the advice is for
     except FormatError as exc:
         raise FormatError(f"{exc}; {_ADVICE}") from None
     segment = next((s.index for s in elf.segments

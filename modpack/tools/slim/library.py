@@ -70,7 +70,7 @@ def slim_library(path: str | os.PathLike[str], out: str | os.PathLike[str],
     variant its loader chooses and the portable code it falls back on (PTX, generic ROCm
     targets). OpenCL and Vulkan code, host code and weights are kept byte for byte.
 
-    Raises ModpackError naming the module when one has no code left for a kept device."""
+    Raises IncompatibleError naming the module when one has no code left for a kept device."""
     source, output = Path(path), Path(out)
     if not source.is_file():
         raise MissingFileError(f"no such library: {source}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import ModpackError
+from ...errors import InternalError
 from ...format.payload_views import payload_view
 
 __all__ = ["FileRange", "slim_payload"]
@@ -30,13 +30,13 @@ def slim_payload(type_key: str, payload: memoryview, description: dict[str, Any]
     None when it keeps every variant (the payload is then copied as is)."""
     view = payload_view(type_key)
     if view is None or view.slim_head is None:
-        raise ModpackError(f"{where}: slim cannot cut a {type_key} payload by architecture")
+        raise InternalError(f"{where}: slim cannot cut a {type_key} payload by architecture")
     variants = description["variants"]
     kept = [i for i, v in enumerate(variants) if set(v["arch"].split("+")) & keep]
     if len(kept) == len(variants):
         return None
     if not kept:
-        raise ModpackError(f"{where} would keep no variant")
+        raise InternalError(f"{where} would keep no variant")
     head = view.slim_head(payload, description, kept, where)
     chunks: list[Any] = [head]
     offset = len(head)
