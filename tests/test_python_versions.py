@@ -52,9 +52,15 @@ def _is_class_union(node: ast.AST) -> bool:
     if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)):
         return False
 
+    def class_name(value: ast.AST) -> bool:
+        return ((isinstance(value, ast.Name)
+                 and (value.id in BUILTIN_TYPES or value.id[:1].isupper()))
+                or (isinstance(value, ast.Attribute) and value.attr[:1].isupper()))
+
     def classy(operand: ast.AST) -> bool:
+        # A subscripted class (list[int], Mapping[str, int]), not an item (words[0]).
         return ((isinstance(operand, ast.Name) and operand.id in BUILTIN_TYPES)
-                or isinstance(operand, ast.Subscript)
+                or (isinstance(operand, ast.Subscript) and class_name(operand.value))
                 or (isinstance(operand, ast.Constant) and operand.value is None)
                 or (isinstance(operand, ast.Attribute) and operand.attr[:1].isupper()
                 and not operand.attr.isupper())
