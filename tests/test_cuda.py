@@ -693,6 +693,19 @@ def test_nvrtc_says_host_code_in_an_included_header_needs_nvcc(tmp):
 
 
 @needs_nvrtc
+def test_compiling_leaves_python_s_shared_bytes_alone(tmp):
+    """NVRTC fills the buffers it is given (the log, PTX, cubin): they are modpack's own, never
+    a bytes object. An empty log is one NUL byte, and written into ``b" " * 1`` (CPython's
+    shared one-byte object) it made every ``b" "`` of the process a NUL: a safetensors header
+    padded with spaces then read as damaged."""
+    (tmp / "k.cu").write_text('extern "C" __global__ void k(float* x) { x[0] = 2 * x[0]; }\n')
+    module = modpack.cuda_module(tmp / "k.cu", targets=["sm_80"])
+    assert module.functions[0].name == "k"
+    assert bytes([0x20])[0] == 0x20 and (b" " * 3) == bytes([0x20, 0x20, 0x20])
+    assert bytes([0])[0] == 0
+
+
+@needs_nvrtc
 @pytest.mark.parametrize("header", ["assert.h", "cassert", "stdio.h"])
 def test_nvrtc_says_it_has_no_c_library_headers(tmp, header):
     """NVRTC ships no C library headers: a standard header it cannot open, in the source or a

@@ -102,9 +102,7 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str],
         opts = [f"--gpu-architecture={target}".encode(),
                 *(o.encode() for o in [*options, *includes])]
         (err,) = nvrtc.nvrtcCompileProgram(program, len(opts), opts)
-        size = check(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
-        log = b" " * size
-        check(nvrtc.nvrtcGetProgramLog(program, log), "nvrtcGetProgramLog")
+        log = _read_out(program, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, check)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             text = log.rstrip(b"\0").decode("utf-8", "replace").strip()
             where = _host_code_in(source, options, text)
@@ -116,14 +114,10 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str],
                 hint = standard_header_hint(text) + overload_hint(text, name_expressions)
             raise CompileError(f"NVRTC failed to compile the CUDA source for {target} "
                                f"({err.name}):\n{text}{hint}")
-        size = check(nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize")
-        ptx = b" " * size
-        check(nvrtc.nvrtcGetPTX(program, ptx), "nvrtcGetPTX")
+        ptx = _read_out(program, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, check)
         cubin = b""
         if target.startswith("sm_"):
-            size = check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
-            cubin = b" " * size
-            check(nvrtc.nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN")
+            cubin = _read_out(program, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, check)
         lowered = {}
         for expr in name_expressions:
             # Asked with the very text that was added: NVRTC matches it byte for byte.
@@ -133,6 +127,17 @@ def nvrtc_compile(source: str, target: str, options: Sequence[str],
         return (ptx if ptx.endswith(b"\0") else ptx + b"\0"), cubin, lowered
     finally:
         nvrtc.nvrtcDestroyProgram(program)
+
+
+def _read_out(program: Any, get_size: Any, get: Any, check: Any) -> bytes:
+    """What NVRTC hands out through a size call and a fill call (the log, PTX, a cubin), filled
+    into a buffer of our own: the fill call writes into the object it is given, so it must be a
+    fresh bytearray, never bytes (``b" " * 1`` is CPython's shared one-byte object, and NVRTC
+    writing an empty log's NUL into it turned every ``b" "`` of the process into ``b"\\0"``)."""
+    size = check(get_size(program), get_size.__name__)
+    buffer = bytearray(size)
+    check(get(program, buffer), get.__name__)
+    return bytes(buffer)
 
 
 def standard_header_hint(log: str) -> str:
