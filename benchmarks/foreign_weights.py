@@ -149,7 +149,9 @@ def rows(r: dict[str, Any]) -> list[list[Any]]:
                 f"{second['base']['private'] / MiB:.1f})", f"adapter {adapter / MiB:.0f} MiB",
                 "<= adapter + 2 MiB", cost <= adapter + 2 * MiB])
     swap = tables.med(raw["swap"], "swap_s")
-    out.append(["5 swap_overlays", f"{swap * 1e3:.1f} ms", "", "10 ms + its hash", None])
+    # Met when within 10 ms even without the adapter's hash, the part the target allows on top.
+    out.append(["5 swap_overlays", f"{swap * 1e3:.1f} ms", "", "10 ms + its hash",
+                swap <= 0.010])
     return out
 
 
