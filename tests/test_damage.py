@@ -411,3 +411,34 @@ def test_every_byte_of_the_tar_seal_header_is_covered(tmp_path):
             except modpack.FormatError:
                 pass
     assert not accepted, accepted
+
+
+def test_the_seal_coverage_writers_ask_is_the_loader_s_and_refuses_bad_input(tmp_path):
+    """mp_seal_coverage, which export, sign and slim ask what a seal covers: a sealed library's
+    coverage starts at its ELF header and names the note inside it; a file with no seal note
+    (text, an ELF object) has none (the writer then uses a trailer); a bad descriptor or NULL
+    counts are refused as bad arguments, never read."""
+    from modpack.format.coverage import read_coverage
+    from modpack.runtime.binding import ffi, lib
+
+    host = modpack.csource_module("int one(void) { return 1; }")
+    library = host.export_library(tmp_path / "one.so")
+    with open(library, "rb") as f:
+        coverage = read_coverage(f)
+    assert coverage is not None and coverage.ranges[0][0] == 0
+    assert any(b <= coverage.note < e for b, e in coverage.ranges)
+    text = tmp_path / "text.so"
+    text.write_text("not a library\n")
+    with open(text, "rb") as f:
+        assert read_coverage(f) is None
+    counts = ffi.new("uint64_t[3]")
+    assert lib.mp_seal_coverage(-1, ffi.NULL, 0, counts, ffi.NULL, 0, counts + 1, counts + 2) \
+        == lib.MP_ERR_INVALID_ARGUMENT
+    with open(library, "rb") as f:
+        assert lib.mp_seal_coverage(f.fileno(), ffi.NULL, 0, ffi.NULL, ffi.NULL, 0, counts + 1,
+                                    counts + 2) == lib.MP_ERR_INVALID_ARGUMENT
+        # No room: the counts are still said, nothing written.
+        assert lib.mp_seal_coverage(f.fileno(), ffi.NULL, 0, counts, ffi.NULL, 0, counts + 1,
+                                    counts + 2) == 0
+        assert (counts[0], counts[1], counts[2]) == (len(coverage.ranges), len(coverage.masks),
+                                                     coverage.note)

@@ -140,6 +140,18 @@ def dltensor_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+def test_packed_elements_reaching_past_2_64_elements_are_measured_in_bytes(dltensor_fuzzer: Path,
+                                                                          tmp_path: Path):
+    """What the fuzzer found: 1-bit elements, shape [2^63 - 1], stride 3 reach about 2.8e19
+    elements (more than 64 bits count) but 3.5e18 bytes, within PTRDIFF_MAX. The layout
+    check counts reaches in 128 bits, so it agrees with the reference (accepted as a layout)
+    instead of refusing the strides as too large."""
+    found = tmp_path / "packed-reach-past-2^64"
+    found.write_bytes(bytes.fromhex("010101fe010101000101016375646101" "0101018d208000000000"))
+    proc = subprocess.run([dltensor_fuzzer, found], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 def test_the_dltensor_seeds_are_checked_as_expected(dltensor_fuzzer: Path, dltensor_corpus: Path):
     """Every seed runs without a finding; the well-formed calls are accepted (and so read whole
     under ASan: packed float4/float6 values with odd counts and negative strides among them)

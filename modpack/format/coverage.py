@@ -78,6 +78,9 @@ def read_coverage(f: BinaryIO) -> Coverage | None:
             break
         ranges = ffi.new("mp_file_range_t[]", counts[0])
         masks = ffi.new("mp_file_range_t[]", counts[1])
+    else:  # the file grew more program headers between two reads: a writer is racing this one
+        raise FormatError(f"{_name(f)} changed while its seal's coverage was read; seal it when "
+                          "nothing else writes to it")
     return Coverage(tuple((r.begin, r.end) for r in ranges[0:counts[0]]),
                     tuple((m.begin, m.end - m.begin) for m in masks[0:counts[1]]), counts[2])
 

@@ -85,6 +85,14 @@ static inline int mp_span__bytes(uint64_t count, uint64_t bits, uint64_t* out) {
   return !__builtin_add_overflow(bytes, (count % 8 * bits + 7) / 8, out);
 }
 
+/* Element reaches along strides: 128 bits where the compiler has them (GCC and Clang on 64-bit
+ * targets), else 64 (packed arrays reaching past 2^64 elements are then refused as too large). */
+#if defined(__SIZEOF_INT128__)
+__extension__ typedef unsigned __int128 mp_span__reach_t;
+#else
+typedef uint64_t mp_span__reach_t;
+#endif
+
 /* The layout alone (shape, dtype, strides), without data and byte_offset. Fills |out| (on a
  * failure, the dimension it is in and the element size). */
 static inline mp_span_status_t mp_tensor_layout(const DLTensor* t, mp_tensor_span_t* out) {
@@ -126,33 +134,34 @@ static inline mp_span_status_t mp_tensor_layout(const DLTensor* t, mp_tensor_spa
     out->above = bytes;
     return MP_SPAN_OK;
   }
-  uint64_t below = 0, above = 0; /* in elements */
+  /* Reaches in elements, wider than 64 bits where the compiler has them: packed elements (1 to
+   * 7 bits) can reach past 2^64 elements and still within PTRDIFF_MAX bytes. */
+  mp_span__reach_t below = 0, above = 0;
   for (int32_t d = 0; d < t->ndim; ++d) {
     const uint64_t last = (uint64_t)t->shape[d] - 1;
     if (last == 0) continue;
     const int64_t stride = t->strides[d];
     const uint64_t magnitude = stride < 0 ? 0 - (uint64_t)stride : (uint64_t)stride;
-    uint64_t* side = stride < 0 ? &below : &above;
-    uint64_t reach;
-    if (__builtin_mul_overflow(last, magnitude, &reach) ||
+    mp_span__reach_t* side = stride < 0 ? &below : &above;
+    mp_span__reach_t reach;
+    if (__builtin_mul_overflow((mp_span__reach_t)last, (mp_span__reach_t)magnitude, &reach) ||
         __builtin_add_overflow(*side, reach, side)) {
       out->dim = d;
       return MP_SPAN_STRIDES_TOO_LARGE;
     }
   }
   /* Below: the lowest element starts below * bits bits under the first one; above: the
-   * highest one ends (above + 1) * bits bits past its start. */
-  uint64_t total;
-  if (itemsize ? __builtin_mul_overflow(below, itemsize, &below) ||
-                     __builtin_mul_overflow(above, itemsize, &above) ||
-                     __builtin_add_overflow(above, itemsize, &above)
-               : !mp_span__bytes(below, bits, &below) || __builtin_add_overflow(above, 1, &above) ||
-                     !mp_span__bytes(above, bits, &above))
+   * highest one ends (above + 1) * bits bits past its start; each rounded up to bytes. */
+  mp_span__reach_t low, high;
+  if (__builtin_mul_overflow(below, (mp_span__reach_t)bits, &low) ||
+      __builtin_add_overflow(above, (mp_span__reach_t)1, &high) ||
+      __builtin_mul_overflow(high, (mp_span__reach_t)bits, &high))
     return MP_SPAN_STRIDES_TOO_LARGE;
-  if (__builtin_add_overflow(below, above, &total) || total > limit)
-    return MP_SPAN_STRIDES_TOO_LARGE;
-  out->below = below;
-  out->above = above;
+  low = low / 8 + (low % 8 != 0);
+  high = high / 8 + (high % 8 != 0);
+  if (low > limit || high > limit || low + high > limit) return MP_SPAN_STRIDES_TOO_LARGE;
+  out->below = (uint64_t)low;
+  out->above = (uint64_t)high;
   return MP_SPAN_OK;
 }
 
