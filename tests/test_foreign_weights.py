@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
-from racing import race
+from racing import race, race_renames
 from test_signing import write_key
 
 import modpack
@@ -98,6 +99,60 @@ def test_a_safetensors_file_is_read_in_place(tmp_path):
     del root, weights, alone
     gc.collect()
     assert mappings(path) == 0
+
+
+def test_a_file_open_already_is_found_again_only_while_its_path_names_it(tmp_path):
+    """A weight file open already is found again by its path with one stat instead of being
+    opened again (a library's files are checked before dlopen and bound by its tree after it;
+    libraries share base weights). The stat must still tell a version renamed over the path
+    from the open one, under a writer renaming versions over it all the while, and refuse one
+    rewritten in place."""
+    path = save_safetensors(tmp_path / "w.safetensors", {"w": W})
+    other = save_safetensors(tmp_path / "other.safetensors", {"w": W + 1})
+    first = modpack.load_weights(path)
+    again = modpack.load_weights(path)
+    assert again["w"].ctypes.data == first["w"].ctypes.data  # the same open file, one mapping
+    assert mappings(path) == 1
+    original = tmp_path / "original.safetensors"
+    original.write_bytes(path.read_bytes())
+
+    def load() -> str:
+        w = modpack.load_weights(path)["w"]
+        return "original" if np.array_equal(w, W) else "other" if np.array_equal(w, W + 1) \
+            else "neither"
+
+    outcomes = race_renames(path, (other, original), load)
+    assert set(outcomes) <= {"original", "other"} and outcomes.get("other", 0) > 0, outcomes
+    assert np.array_equal(first["w"], W)  # what was open stays the version it was
+    held = modpack.load_weights(path)
+    header = int.from_bytes(path.read_bytes()[:8], "little")
+    before = os.stat(path)
+    with open(path, "r+b") as f:  # same size, modification time put back: the change time moves
+        f.seek(8 + header)
+        f.write(np.float32(-5).tobytes())
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(modpack.ModpackOSError, match="rewritten in place while an earlier "
+                       "version of it is in use"):
+        modpack.load_weights(path)
+    del held
+
+
+def test_a_large_file_is_mapped_at_a_2_mib_boundary(tmp_path):
+    """A file of 64 MiB or more is mapped at a 2 MiB-aligned address, so that the kernel can
+    map the page cache's large folios whole: by one mmap where the kernel aligns large file
+    mappings itself, else inside a reservation. (A sparse file: nothing is written.)"""
+    size = 64 << 20
+    text = json.dumps({"big": {"dtype": "U8", "shape": [size], "data_offsets": [0, size]}})
+    text += " " * (-len(text) % 8)
+    path = tmp_path / "big.safetensors"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text.encode())
+        f.truncate(8 + len(text) + size)
+    weights = modpack.load_weights(path, verify_checksums=False)
+    with open("/proc/self/maps") as maps:
+        starts = [int(line.split("-")[0], 16) for line in maps if line.rstrip().endswith(str(path))]
+    assert len(starts) == 1 and starts[0] % (2 << 20) == 0, [hex(a) for a in starts]
+    assert weights["big"].shape == (size,) and weights["big"][-1] == 0
 
 
 def raw_safetensors(path: Path, arrays: dict[str, np.ndarray]) -> Path:

@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   struct stat st;
   if (argc != 3 || fd < 0 || fstat(fd, &st) != 0) return 2;
   mp_foreign_index_t x;
-  mp_status_t status = mp_gguf_read_index(fd, (uint64_t)st.st_size, argv[1], &x);
+  mp_status_t status = mp_gguf_read_index(fd, (uint64_t)st.st_size, argv[1],
+                                          (mp_const_byte_span_t){NULL, 0}, &x);
   close(fd);
   if (status != MP_OK) {
     printf("{\"status\": %d, \"message\": ", (int)status);

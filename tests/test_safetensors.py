@@ -60,8 +60,11 @@ int main(int argc, char** argv) {
     int fd = open(argv[i], O_RDONLY);
     if (fd < 0) return 2;
     uint64_t size = (uint64_t)lseek(fd, 0, SEEK_END);
+    uint8_t head[4096]; /* the first page, read ahead as the loader reads it */
+    ssize_t got = pread(fd, head, sizeof head, 0);
+    mp_const_byte_span_t first = {head, got > 0 ? (uint64_t)got : 0};
     mp_foreign_index_t index;
-    mp_status_t status = mp_safetensors_read_index(fd, size, argv[i], &index);
+    mp_status_t status = mp_safetensors_read_index(fd, size, argv[i], first, &index);
     close(fd);
     if (status != MP_OK) {
       printf("{\"status\": %d, \"message\": ", (int)status);

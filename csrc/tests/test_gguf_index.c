@@ -112,8 +112,22 @@ static mp_status_t read_index(const uint8_t* data, size_t size, uint64_t file_si
   int fd = open(path, O_RDWR | O_TRUNC);
   if (fd < 0 || (size && write(fd, data, size) != (ssize_t)size)) exit(2);
   if (file_size > size && ftruncate(fd, (off_t)file_size) != 0) exit(2); /* sparse */
-  mp_status_t status = mp_gguf_read_index(fd, file_size, path, x);
+  /* As the loader reads it (its first page given) and with nothing read ahead: both must say
+   * the same. */
+  mp_foreign_index_t alone;
+  mp_status_t without = mp_gguf_read_index(fd, file_size, path, (mp_const_byte_span_t){NULL, 0},
+                                           &alone);
+  uint64_t header_size = without == MP_OK ? alone.header_size : 0;
+  if (without == MP_OK) mp_foreign_index_free(&alone);
+  size_t head = size < 4096 ? size : 4096;
+  mp_status_t status = mp_gguf_read_index(fd, file_size, path,
+                                          (mp_const_byte_span_t){data, head}, x);
   close(fd);
+  if (status != without || (status == MP_OK && x->header_size != header_size)) {
+    fprintf(stderr, "FAIL: read with its first page given (%d) and without (%d) differ\n",
+            (int)status, (int)without);
+    exit(1);
+  }
   return status;
 }
 

@@ -43,12 +43,28 @@ static size_t write_file(const char* json, size_t data_size) {
   return write_claimed(strlen(json), json, data_size);
 }
 
+/* The file read as the loader reads it (its first page handed to the reader) and with nothing
+ * read ahead: both must say the same. */
 static mp_status_t read_index(mp_foreign_index_t* index) {
   int fd = open(path, O_RDONLY);
   if (fd < 0) exit(2);
   off_t size = lseek(fd, 0, SEEK_END);
-  mp_status_t status = mp_safetensors_read_index(fd, (uint64_t)size, path, index);
+  uint8_t head[4096];
+  size_t n = size < (off_t)sizeof head ? (size_t)size : sizeof head;
+  if (pread(fd, head, n, 0) != (ssize_t)n) exit(2);
+  mp_foreign_index_t alone;
+  mp_status_t without =
+      mp_safetensors_read_index(fd, (uint64_t)size, path, (mp_const_byte_span_t){NULL, 0}, &alone);
+  uint64_t header_size = without == MP_OK ? alone.header_size : 0;
+  if (without == MP_OK) mp_foreign_index_free(&alone);
+  mp_status_t status =
+      mp_safetensors_read_index(fd, (uint64_t)size, path, (mp_const_byte_span_t){head, n}, index);
   close(fd);
+  if (status != without || (status == MP_OK && index->header_size != header_size)) {
+    fprintf(stderr, "FAIL: read with its first page given (%d) and without (%d) differ\n",
+            (int)status, (int)without);
+    exit(1);
+  }
   return status;
 }
 

@@ -34,6 +34,10 @@ typedef struct {
   void* (*bio_new_mem_buf)(const void* buf, int len);
   int (*bio_free)(void*);
   void* (*pem_read_bio_pubkey)(void* bio, void** out, void* callback, void* user);
+  /* SHA-256 as every digest here asks for it: on 3.x fetched once (EVP_MD_fetch), since a
+   * digest started with EVP_sha256() fetches its implementation anew each time, costlier
+   * than hashing a weight file's header; on 1.1.1 EVP_sha256(). */
+  const void* sha256_md;
 } libcrypto_t;
 
 static libcrypto_t crypto;
@@ -81,6 +85,11 @@ static void load_libcrypto(void) {
     }
     memcpy(wanted[i].slot, &address, sizeof address);
   }
+  const void* (*fetch)(void* library_context, const char* algorithm, const char* properties);
+  void* fetch_address = dlsym(handle, "EVP_MD_fetch"); /* 3.x only */
+  memcpy(&fetch, &fetch_address, sizeof fetch);
+  crypto.sha256_md = fetch ? fetch(NULL, "SHA256", NULL) : NULL;
+  if (!crypto.sha256_md) crypto.sha256_md = crypto.sha256();
   /* 3.x names it EVP_PKEY_get_id; 1.1.1 EVP_PKEY_id. */
   void* id = dlsym(handle, "EVP_PKEY_get_id");
   if (!id) id = dlsym(handle, "EVP_PKEY_id");
@@ -100,7 +109,7 @@ static mp_status_t need_libcrypto(void) {
 mp_status_t mp_crypto_sha256(const void* data, uint64_t size, uint8_t out_digest[32]) {
   MP_RETURN_IF_ERROR(need_libcrypto());
   unsigned int length = 0;
-  if (!crypto.digest(data, (size_t)size, out_digest, &length, crypto.sha256(), NULL) ||
+  if (!crypto.digest(data, (size_t)size, out_digest, &length, crypto.sha256_md, NULL) ||
       length != 32)
     return mp_errorf(MP_ERR_INTERNAL, "SHA-256 failed in libcrypto");
   return MP_OK;
@@ -119,7 +128,7 @@ mp_status_t mp_sha256_begin(mp_sha256_t** out_hash) {
     free(hash);
     return mp_out_of_memory("a SHA-256 context");
   }
-  if (crypto.digest_init(ctx, crypto.sha256(), NULL) != 1) {
+  if (crypto.digest_init(ctx, crypto.sha256_md, NULL) != 1) {
     crypto.md_ctx_free(ctx);
     free(hash);
     return mp_errorf(MP_ERR_INTERNAL, "SHA-256 failed in libcrypto");

@@ -61,6 +61,13 @@ mp_status_t mp_file_open(const char* path, int* out_fd, mp_file_id_t* out_id) {
   return MP_OK;
 }
 
+bool mp_file_identify(const char* path, mp_file_id_t* out_id) {
+  struct stat st;
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  *out_id = id_of(&st);
+  return true;
+}
+
 /* An unnamed file for a copy: a memfd, else one in the temporary folder. */
 static int anonymous_file(bool* sealable) {
   *sealable = true;

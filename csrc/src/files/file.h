@@ -27,6 +27,11 @@ typedef struct {
  * is the caller's, and *out_id holds all but the digest. */
 mp_status_t mp_file_open(const char* path, int* out_fd, mp_file_id_t* out_id);
 
+/* Which version of which file |path| names now, without opening it (one stat): for telling
+ * whether a file opened before is still the one at |path|. false when it cannot be statted or
+ * is not a regular file (the caller then opens it, and mp_file_open says what is wrong). */
+bool mp_file_identify(const char* path, mp_file_id_t* out_id);
+
 /* A private, sealed copy of |size| bytes at |data|, as a descriptor positioned like a file:
  * a memfd (F_SEAL_WRITE, _GROW, _SHRINK, _SEAL: nobody can change it once written), or where
  * memfd_create does not exist, an unnamed file in $TMPDIR (O_TMPFILE, else created and

@@ -14,13 +14,13 @@
 #include "weights/weight_file_state.h"
 
 mp_status_t mp_weight_file_read_foreign(mp_weight_file_t* f, int fd, const char* path,
-                                        mp_weights_format_t format,
+                                        mp_weights_format_t format, mp_const_byte_span_t head,
                                         const mp_weight_record_t* records, uint64_t count) {
   f->format = format;
   mp_foreign_index_t* x = &f->foreign;
   MP_RETURN_IF_ERROR(format == MP_WEIGHTS_FORMAT_GGUF
-                         ? mp_gguf_read_index(fd, f->file_size, path, x)
-                         : mp_safetensors_read_index(fd, f->file_size, path, x));
+                         ? mp_gguf_read_index(fd, f->file_size, path, head, x)
+                         : mp_safetensors_read_index(fd, f->file_size, path, head, x));
   if (!x->header || x->header_size == 0)
     return mp_errorf(MP_ERR_INTERNAL, "'%s': the reader kept no header", path);
   f->index_size = x->header_size;

@@ -74,13 +74,16 @@ typedef struct {
 } mp_foreign_index_t;
 
 /* The index of the safetensors file open as |fd| (|file_size| bytes, |path| in messages),
- * read from its header. On success the caller frees *out with mp_foreign_index_free. */
+ * read from its header. |head|: the file's first bytes, read already by the caller (telling
+ * the format reads a page), taken instead of reading them again; empty for none. Either way
+ * the header is parsed from one private copy of its bytes. On success the caller frees *out
+ * with mp_foreign_index_free. */
 mp_status_t mp_safetensors_read_index(int fd, uint64_t file_size, const char* path,
-                                      mp_foreign_index_t* out);
+                                      mp_const_byte_span_t head, mp_foreign_index_t* out);
 
 /* The same for a GGUF file. */
 mp_status_t mp_gguf_read_index(int fd, uint64_t file_size, const char* path,
-                               mp_foreign_index_t* out);
+                               mp_const_byte_span_t head, mp_foreign_index_t* out);
 
 void mp_foreign_index_free(mp_foreign_index_t* index);
 

@@ -687,7 +687,7 @@ static mp_status_t parse(parser_t* p, mp_foreign_index_t* x) {
 }
 
 mp_status_t mp_gguf_read_index(int fd, uint64_t file_size, const char* path,
-                               mp_foreign_index_t* out) {
+                               mp_const_byte_span_t head, mp_foreign_index_t* out) {
   memset(out, 0, sizeof *out);
   uint64_t limit = file_size < (uint64_t)MP_GGUF_MAX_HEADER ? file_size : MP_GGUF_MAX_HEADER;
   uint64_t have = 0, target = limit < FIRST_READ ? limit : FIRST_READ;
@@ -699,6 +699,10 @@ mp_status_t mp_gguf_read_index(int fd, uint64_t file_size, const char* path,
       return mp_out_of_memory("a GGUF file's header");
     }
     buffer = grown;
+    if (have == 0 && head.size) { /* the caller's read of the file's start */
+      have = head.size < target ? head.size : target;
+      memcpy(buffer, head.data, (size_t)have);
+    }
     if (target > have && !mp_file_read_at(fd, buffer + have, (size_t)(target - have), have)) {
       free(buffer);
       return mp_errorf(MP_ERR_IO, "cannot read '%s': %s", path,

@@ -558,7 +558,7 @@ static mp_status_t check_ranges(parse_t* p) {
 /* ---- reading ----------------------------------------------------------------------------- */
 
 mp_status_t mp_safetensors_read_index(int fd, uint64_t file_size, const char* path,
-                                      mp_foreign_index_t* out) {
+                                      mp_const_byte_span_t head, mp_foreign_index_t* out) {
   memset(out, 0, sizeof *out);
   uint8_t size_field[SIZE_FIELD];
   if (file_size < SIZE_FIELD)
@@ -566,7 +566,9 @@ mp_status_t mp_safetensors_read_index(int fd, uint64_t file_size, const char* pa
                      "'%s' is not a safetensors file: it is %" PRIu64 " bytes, too short for the "
                      "8-byte size of the header a safetensors file begins with",
                      path, file_size);
-  if (!mp_file_read_at(fd, size_field, sizeof size_field, 0))
+  if (head.size >= SIZE_FIELD)
+    memcpy(size_field, head.data, SIZE_FIELD);
+  else if (!mp_file_read_at(fd, size_field, sizeof size_field, 0))
     return mp_errorf(MP_ERR_IO, "cannot read '%s': %s", path,
                      errno ? strerror(errno) : "the file shrank");
   const uint64_t n = mp_load_le64(size_field);
@@ -591,7 +593,11 @@ mp_status_t mp_safetensors_read_index(int fd, uint64_t file_size, const char* pa
   if (!out->header) return mp_out_of_memory("a safetensors header");
   memcpy(out->header, size_field, SIZE_FIELD); /* the bytes parsed, not a second read of them */
   mp_status_t status = MP_OK;
-  if (!mp_file_read_at(fd, out->header + SIZE_FIELD, (size_t)n, SIZE_FIELD))
+  uint64_t given = head.size > SIZE_FIELD ? head.size - SIZE_FIELD : 0;
+  if (given > n) given = n;
+  if (given) memcpy(out->header + SIZE_FIELD, head.data + SIZE_FIELD, (size_t)given);
+  if (given < n && !mp_file_read_at(fd, out->header + SIZE_FIELD + given, (size_t)(n - given),
+                                    SIZE_FIELD + given))
     status = mp_errorf(MP_ERR_IO, "cannot read '%s': %s", path,
                        errno ? strerror(errno) : "the file shrank");
   char what[4200];

@@ -7,7 +7,6 @@
 #include "weights/weight_file.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,6 +32,9 @@ enum {
    * the page cache's large folios whole (as libraries' large segments are, format/image.py). */
   LARGE_FILE = 64 << 20,
   HUGE_ALIGNMENT = 2 << 20,
+  /* A file's first bytes are read once, to tell its format, and handed to its reader: a
+   * safetensors shard's header (names, types, shapes) is mostly within them. */
+  HEAD_READ = 4096,
 };
 
 
@@ -109,10 +111,11 @@ static mp_status_t find_open(const char* path, const mp_file_id_t* id,
                        "(save_weights does), or drop what uses the old version first",
                        path);
     }
+    /* A modpack weight file carries its own records: those of a reference do not apply. */
+    const uint8_t* wanted = o->file->format == MP_WEIGHTS_FORMAT_MODPACK ? NULL : records_digest;
     bool same_records = o->file->has_records
-                            ? records_digest && memcmp(o->file->records_digest, records_digest,
-                                                       32) == 0
-                            : !records_digest;
+                            ? wanted && memcmp(o->file->records_digest, wanted, 32) == 0
+                            : !wanted;
     if (same_records && try_retain(o->file)) {
       *out = o->file;
       return MP_OK;
@@ -121,13 +124,32 @@ static mp_status_t find_open(const char* path, const mp_file_id_t* id,
   return MP_OK;
 }
 
-/* The format of the file open as |fd|, from its first bytes: modpack's magic, GGUF's, or a
- * safetensors header's size followed by its JSON object (safetensors has no magic: a file
+/* The open object of the version of the file |path| names now, found without opening it again
+ * when an object was opened from the same path: one stat then tells whether the path still
+ * names that version. A library's weight files are opened before dlopen and bound again by its
+ * tree after it, and libraries often share base weights, so this is the common case of every
+ * open after the first. *out: retained, or NULL (then open the file). Under open_lock. */
+static mp_status_t find_open_at(const char* path, const uint8_t* records_digest,
+                                mp_weight_file_t** out) {
+  *out = NULL;
+  bool opened_from_path = false;
+  for (open_file_t* o = open_files; o && !opened_from_path; o = o->next)
+    opened_from_path = strcmp(o->file->path, path) == 0;
+  mp_file_id_t id;
+  if (!opened_from_path || !mp_file_identify(path, &id)) return MP_OK;
+  return find_open(path, &id, records_digest, out);
+}
+
+/* The format of the file open as |fd|, from its first bytes (read into |head|, HEAD_READ
+ * bytes, *out_head_size of them: none when they could not be read): modpack's magic, GGUF's,
+ * or a safetensors header's size followed by its JSON object (safetensors has no magic: a file
  * named *.safetensors is taken as one, so that its reader says what is wrong with it). */
-static mp_status_t format_of(int fd, const char* path, uint64_t file_size,
-                             mp_weights_format_t* out) {
-  uint8_t head[16] = {0};
-  bool read = file_size >= 9 && mp_file_read_at(fd, head, file_size < 16 ? 9 : 16, 0);
+static mp_status_t format_of(int fd, const char* path, uint64_t file_size, uint8_t* head,
+                             size_t* out_head_size, mp_weights_format_t* out) {
+  memset(head, 0, 16);
+  size_t n = file_size < HEAD_READ ? (size_t)file_size : HEAD_READ;
+  bool read = file_size >= 9 && mp_file_read_at(fd, head, n, 0);
+  *out_head_size = read ? n : 0;
   size_t length = strlen(path), suffix = sizeof ".safetensors" - 1;
   bool named = length >= suffix && strcmp(path + length - suffix, ".safetensors") == 0;
   if (read && memcmp(head, MP_WEIGHTS_MAGIC, 8) == 0) {
@@ -206,29 +228,49 @@ static mp_status_t map_file(int fd, const char* path, mp_weight_file_t* f) {
   return status;
 }
 
-/* Map the whole file read-only and shared; large files at a 2 MiB-congruent address. */
+/* Whether the kernel itself places large file mappings at 2 MiB-aligned addresses (Linux 6.x
+ * does, for files of filesystems with large folios): 1 until a large mapping comes back
+ * unaligned. Then one mmap places a file; otherwise a reservation, a fixed mapping in it and
+ * two trims do, four system calls a file, which a model in many shards pays for each. */
+static atomic_int kernel_aligns = 1;
+
+/* |size| bytes of |fd| mapped at a 2 MiB-aligned address inside a reservation of anonymous
+ * address space, the reservation around it given back; MAP_FAILED on failure. */
+static void* map_in_reservation(int fd, size_t size) {
+  size_t span = size + HUGE_ALIGNMENT;
+  uint8_t* room = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (room == MAP_FAILED) return MAP_FAILED;
+  uintptr_t mask = (uintptr_t)HUGE_ALIGNMENT - 1;
+  uint8_t* at = (uint8_t*)(((uintptr_t)room + mask) & ~mask);
+  void* map = mmap(at, size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
+  if (map == MAP_FAILED) {
+    munmap(room, span);
+    return MAP_FAILED;
+  }
+  if (at > room) munmap(room, (size_t)(at - room));
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uint8_t* end = (uint8_t*)(((uintptr_t)(at + size) + page - 1) & ~(page - 1));
+  uint8_t* room_end = room + span;
+  if (room_end > end) munmap(end, (size_t)(room_end - end));
+  return map;
+}
+
+/* Map the whole file read-only and shared; large files at a 2 MiB-aligned address, so the
+ * kernel can map the page cache's large folios whole. */
 static mp_status_t map_new(int fd, const char* path, mp_weight_file_t* f) {
   f->map_size = f->file_size;
+  size_t size = (size_t)f->file_size;
   void* map = MAP_FAILED;
-  if (f->file_size >= LARGE_FILE) {
-    size_t span = (size_t)f->file_size + HUGE_ALIGNMENT;
-    uint8_t* room = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (room != MAP_FAILED) {
-      uint8_t* at = (uint8_t*)(((uintptr_t)room + HUGE_ALIGNMENT - 1) & ~(uintptr_t)(HUGE_ALIGNMENT - 1));
-      map = mmap(at, (size_t)f->file_size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
-      if (map == MAP_FAILED) {
-        munmap(room, span);
-      } else { /* give back the reservation around it */
-        if (at > room) munmap(room, (size_t)(at - room));
-        uint8_t* end = at + f->file_size;
-        uint8_t* room_end = room + span;
-        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-        end = (uint8_t*)(((uintptr_t)end + page - 1) & ~(page - 1));
-        if (room_end > end) munmap(end, (size_t)(room_end - end));
-      }
+  if (f->file_size >= LARGE_FILE && atomic_load(&kernel_aligns)) {
+    map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (map != MAP_FAILED && ((uintptr_t)map & (HUGE_ALIGNMENT - 1)) != 0) {
+      munmap(map, size);
+      map = MAP_FAILED;
+      atomic_store(&kernel_aligns, 0);
     }
   }
-  if (map == MAP_FAILED) map = mmap(NULL, (size_t)f->file_size, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED && f->file_size >= LARGE_FILE) map = map_in_reservation(fd, size);
+  if (map == MAP_FAILED) map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED)
     return mp_errorf(errno == ENOMEM ? MP_ERR_RESOURCE_EXHAUSTED : MP_ERR_IO,
                      "cannot map '%s': %s", path, strerror(errno));
@@ -253,7 +295,8 @@ static mp_status_t copy_misaligned(mp_weight_file_t* f) {
 }
 
 static mp_status_t open_new(int fd, const char* path, const mp_file_id_t* id,
-                            mp_weights_format_t format, const mp_weight_record_t* records,
+                            mp_weights_format_t format, mp_const_byte_span_t head,
+                            const mp_weight_record_t* records,
                             uint64_t count, const uint8_t* records_digest,
                             mp_weight_file_t** out) {
   mp_weight_file_t* f = calloc(1, sizeof *f);
@@ -262,7 +305,7 @@ static mp_status_t open_new(int fd, const char* path, const mp_file_id_t* id,
     return mp_out_of_memory("a weight file");
   }
   atomic_init(&f->refcount, 1);
-  f->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* -1 on failure: holes are then read */
+  f->fd = -1; /* until it is open: the caller's until then */
   pthread_mutex_init(&f->check_lock, NULL);
   mp_device_array_cache_init(&f->device_arrays);
   f->id = *id;
@@ -271,13 +314,15 @@ static mp_status_t open_new(int fd, const char* path, const mp_file_id_t* id,
   if (records_digest) memcpy(f->records_digest, records_digest, 32);
   mp_status_t status = format == MP_WEIGHTS_FORMAT_MODPACK
                            ? mp_weight_file_read_modpack(f, fd, path)
-                           : mp_weight_file_read_foreign(f, fd, path, format, records, count);
+                           : mp_weight_file_read_foreign(f, fd, path, format, head, records,
+                                                         count);
   if (status == MP_OK) status = map_file(fd, path, f);
   if (status == MP_OK) status = copy_misaligned(f);
   if (status != MP_OK) {
     destroy(f);
     return status;
   }
+  f->fd = fd; /* kept, to tell its holes (mp_file_is_hole) */
   *out = f;
   return MP_OK;
 }
@@ -285,28 +330,36 @@ static mp_status_t open_new(int fd, const char* path, const mp_file_id_t* id,
 static mp_status_t open_file(const char* path, const mp_weight_record_t* records, uint64_t count,
                              const uint8_t* records_digest, mp_weight_file_t** out_file) {
   *out_file = NULL;
+  pthread_mutex_lock(&open_lock);
+  mp_status_t found = find_open_at(path, records_digest, out_file);
+  pthread_mutex_unlock(&open_lock);
+  if (found != MP_OK || *out_file) return found;
   int fd;
   mp_file_id_t id;
   MP_RETURN_IF_ERROR(mp_file_open(path, &fd, &id));
   mp_weights_format_t format = MP_WEIGHTS_FORMAT_MODPACK;
-  mp_status_t status = format_of(fd, path, id.size, &format);
+  uint8_t head[HEAD_READ];
+  size_t head_size = 0;
+  mp_status_t status = format_of(fd, path, id.size, head, &head_size, &format);
   if (format == MP_WEIGHTS_FORMAT_MODPACK) records_digest = NULL; /* it has its own */
   pthread_mutex_lock(&open_lock);
   if (status == MP_OK) status = find_open(path, &id, records_digest, out_file);
   open_file_t* entry = NULL;
   if (status == MP_OK && !*out_file) {
     entry = malloc(sizeof *entry);
-    status = entry ? open_new(fd, path, &id, format, records, count, records_digest, out_file)
+    status = entry ? open_new(fd, path, &id, format, (mp_const_byte_span_t){head, head_size},
+                              records, count, records_digest, out_file)
                    : mp_out_of_memory("a weight file");
     if (status == MP_OK) {
       *entry = (open_file_t){*out_file, open_files};
       open_files = entry;
       entry = NULL;
+      fd = -1; /* the new file's now */
     }
   }
   pthread_mutex_unlock(&open_lock);
   free(entry);
-  close(fd); /* the mapping stays */
+  if (fd >= 0) close(fd);
   return status;
 }
 

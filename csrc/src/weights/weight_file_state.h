@@ -54,10 +54,11 @@ mp_status_t mp_weight_file_damaged(const char* path, const char* what);
 mp_status_t mp_weight_file_read_modpack(mp_weight_file_t* f, int fd, const char* path);
 
 /* Fill |f| from the file open as |fd| in |format| (foreign_file.c): its index read from its
- * header, the content digest the SHA-256 of that header, and what |records| (|count|, may be
- * none) say of the arrays they name; arrays without their data pointers. */
+ * header (|head|: the file's first bytes, read already), the content digest the SHA-256 of
+ * that header, and what |records| (|count|, may be none) say of the arrays they name; arrays
+ * without their data pointers. */
 mp_status_t mp_weight_file_read_foreign(mp_weight_file_t* f, int fd, const char* path,
-                                        mp_weights_format_t format,
+                                        mp_weights_format_t format, mp_const_byte_span_t head,
                                         const mp_weight_record_t* records, uint64_t count);
 
 /* Sort |f|'s arrays by name for lookups; refuse two of one name. */
