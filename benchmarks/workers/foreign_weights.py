@@ -3,9 +3,10 @@
 Argument: a JSON object with ``mode``:
 
 - ``prepare``: in ``dir``, ``size`` bytes of float32 weights, 3 arrays per shard, as 3
-  safetensors shards with their index (written by the safetensors package) and as one modpack
-  weight file, two libraries over them (host code reading the arrays), a signed copy of the
-  safetensors one, and two adapters (new arrays) of ``adapter`` bytes each. Prints the paths.
+  safetensors shards with their index (written by the safetensors package), as one modpack
+  weight file and as 3 modpack weight files of the shards' arrays, three libraries over them
+  (host code reading the arrays), a signed copy of the safetensors one, and two adapters (new
+  arrays) of ``adapter`` bytes each. Prints the paths.
 - ``load``: time ``load_module(path)`` (options: ``verify``, ``keys``), then read every array
   once (not timed), report the time and the memory the load added.
 - ``hash``: time the chunked SHA-256 of the safetensors arrays alone, on every core: what a
@@ -68,7 +69,7 @@ def mapped(paths: list[str]) -> dict[str, int]:
 
 
 def arrays_of(root: modpack.LoadedModule) -> list[np.ndarray]:
-    return [root.imported_modules[0].arrays[n] for n in root.imported_modules[0].arrays]
+    return [m.arrays[n] for m in root.imported_modules for n in m.arrays]
 
 
 def prepare(a: dict) -> dict:
@@ -80,21 +81,24 @@ def prepare(a: dict) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     per_array = a["size"] // 9 // 4 // 4096 * 4096
     rng = np.random.default_rng(1)
-    arrays, weight_map = {}, {}
+    arrays, weight_map, mpw_shards = {}, {}, []
     for s in range(3):
         shard = {f"s{s}.a{k}": rng.standard_normal(per_array, dtype=np.float32)
                  for k in range(3)}
-        name = f"model-{s + 1:05d}-of-00003.safetensors"
-        save_file(shard, str(folder / name))
-        weight_map.update(dict.fromkeys(shard, name))
+        name = f"model-{s + 1:05d}-of-00003"
+        save_file(shard, str(folder / f"{name}.safetensors"))
+        weight_map.update(dict.fromkeys(shard, f"{name}.safetensors"))
         arrays.update(shard)
+        mpw_shards.append(modpack.save_weights(shard, folder / f"{name}.mpw"))
     index = folder / "model.safetensors.index.json"
     index.write_text(json.dumps({"weight_map": weight_map}))
     modpack.save_weights(arrays, folder / "model.mpw")
     libraries = {}
-    for name, source in (("st", index), ("mpw", folder / "model.mpw")):
+    for name, sources in (("st", [index]), ("mpw", [folder / "model.mpw"]),
+                          ("mpw3", mpw_shards)):
         host = modpack.csource_module(HOST)
-        host.import_module(modpack.weights_module(source))
+        for source in sources:
+            host.import_module(modpack.weights_module(source))
         libraries[name] = str(host.export_library(folder / f"{name}.so"))
     key = folder / "key.pem"
     if not key.exists():
@@ -114,7 +118,8 @@ def prepare(a: dict) -> dict:
         adapters.append(str(adapter))
     shards = sorted(str(folder / n) for n in set(weight_map.values()))
     return {"libraries": libraries, "signed": str(signed), "pub": str(folder / "key.pub.pem"),
-            "shards": shards, "mpw": str(folder / "model.mpw"), "adapters": adapters,
+            "shards": shards, "mpw": str(folder / "model.mpw"),
+            "mpw_shards": [str(p) for p in mpw_shards], "adapters": adapters,
             "bytes": per_array * 4 * 9}
 
 

@@ -120,23 +120,26 @@ static mp_status_t parse_v1(mp_const_byte_span_t p, mp_weights_ref_t* ref) {
  * chunked SHA-256, in the payload's order): what a file opened with those records is known
  * by (weights/weight_file.h). */
 static mp_status_t records_digest(mp_weights_ref_t* ref, uint32_t f) {
-  mp_sha256_t* hash;
-  MP_RETURN_IF_ERROR(mp_sha256_begin(&hash));
-  mp_status_t status = MP_OK;
-  for (uint64_t i = 0; i < ref->count && status == MP_OK; ++i) {
+  /* One buffer, hashed at once: a digest per update costs more than these bytes do. */
+  enum { FIXED = 8 + 32 };
+  uint64_t size = 0;
+  for (uint64_t i = 0; i < ref->count; ++i)
+    if (ref->arrays[i].file == f) size += strlen(ref->arrays[i].name) + 1 + FIXED;
+  uint8_t* bytes = malloc(size ? (size_t)size : 1);
+  if (!bytes) return mp_out_of_memory("a weights module's records");
+  uint8_t* at = bytes;
+  for (uint64_t i = 0; i < ref->count; ++i) {
     const mp_weights_ref_array_t* a = &ref->arrays[i];
     if (a->file != f) continue;
-    uint8_t fixed[8 + 32];
-    mp_store_le64(fixed, a->checksum);
-    memcpy(fixed + 8, a->digest, 32);
-    status = mp_sha256_update(hash, a->name, strlen(a->name) + 1);
-    if (status == MP_OK) status = mp_sha256_update(hash, fixed, sizeof fixed);
+    size_t name = strlen(a->name) + 1;
+    memcpy(at, a->name, name);
+    mp_store_le64(at + name, a->checksum);
+    memcpy(at + name + 8, a->digest, 32);
+    at += name + FIXED;
   }
-  if (status != MP_OK) {
-    mp_sha256_abandon(hash);
-    return status;
-  }
-  return mp_sha256_finish(hash, ref->files[f].records_digest);
+  mp_status_t status = mp_crypto_sha256(bytes, size, ref->files[f].records_digest);
+  free(bytes);
+  return status;
 }
 
 static int by_file_name(const void* a, const void* b, void* files) {
