@@ -47,9 +47,13 @@ mp_status_t mp_weights_check_file(mp_weight_file_t* file, const mp_load_settings
  * do. */
 mp_status_t mp_weights_check_recorded(mp_weight_file_t* file, const mp_weights_reference_t* ref,
                                       const char* library_path, bool signed_load) {
-  char what[600];
-  snprintf(what, sizeof what, "'%s' (which was exported with it)", library_path);
-  MP_RETURN_IF_ERROR(mp_weight_file_match(file, ref->specs, ref->count, false, what));
+  /* The refusal's words are made only for a refusal: every load checks every file. */
+  if (mp_weight_file_match(file, ref->specs, ref->count, false, "") != MP_OK) {
+    mp_error_clear();
+    char what[600];
+    snprintf(what, sizeof what, "'%s' (which was exported with it)", library_path);
+    return mp_weight_file_match(file, ref->specs, ref->count, false, what);
+  }
   const uint8_t* digest = ref->digest;
   const char* file_name = ref->file_name;
   if (!mp_weight_file_records_match(file, ref->records_digest))
