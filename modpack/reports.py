@@ -49,9 +49,11 @@ class VerifyReport(TypedDict):
 class PreflightAnswer(TypedDict, total=False):
     """The code one device would get from a module: the variant chosen and why, the ones it
     would fall back to; or (``fits`` False) why none fits, with the variants the file has.
-    A module whose kernels each choose (CUDA, ROCm) answers per kernel, in ``kernels``; one whose
-    code the kernel cache keeps (CUDA's PTX) says in ``kernel_cache`` whether a load would find
-    it there: ``{"state": "hit" | "miss" | "off", "detail": ...}``."""
+    A module whose kernels each choose (CUDA, ROCm) answers per kernel, in ``kernels``; for a
+    device of this machine (``--device host``), one whose builds the kernel cache keeps
+    (OpenCL programs, CUDA's PTX, Vulkan pipelines) says in ``kernel_cache`` whether a load
+    would find them there: ``{"state": "hit" | "miss" | "off" | "unused", "detail": ...}``
+    ("unused": the device gets code it builds nothing from)."""
 
     device: str
     fits: bool

@@ -593,6 +593,36 @@ def test_vulkan_a_specialization_value_is_part_of_the_key(vk_library, tmp_path):
 
 
 @needs_vulkan
+def test_vulkan_preflight_says_whether_the_pipelines_are_kept(vk_library, tmp_path):
+    """modpack preflight --device host asks the cache, for this machine's Vulkan device, for
+    the key a first launch stores under (SPIR-V, entry point, specialization, device, driver):
+    a miss, then after a run a hit naming the kernel; another specialization of the same
+    shader is still a miss."""
+    cache = tmp_path / "kernels"
+    env = {**os.environ, "MODPACK_KERNEL_CACHE": str(cache)}
+
+    def answer(library: Path) -> dict:
+        report = json.loads(run(sys.executable, "-m", "modpack", "preflight", library,
+                                "--device", "host", "--json", env=env))
+        (module,) = [m for m in report["modules"] if m["type_key"] == "vulkan"]
+        return module["answers"][0]["kernel_cache"]
+
+    assert answer(vk_library)["state"] == "miss"
+    vulkan_run(vk_library, cache)
+    found = answer(vk_library)
+    assert found["state"] == "hit" and found["detail"].startswith("scale: "), found
+    five = vulkan_library(tmp_path, 5.0, "five.so")
+    assert answer(five)["state"] == "miss"
+    assert answer(vk_library)["state"] == "hit"  # asking used nothing up
+    (entry,) = entries(cache)  # preflight stores nothing: five's pipeline was never made
+    _vk_wrong_vendor(entry)  # sealed, but not this device's header: a launch would ignore it
+    found = answer(vk_library)
+    assert found["state"] == "miss" and "would be ignored" in found["detail"], found
+    assert run(sys.executable, "-m", "modpack", "preflight", vk_library, "--device", "host",
+               env={**env, "MODPACK_KERNEL_CACHE": ""}).count("[kernel cache: off") == 1
+
+
+@needs_vulkan
 def test_vulkan_the_cache_is_off_by_option_and_by_an_empty_variable(vk_library, tmp_path):
     """kernel_cache=False and MODPACK_KERNEL_CACHE="" make the pipeline without a cache and
     write nothing."""

@@ -117,6 +117,19 @@ static uint32_t first_at_slot(const mp_kernel_info_t* info, const mp_vulkan_inte
   return a;
 }
 
+void mp_vulkan_specialization_of(const mp_vulkan_interface_t* in,
+                                 mp_vulkan_specialization_t* out) {
+  size_t size = 0;
+  for (uint32_t c = 0; c < in->constant_count; ++c) {
+    const mp_vulkan_constant_t* constant = &in->constants[c];
+    size_t bytes = constant->bits / 8u;
+    for (size_t b = 0; b < bytes; ++b) out->data[size + b] = (uint8_t)(constant->value >> (8 * b));
+    out->entries[c] = (VkSpecializationMapEntry){constant->id, (uint32_t)size, bytes};
+    size += bytes;
+  }
+  out->info = (VkSpecializationInfo){in->constant_count, out->entries, size, out->data};
+}
+
 static mp_status_t make_pipeline(mp_vulkan_module_t* m, const mp_vulkan_t* vk,
                                  const mp_vulkan_device_t* d, int32_t device, uint32_t k,
                                  VkShaderModule shader, mp_vulkan_pipeline_t* p) {
@@ -149,25 +162,14 @@ static mp_status_t make_pipeline(mp_vulkan_module_t* m, const mp_vulkan_t* vk,
                                        &range};
   result = vk->vk.CreatePipelineLayout(d->device, &layout, NULL, &p->layout);
   if (result != VK_SUCCESS) return mp_vk_fail("pipeline layout creation", result);
-  /* The specialization constants: each one's bytes packed in order (a bool as a VkBool32). */
-  VkSpecializationMapEntry entries[MP_VULKAN_MAX_CONSTANTS];
-  uint8_t data[MP_VULKAN_MAX_CONSTANTS * 8];
-  size_t data_size = 0;
-  for (uint32_t c = 0; c < in->constant_count; ++c) {
-    const mp_vulkan_constant_t* constant = &in->constants[c];
-    size_t bytes = constant->bits / 8u;
-    for (size_t b = 0; b < bytes; ++b)
-      data[data_size + b] = (uint8_t)(constant->value >> (8 * b));
-    entries[c] = (VkSpecializationMapEntry){constant->id, (uint32_t)data_size, bytes};
-    data_size += bytes;
-  }
-  VkSpecializationInfo specialization = {in->constant_count, entries, data_size, data};
+  mp_vulkan_specialization_t specialization;
+  mp_vulkan_specialization_of(in, &specialization);
   VkComputePipelineCreateInfo create = {
       VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
       NULL,
       0,
       {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, NULL, 0, VK_SHADER_STAGE_COMPUTE_BIT,
-       shader, mp_kernel_symbol(info), in->constant_count ? &specialization : NULL},
+       shader, mp_kernel_symbol(info), in->constant_count ? &specialization.info : NULL},
       p->layout,
       0,
       -1};
@@ -176,7 +178,7 @@ static mp_status_t make_pipeline(mp_vulkan_module_t* m, const mp_vulkan_t* vk,
   MP_RETURN_IF_ERROR(mp_vulkan_shader_words(m, in->shader, &spirv));
   mp_vulkan_pipeline_key_t key = {spirv, m->shaders[in->shader].code.raw_size,
                                   mp_kernel_symbol(info),
-                                  in->constant_count ? &specialization : NULL};
+                                  in->constant_count ? &specialization.info : NULL};
   mp_vulkan_pipeline_cache_t cache;
   mp_vulkan_pipeline_cache_open(&cache, vk, d, device, &key, m->base.load_flags,
                                 m->base.library_path);

@@ -48,6 +48,19 @@ typedef struct {
   mp_vulkan_constant_t* constants;
 } mp_vulkan_interface_t;
 
+/* A kernel's specialization as the driver is given it: each constant's bytes packed in order
+ * (a bool as a VkBool32); |info| points into the rest. */
+typedef struct {
+  VkSpecializationMapEntry entries[MP_VULKAN_MAX_CONSTANTS];
+  uint8_t data[MP_VULKAN_MAX_CONSTANTS * 8];
+  VkSpecializationInfo info;
+} mp_vulkan_specialization_t;
+
+/* |in|'s specialization into |out|, for its pipeline and for the pipeline's kernel-cache key
+ * (one packing, so that preflight asks the cache for the key a launch stores under). */
+void mp_vulkan_specialization_of(const mp_vulkan_interface_t* in,
+                                 mp_vulkan_specialization_t* out);
+
 /* A kernel's pipeline on one device, made at its first launch there. */
 typedef struct {
   VkDescriptorSetLayout set_layouts[MP_VULKAN_MAX_SETS];

@@ -3,7 +3,8 @@
  * version, Vulkan version and capabilities) is read from the payload's head, the loader's
  * parser (mp_vulkan_payload_parse_head), and checked against a device of this machine by the
  * loader's own test (mp_vulkan_supports). "vulkan" names any device: the answer says what one
- * needs; "vulkan:N", and "host", this machine's device N. */
+ * needs; "vulkan:N", and "host", this machine's device N, and whether the kernel cache holds
+ * its pipelines' caches (the key a first launch stores under, vulkan_pipeline_cache.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "kinds/common/preflight.h"
 #include "kinds/vulkan/vulkan_module.h"
+#include "kinds/vulkan/vulkan_pipeline_cache.h"
 
 static mp_status_t parse_device(const char* arch, char* canonical, size_t capacity) {
   char* end = NULL;
@@ -116,8 +118,81 @@ static mp_status_t answer(const mp_kind_t* kind, const mp_payload_reader_t* payl
   return status;
 }
 
+/* Kernel |k|'s entry on device |id|, probed: its state ("hit", "miss", "off") and detail. */
+static mp_status_t probe_kernel(const mp_vulkan_t* vk, mp_vulkan_module_t* m, uint32_t k,
+                                int32_t id, const char** out_state, char* detail,
+                                size_t capacity) {
+  const mp_vulkan_interface_t* in = &m->interfaces[k];
+  const uint8_t* words;
+  MP_RETURN_IF_ERROR(mp_vulkan_shader_words(m, in->shader, &words));
+  mp_vulkan_specialization_t specialization;
+  mp_vulkan_specialization_of(in, &specialization);
+  mp_vulkan_pipeline_key_t key = {words, m->shaders[in->shader].code.raw_size,
+                                  mp_kernel_symbol(&m->base.table.kernels[k]),
+                                  in->constant_count ? &specialization.info : NULL};
+  char* options;
+  char device[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE + 64], driver[16];
+  mp_kernel_cache_input_t input;
+  mp_vulkan_cache_input(vk, id, &key, &options, device, sizeof device, driver, sizeof driver,
+                        &input);
+  mp_kernel_cache_probe(&input, out_state, detail, capacity);
+  free(options);
+  return MP_OK;
+}
+
+/* The kernel cache for this machine's device |id|: whether the pipeline cache of each kernel
+ * is kept ("hit" only when all are; else the first kernel whose is not). The whole payload is
+ * parsed by the loader's parser, and compressed shaders decoded, to hash them as a launch
+ * does. */
+static mp_status_t kernel_cache(const mp_kind_t* kind, const mp_payload_reader_t* payload,
+                                int32_t id, mp_json_t* out) {
+  const mp_vulkan_t* vk = mp_vulkan();
+  if (!vk) return mp_error_code();
+  if ((uint32_t)id >= vk->device_count)
+    return mp_errorf(MP_ERR_INVALID_ARGUMENT, "Vulkan device %d does not exist (%u here)",
+                     (int)id, vk->device_count);
+  const uint8_t* bytes;
+  MP_RETURN_IF_ERROR(payload->read(payload->context, 0, payload->size, &bytes));
+  mp_vulkan_module_t* m = calloc(1, sizeof *m);
+  if (!m) return mp_out_of_memory("a preflight");
+  pthread_mutex_init(&m->base.lock, NULL);
+  m->base.payload = bytes;
+  m->base.code_frames = (payload->entry_flags & MP_FORMAT_ENTRY_CODE_FRAMES) != 0;
+  mp_status_t status =
+      mp_vulkan_payload_parse(m, kind, (mp_const_byte_span_t){bytes, payload->size});
+  const char* state = "unused";
+  char detail[1024] = "the module has no kernel: nothing to compile";
+  uint32_t hits = 0, count = m->base.table.count;
+  bool missed = false;
+  for (uint32_t k = 0; status == MP_OK && k < count; ++k) {
+    const char* one;
+    char found[900];
+    status = probe_kernel(vk, m, k, id, &one, found, sizeof found);
+    if (status != MP_OK) break;
+    bool hit = strcmp(one, "hit") == 0;
+    hits += hit;
+    if (k == 0 || (!hit && !missed)) { /* the first kernel, or the first not there */
+      state = one;
+      snprintf(detail, sizeof detail, "%s: %s", m->base.table.kernels[k].name, found);
+      missed = !hit;
+    }
+  }
+  if (status == MP_OK && count > 1 && hits == count)
+    snprintf(detail, sizeof detail, "the pipeline caches of all %u kernels", count);
+  if (status == MP_OK) {
+    mp_json_printf(out, "\"kernel_cache\": {\"state\": \"%s\", \"detail\": ", state);
+    mp_json_string(out, detail);
+    mp_json_printf(out, "}");
+  }
+  mp_vulkan_payload_free(m);
+  mp_device_module_free(&m->base);
+  free(m);
+  return status;
+}
+
 const mp_preflight_api_t mp_vulkan_preflight = {
     .parse_device = parse_device,
     .host_device = host_device,
     .answer = answer,
+    .kernel_cache = kernel_cache,
 };
