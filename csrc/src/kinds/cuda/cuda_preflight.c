@@ -191,29 +191,20 @@ static mp_status_t kernel_cache(const mp_kind_t* kind, const mp_payload_reader_t
     int32_t v = best_variant(&h->m, k, cuda->cc_major[id], cuda->cc_minor[id]);
     if (v >= 0 && h->m.variants[v].kind == MP_CUDA_VARIANT_PTX) chosen[v] = true;
   }
-  const char* state = "unused";
-  char detail[1024] = "every kernel gets SASS for this device: nothing to compile";
-  uint32_t hits = 0, asked = 0;
+  mp_preflight_cache_tally_t tally;
+  mp_preflight_cache_tally_init(&tally, "every kernel gets SASS for this device: nothing to "
+                                        "compile");
   for (uint32_t v = 0; status == MP_OK && v < h->m.variant_count; ++v) {
     if (!chosen[v]) continue;
     const char* one;
     char found[900];
     status = probe_variant(cuda, h, payload, v, id, &one, found, sizeof found);
-    if (status != MP_OK) break;
-    ++asked;
-    hits += strcmp(one, "hit") == 0;
-    if (asked == 1 || strcmp(one, "hit") != 0) { /* the first, or the first that is not there */
-      state = one;
-      snprintf(detail, sizeof detail, "%s: %s", h->m.variants[v].arches[0], found);
-    }
+    if (status == MP_OK)
+      mp_preflight_cache_tally_add(&tally, h->m.variants[v].arches[0], one, found);
   }
-  if (status == MP_OK && asked > 1 && hits == asked)
-    snprintf(detail, sizeof detail, "the cubins of %u PTX variants", asked);
-  if (status == MP_OK) {
-    mp_json_printf(out, "\"kernel_cache\": {\"state\": \"%s\", \"detail\": ", state);
-    mp_json_string(out, detail);
-    mp_json_printf(out, "}");
-  }
+  if (status == MP_OK && tally.asked > 1 && tally.hits == tally.asked)
+    snprintf(tally.detail, sizeof tally.detail, "the cubins of %u PTX variants", tally.asked);
+  if (status == MP_OK) mp_preflight_cache_answer(out, tally.state, tally.detail);
   reset(h);
   free(h);
   return status;

@@ -163,10 +163,8 @@ static mp_status_t kernel_cache(const mp_kind_t* kind, const mp_payload_reader_t
                                    sizeof chosen, keys, sizeof keys);
   const uint8_t* stored;
   if (status == MP_OK && chosen[0]) {
-    mp_json_printf(out, "\"kernel_cache\": {\"state\": \"unused\", \"detail\": ");
-    mp_json_string(out, "the module carries this device's program binary: the cache is asked "
-                        "only if the driver refuses it");
-    mp_json_printf(out, "}");
+    mp_preflight_cache_answer(out, "unused", "the module carries this device's program binary: "
+                                             "the cache is asked only if the driver refuses it");
   } else if (status == MP_OK &&
              (status = payload->read(payload->context, sizeof(mp_opencl_header_v1_t),
                                      source_size, &stored)) == MP_OK) {
@@ -183,9 +181,7 @@ static mp_status_t kernel_cache(const mp_kind_t* kind, const mp_payload_reader_t
       mp_opencl_cache_input(cl, id, raw, code.raw_size, h->m.build_options, driver,
                             sizeof driver, &input);
       mp_kernel_cache_probe(&input, &state, detail, sizeof detail);
-      mp_json_printf(out, "\"kernel_cache\": {\"state\": \"%s\", \"detail\": ", state);
-      mp_json_string(out, detail);
-      mp_json_printf(out, "}");
+      mp_preflight_cache_answer(out, state, detail);
     }
     mp_code_free(&code);
   }

@@ -160,30 +160,19 @@ static mp_status_t kernel_cache(const mp_kind_t* kind, const mp_payload_reader_t
   m->base.code_frames = (payload->entry_flags & MP_FORMAT_ENTRY_CODE_FRAMES) != 0;
   mp_status_t status =
       mp_vulkan_payload_parse(m, kind, (mp_const_byte_span_t){bytes, payload->size});
-  const char* state = "unused";
-  char detail[1024] = "the module has no kernel: nothing to compile";
-  uint32_t hits = 0, count = m->base.table.count;
-  bool missed = false;
+  mp_preflight_cache_tally_t tally;
+  mp_preflight_cache_tally_init(&tally, "the module has no kernel: nothing to compile");
+  uint32_t count = m->base.table.count;
   for (uint32_t k = 0; status == MP_OK && k < count; ++k) {
     const char* one;
     char found[900];
     status = probe_kernel(vk, m, k, id, &one, found, sizeof found);
-    if (status != MP_OK) break;
-    bool hit = strcmp(one, "hit") == 0;
-    hits += hit;
-    if (k == 0 || (!hit && !missed)) { /* the first kernel, or the first not there */
-      state = one;
-      snprintf(detail, sizeof detail, "%s: %s", m->base.table.kernels[k].name, found);
-      missed = !hit;
-    }
+    if (status == MP_OK)
+      mp_preflight_cache_tally_add(&tally, m->base.table.kernels[k].name, one, found);
   }
-  if (status == MP_OK && count > 1 && hits == count)
-    snprintf(detail, sizeof detail, "the pipeline caches of all %u kernels", count);
-  if (status == MP_OK) {
-    mp_json_printf(out, "\"kernel_cache\": {\"state\": \"%s\", \"detail\": ", state);
-    mp_json_string(out, detail);
-    mp_json_printf(out, "}");
-  }
+  if (status == MP_OK && count > 1 && tally.hits == count)
+    snprintf(tally.detail, sizeof tally.detail, "the pipeline caches of all %u kernels", count);
+  if (status == MP_OK) mp_preflight_cache_answer(out, tally.state, tally.detail);
   mp_vulkan_payload_free(m);
   mp_device_module_free(&m->base);
   free(m);
