@@ -182,6 +182,8 @@ static mp_status_t walk_gnu(const image_t* im, const tables_t* t, const char* na
     return damaged(im, "its GNU hash table");
   if (head[0] == 0) return MP_OK; /* an empty table: nothing to find */
   if (head[2] == 0) return damaged(im, "its GNU hash table has no bloom filter");
+  if (head[3] >= 32) /* a hash is shifted right by it: a linker writes 5 to 10 or so */
+    return damaged(im, "its GNU hash table's bloom shift is 32 or more");
   uint32_t h = gnu_hash(name);
   uint64_t word;
   if (!read_at_index(im, t->gnu_hash + sizeof head, (h / BLOOM_BITS) & (head[2] - 1),
