@@ -117,19 +117,6 @@ static uint32_t first_at_slot(const mp_kernel_info_t* info, const mp_vulkan_inte
   return a;
 }
 
-void mp_vulkan_specialization_of(const mp_vulkan_interface_t* in,
-                                 mp_vulkan_specialization_t* out) {
-  size_t size = 0;
-  for (uint32_t c = 0; c < in->constant_count; ++c) {
-    const mp_vulkan_constant_t* constant = &in->constants[c];
-    size_t bytes = constant->bits / 8u;
-    for (size_t b = 0; b < bytes; ++b) out->data[size + b] = (uint8_t)(constant->value >> (8 * b));
-    out->entries[c] = (VkSpecializationMapEntry){constant->id, (uint32_t)size, bytes};
-    size += bytes;
-  }
-  out->info = (VkSpecializationInfo){in->constant_count, out->entries, size, out->data};
-}
-
 static mp_status_t make_pipeline(mp_vulkan_module_t* m, const mp_vulkan_t* vk,
                                  const mp_vulkan_device_t* d, int32_t device, uint32_t k,
                                  VkShaderModule shader, mp_vulkan_pipeline_t* p) {

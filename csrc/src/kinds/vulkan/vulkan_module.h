@@ -57,7 +57,8 @@ typedef struct {
 } mp_vulkan_specialization_t;
 
 /* |in|'s specialization into |out|, for its pipeline and for the pipeline's kernel-cache key
- * (one packing, so that preflight asks the cache for the key a launch stores under). */
+ * (one packing, so that preflight asks the cache for the key a launch stores under;
+ * vulkan_payload.c). */
 void mp_vulkan_specialization_of(const mp_vulkan_interface_t* in,
                                  mp_vulkan_specialization_t* out);
 

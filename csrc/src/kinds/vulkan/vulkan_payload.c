@@ -286,6 +286,19 @@ mp_status_t mp_vulkan_payload_parse(void* state, const mp_kind_t* kind,
   return MP_OK;
 }
 
+void mp_vulkan_specialization_of(const mp_vulkan_interface_t* in,
+                                 mp_vulkan_specialization_t* out) {
+  size_t size = 0;
+  for (uint32_t c = 0; c < in->constant_count; ++c) {
+    const mp_vulkan_constant_t* constant = &in->constants[c];
+    size_t bytes = constant->bits / 8u;
+    for (size_t b = 0; b < bytes; ++b) out->data[size + b] = (uint8_t)(constant->value >> (8 * b));
+    out->entries[c] = (VkSpecializationMapEntry){constant->id, (uint32_t)size, bytes};
+    size += bytes;
+  }
+  out->info = (VkSpecializationInfo){in->constant_count, out->entries, size, out->data};
+}
+
 void mp_vulkan_payload_free(mp_vulkan_module_t* m) {
   for (uint32_t k = 0; m->interfaces && k < m->base.table.count; ++k) {
     mp_vulkan_interface_t* in = &m->interfaces[k];
