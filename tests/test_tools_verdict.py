@@ -314,6 +314,30 @@ def test_a_seal_that_says_no_blob_is_refused_by_every_tool(library, tmp_path):
     assert set(said(short, tmp_path).values()) == {"refused"}
 
 
+def test_a_resealed_gnu_hash_table_with_a_bloom_shift_past_31_is_refused(library, tmp_path):
+    """The GNU hash table's bloom shift is what a 32-bit hash is shifted right by when the
+    tools and the load look __dev_mblob up as the dynamic loader would: 32 or more (which the
+    tools fuzzer once reached, undefined behaviour) is refused as damage, naming the table, by
+    every tool, in a file sealed anew over it as anyone can."""
+    import struct
+
+    from elftools.elf.elffile import ELFFile
+
+    from modpack.format.seal import reseal_library
+
+    data = bytearray(library.read_bytes())
+    with open(library, "rb") as f:
+        at = ELFFile(f).get_section_by_name(".gnu.hash")["sh_offset"]
+    struct.pack_into("<I", data, at + 12, 40)  # nbuckets, symoffset, bloom size, bloom shift
+    bad = tmp_path / "bloom.so"
+    bad.write_bytes(bytes(data))
+    reseal_library(bad)
+    assert said(bad, tmp_path) == dict.fromkeys(
+        ("load", "inspect", "verify", "extract", "slim"), "refused")
+    rows = {c["check"]: c for c in modpack.verify_library(bad)["checks"]}
+    assert "its GNU hash table's bloom shift is 32 or more" in rows["seal"]["message"]
+
+
 def frames_library(tmp: Path) -> Path:
     from test_compressed_code import library as compressed
 
